@@ -1,0 +1,82 @@
+"""Human labels, in PRM800K's shape: per step a list of rated completions."""
+from django.conf import settings
+from django.db import models
+
+from .pool import Solution
+
+
+class FinishReason(models.TextChoices):
+    SOLUTION = "solution"
+    FOUND_ERROR = "found_error"
+    GIVE_UP = "give_up"
+    BAD_PROBLEM = "bad_problem"
+
+
+class Annotation(models.Model):
+    """One annotator's labels of one solution (one PRM800K line)."""
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        SUBMITTED = "submitted"
+
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="annotations")
+    # Local annotators have a user; labels imported from PRM800K keep only its labeler id.
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="annotations"
+    )
+    labeler = models.CharField(max_length=100, db_index=True, help_text="PRM800K `labeler` id")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.IN_PROGRESS, db_index=True)
+    finish_reason = models.CharField(max_length=20, choices=FinishReason.choices, null=True, blank=True)
+    finish_note = models.TextField(blank=True, help_text="Reason given for give_up / bad_problem")
+    total_time_ms = models.PositiveBigIntegerField(null=True, blank=True)
+    generation = models.IntegerField(null=True, blank=True, db_index=True)
+    is_quality_control = models.BooleanField(default=False)
+    is_initial_screening = models.BooleanField(default=False)
+    # PRM800K `timestamp`: when the label was made (kept verbatim for imported lines).
+    timestamp = models.DateTimeField(null=True, blank=True)
+    # What the line's `question` held beyond the pool's fields, for exact round trips.
+    question_extra = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["solution", "labeler"], name="one_annotation_per_labeler"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Annotation {self.pk} by {self.labeler} of solution {self.solution_id}"
+
+
+class StepLabel(models.Model):
+    """PRM800K `label.steps[i]`: the completions shown at step i and which was continued."""
+
+    annotation = models.ForeignKey(Annotation, on_delete=models.CASCADE, related_name="step_labels")
+    index = models.PositiveIntegerField()
+    chosen_completion = models.IntegerField(null=True, blank=True)
+    human_completion = models.JSONField(null=True, blank=True)
+    time_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Active time on this step")
+
+    class Meta:
+        ordering = ["annotation", "index"]
+        constraints = [models.UniqueConstraint(fields=["annotation", "index"], name="unique_step_label")]
+
+
+class Completion(models.Model):
+    """One candidate text for a step with its rating (-1, 0, +1) and flag."""
+
+    step_label = models.ForeignKey(StepLabel, on_delete=models.CASCADE, related_name="completions")
+    index = models.PositiveIntegerField()
+    text = models.TextField()
+    rating = models.SmallIntegerField(null=True, blank=True)
+    flagged = models.BooleanField(null=True, blank=True)
+    extra = models.JSONField(default=dict, blank=True, help_text="Unknown keys kept for round trips")
+
+    class Meta:
+        ordering = ["step_label", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["step_label", "index"], name="unique_completion"),
+            models.CheckConstraint(
+                condition=models.Q(rating__in=[-1, 0, 1]) | models.Q(rating__isnull=True), name="rating_in_range"
+            ),
+        ]

@@ -1,0 +1,84 @@
+"""Problems and the model-written solutions whose steps people label."""
+import hashlib
+import json
+
+from django.db import models
+
+
+def content_hash(*parts: object) -> str:
+    """A stable fingerprint of content, so importing the same thing twice finds it."""
+    blob = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class Problem(models.Model):
+    statement = models.TextField()
+    ground_truth_solution = models.TextField(blank=True, null=True)
+    ground_truth_answer = models.TextField(blank=True, null=True)
+    source = models.CharField(max_length=100, blank=True, db_index=True)
+    split = models.CharField(max_length=50, blank=True, db_index=True)
+    content_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.statement[:80]
+
+    @staticmethod
+    def hash_for(statement: str, ground_truth_answer: str | None) -> str:
+        return content_hash(statement.strip(), (ground_truth_answer or "").strip())
+
+
+class SolutionQuerySet(models.QuerySet):
+    def wrong_answer(self) -> "SolutionQuerySet":
+        return self.filter(is_correct=False)
+
+    def right_answer(self) -> "SolutionQuerySet":
+        return self.filter(is_correct=True)
+
+    def unlabeled(self) -> "SolutionQuerySet":
+        return self.exclude(annotations__status="submitted")
+
+
+class Solution(models.Model):
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="solutions")
+    final_answer = models.TextField(blank=True, null=True, help_text="Answer extracted from the steps")
+    # True / False / None: None when the answer could not be extracted or graded.
+    is_correct = models.BooleanField(null=True, db_index=True)
+    grading_note = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=100, blank=True, db_index=True)
+    generator = models.CharField(max_length=100, blank=True, db_index=True)
+    is_reference = models.BooleanField(default=False, help_text="The problem's own ground-truth solution")
+    # PRM800K `pre_generated_*` fields; verifier score as imported (not ours).
+    pre_generated_answer = models.TextField(blank=True, null=True)
+    pre_generated_verifier_score = models.FloatField(blank=True, null=True)
+    is_gold = models.BooleanField(default=False, db_index=True, help_text="Quality-control item with gold step labels")
+    meta = models.JSONField(default=dict, blank=True)
+    content_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = SolutionQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["problem", "is_correct"])]
+
+    def __str__(self) -> str:
+        return f"Solution {self.pk} of problem {self.problem_id}"
+
+    @staticmethod
+    def hash_for(problem_hash: str, steps: list[str]) -> str:
+        return content_hash(problem_hash, [s.strip() for s in steps])
+
+
+class Step(models.Model):
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    text = models.TextField()
+    # Gold label for quality control: -1, 0, +1 (None when not gold).
+    gold_rating = models.SmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["solution", "index"]
+        constraints = [models.UniqueConstraint(fields=["solution", "index"], name="unique_step_index")]
+
+    def __str__(self) -> str:
+        return f"Step {self.index} of solution {self.solution_id}"

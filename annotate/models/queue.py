@@ -1,0 +1,59 @@
+"""What annotators are served next, and why."""
+from django.conf import settings
+from django.db import models
+
+from .pool import Solution
+
+
+class Generation(models.Model):
+    """A period of labeling under one selection model. -1 is the screening set."""
+
+    number = models.IntegerField(unique=True)
+    model_version_name = models.CharField(max_length=200, blank=True)
+    note = models.TextField(blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-number"]
+
+    def __str__(self) -> str:
+        return f"Generation {self.number}"
+
+
+class QueueItem(models.Model):
+    """One slot of labeling work on a solution in a generation.
+
+    Overlap of K annotators is K items for one solution (slot 0..K-1). Selection (in
+    scoring) writes priority, reason and the score it saw; the labeling side only reads.
+    """
+
+    class Status(models.TextChoices):
+        AVAILABLE = "available"
+        LEASED = "leased"
+        DONE = "done"
+        RETIRED = "retired"
+
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="queue_items")
+    generation = models.IntegerField(db_index=True)
+    slot = models.PositiveSmallIntegerField(default=0)
+    priority = models.FloatField(default=0.0, db_index=True)
+    reason = models.CharField(max_length=100, blank=True)
+    model_version_name = models.CharField(max_length=200, blank=True)
+    score_at_selection = models.FloatField(null=True, blank=True)
+    is_quality_control = models.BooleanField(default=False)
+    is_initial_screening = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.AVAILABLE, db_index=True)
+    leased_to = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="leases"
+    )
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["solution", "generation", "slot"], name="unique_queue_slot"),
+        ]
+        indexes = [models.Index(fields=["status", "-priority", "id"])]
+
+    def __str__(self) -> str:
+        return f"Queue item {self.pk} ({self.reason}) for solution {self.solution_id}"

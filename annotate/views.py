@@ -1,0 +1,9 @@
+"""Annotator and admin pages. Thin: parse, call one stage function, render."""
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "annotate/home.html")

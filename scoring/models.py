@@ -1,0 +1,89 @@
+"""The model side's data: PRM versions, their scores of the pool, and model jobs."""
+from django.db import models
+
+from annotate.models import Solution, Step
+from annotate.models.jobs import Job
+
+
+class ModelVersion(models.Model):
+    class Kind(models.TextChoices):
+        HEAD = "head", "Backbone + step head (ours)"
+        STEP_TOKEN = "step_token", "Causal LM scoring good/bad tokens at a step tag"
+        TOKEN_CLASSIFICATION = "token_classification", "Token-classification PRM (TRL)"
+
+    class Status(models.TextChoices):
+        CANDIDATE = "candidate"
+        PROMOTED = "promoted"
+        REJECTED = "rejected"
+        RETIRED = "retired"
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=30, choices=Kind.choices, default=Kind.HEAD)
+    path = models.CharField(max_length=500, help_text="Folder with safetensors weights")
+    weights_sha256 = models.CharField(max_length=64)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    config = models.JSONField(default=dict, blank=True)
+    metrics = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.CANDIDATE)
+    is_current = models.BooleanField(default=False)
+    trust_remote_code = models.BooleanField(default=False, help_text="Only an admin may set this")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["is_current"], condition=models.Q(is_current=True), name="one_current_model"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StepScore(models.Model):
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="scores")
+    model_version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="step_scores")
+    p = models.FloatField()
+    mean = models.FloatField(null=True, blank=True)
+    sigma = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["step", "model_version"], name="one_score_per_step_model")]
+
+
+class SolutionScore(models.Model):
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="scores")
+    model_version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="solution_scores")
+    product = models.FloatField()
+    min = models.FloatField()
+    last = models.FloatField()
+    mean = models.FloatField()
+    sigma = models.FloatField(null=True, blank=True, help_text="Mean step sigma, for distributional heads")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["solution", "model_version"], name="one_score_per_solution_model")
+        ]
+
+
+class RescoreJob(Job):
+    model_version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="rescore_jobs")
+    chunks_total = models.PositiveIntegerField(default=0)
+    chunks_done = models.PositiveIntegerField(default=0)
+    rebuild_queue = models.BooleanField(default=True)
+
+
+class TrainingRun(Job):
+    config = models.JSONField(default=dict, blank=True)
+    parent = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    result = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="training_runs")
+    loss_curve = models.JSONField(default=list, blank=True)
+    log = models.TextField(blank=True)
+    n_labels = models.PositiveIntegerField(default=0)
+
+    class Meta(Job.Meta):
+        constraints = [
+            # At most one run at a time, enforced by the database even if two schedulers fire.
+            models.UniqueConstraint(
+                fields=["state"], condition=models.Q(state__in=["pending", "running"]), name="one_active_training_run"
+            ),
+        ]

@@ -1,0 +1,103 @@
+"""Shared fixtures: users with roles, and a real Celery worker process."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.factories import UserFactory
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def annotator(db):
+    return UserFactory(username="ann")
+
+
+@pytest.fixture
+def admin_user(db):
+    return UserFactory(username="boss", is_staff=True, is_superuser=True)
+
+
+def _test_database_url() -> str:
+    """The URL of the test database pytest-django created, for processes we start."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or ""
+    auth = f"{user}@" if user else ""
+    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+def worker_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = _test_database_url()
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class WorkerProcess:
+    """A `celery worker` child process serving every queue, started and stopped by tests."""
+
+    def __init__(self, log_path: Path):
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,ml",
+             "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO", "--without-gossip",
+             "--without-mingle", "--without-heartbeat"],
+            cwd=REPO_ROOT, env=worker_environment(), stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b"ready." in self.log_path.read_bytes():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise RuntimeError(f"Celery worker did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker process group, as a crash would."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, tmp_path):
+    """A real worker process on the test database; tests see its effects after commit."""
+    worker = WorkerProcess(tmp_path / "worker.log")
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2):
+    """Poll until predicate() is truthy; return its value or fail with a timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

@@ -1,0 +1,44 @@
+"""factory_boy factories for the pool and users."""
+import factory
+from django.contrib.auth import get_user_model
+
+from annotate.models import Problem, Solution, Step
+from annotate.models.pool import content_hash
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"annotator{n}")
+    password = factory.PostGenerationMethodCall("set_password", "pass-for-tests")
+
+
+class ProblemFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Problem
+
+    statement = factory.Sequence(lambda n: f"What is {n} + {n}?")
+    ground_truth_answer = factory.LazyAttributeSequence(lambda o, n: str(2 * n))
+    source = "tests"
+    content_hash = factory.LazyAttribute(lambda o: Problem.hash_for(o.statement, o.ground_truth_answer))
+
+
+class SolutionFactory(factory.django.DjangoModelFactory):
+    """A solution; pass `steps=[...]` to choose its step texts."""
+
+    class Meta:
+        model = Solution
+
+    problem = factory.SubFactory(ProblemFactory)
+    final_answer = "2"
+    is_correct = True
+    source = "tests"
+    content_hash = factory.Sequence(lambda n: content_hash("solution", n))
+
+    @factory.post_generation
+    def steps(obj, create, extracted, **kwargs):
+        texts = extracted if extracted is not None else ["First step.", "Second step.", "# Answer\n\n2"]
+        if create:
+            Step.objects.bulk_create(Step(solution=obj, index=i, text=text) for i, text in enumerate(texts))
