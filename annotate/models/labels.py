@@ -32,6 +32,11 @@ class Annotation(models.Model):
     generation = models.IntegerField(null=True, blank=True, db_index=True)
     is_quality_control = models.BooleanField(default=False)
     is_initial_screening = models.BooleanField(default=False)
+    # The queue item it was served from: its score at selection is exported as
+    # `pre_generated_verifier_score`. Null for imported labels.
+    queue_item = models.ForeignKey(
+        "annotate.QueueItem", null=True, blank=True, on_delete=models.SET_NULL, related_name="annotations"
+    )
     # PRM800K `timestamp`: when the label was made (kept verbatim for imported lines).
     timestamp = models.DateTimeField(null=True, blank=True)
     # What the line's `question` held beyond the pool's fields, for exact round trips.
