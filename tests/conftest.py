@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.factories import UserFactory
+from tests.factories import user_with_role
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -17,12 +17,17 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 @pytest.fixture
 def annotator(db):
-    return UserFactory(username="ann")
+    return user_with_role("ann", "annotator")
+
+
+@pytest.fixture
+def reviewer(db):
+    return user_with_role("rev", "reviewer")
 
 
 @pytest.fixture
 def admin_user(db):
-    return UserFactory(username="boss", is_staff=True, is_superuser=True)
+    return user_with_role("boss", "admin", is_staff=True, is_superuser=True)
 
 
 def _test_database_url() -> str:

@@ -42,3 +42,12 @@ class SolutionFactory(factory.django.DjangoModelFactory):
         texts = extracted if extracted is not None else ["First step.", "Second step.", "# Answer\n\n2"]
         if create:
             Step.objects.bulk_create(Step(solution=obj, index=i, text=text) for i, text in enumerate(texts))
+
+
+def user_with_role(username: str, role: str, **fields):
+    """A user in one of the roles of annotate.roles (annotator, reviewer, admin)."""
+    from annotate.roles import grant_role
+
+    user = UserFactory(username=username, **fields)
+    grant_role(user, role)
+    return user

@@ -5,13 +5,23 @@ from django.db import models
 from .pool import Solution
 
 
+class GenerationQuerySet(models.QuerySet):
+    def current_number(self) -> int:
+        """The generation new work is served in: the highest one, 0 before any model."""
+        return self.filter(number__gte=0).aggregate(n=models.Max("number"))["n"] or 0
+
+
 class Generation(models.Model):
     """A period of labeling under one selection model. -1 is the screening set."""
+
+    SCREENING = -1
 
     number = models.IntegerField(unique=True)
     model_version_name = models.CharField(max_length=200, blank=True)
     note = models.TextField(blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
+
+    objects = GenerationQuerySet.as_manager()
 
     class Meta:
         ordering = ["-number"]
