@@ -1,0 +1,44 @@
+"""Demo accounts and a demo pool made by the project itself. Safe to run again."""
+import json
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from annotate import importing, queueing
+from annotate.roles import ADMIN, ANNOTATOR, REVIEWER, grant_role
+from annotate.synthetic import generic_lines, make_pool
+
+DEMO_USERS = [
+    # username, password, role
+    ("admin", "stepwise-admin", ADMIN),
+    ("annotator", "stepwise-demo", ANNOTATOR),
+    ("reviewer", "stepwise-review", REVIEWER),
+]
+
+
+class Command(BaseCommand):
+    help = "Create demo users and a demo pool of arithmetic word problems (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--problems", type=int, default=60)
+
+    def handle(self, *args, problems: int, **options):
+        for username, password, role in DEMO_USERS:
+            self._ensure_user(username, password, role)
+        path = settings.DATA_DIR / "demo-pool.jsonl"
+        with open(path, "w") as out:
+            for line in generic_lines(make_pool(n_problems=problems, seed=0), source="demo"):
+                out.write(json.dumps(line) + "\n")
+        summary = importing.import_pool(path=path, format="generic", source="demo")
+        queued = queueing.ensure_default_queue()
+        self.stdout.write(f"Demo pool: {summary.created} new solutions, {summary.duplicates} already there; "
+                          f"{queued} queued.")
+
+    def _ensure_user(self, username: str, password: str, role: str) -> None:
+        user, created = get_user_model().objects.get_or_create(username=username)
+        if created:
+            user.set_password(password)
+            user.is_staff = user.is_superuser = role == ADMIN
+            user.save()
+            grant_role(user, role)
