@@ -6,3 +6,11 @@ from celery import shared_task
 def ping_task(value: str) -> str:
     """A no-op round trip, used by health checks and to prove a worker is consuming."""
     return value
+
+
+@shared_task(name="annotate.export_task", acks_late=True)
+def export_task(export_job_id: int) -> int:
+    """Write one ExportJob's file; idempotent (a finished job is skipped, a rerun rewrites)."""
+    from annotate import exporting
+
+    return exporting.run_export_job(job_id=export_job_id).lines

@@ -1,0 +1,361 @@
+"""Datasets out: PRM800K, TRL stepwise supervision, ProcessBench and per-step soft labels.
+
+Every exporter is a generator over the database with `iterator(chunk_size=...)` and a
+prefetch per chunk, so memory stays flat whatever the number of lines. Files are written
+to a hidden temporary file next to the destination and renamed into place only once
+complete: a reader (or the download link) never sees a truncated export.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime, time
+from pathlib import Path
+
+from django.conf import settings
+from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from annotate.models import Annotation, ExportJob, FinishReason, JobState, Solution
+
+FORMATS = ("prm800k", "trl", "processbench", "soft")
+FORMAT_HELP = {
+    "prm800k": "PRM800K: one line per submitted annotation, openai/prm800k's schema",
+    "trl": "TRL stepwise supervision: prompt, completions, labels (booleans) up to the first -1",
+    "processbench": "ProcessBench: id, generator, problem, steps, final_answer_correct, label",
+    "soft": "Per-step soft labels: K of N annotators rated each step good",
+}
+CHUNK_SIZE = 2000
+
+
+class ExportError(ValueError):
+    """Bad export options, with a message naming the option."""
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Which annotations go out, and how neutral (0) ratings count."""
+
+    generations: tuple[int, ...] = ()
+    since: datetime | None = None
+    include_qc: bool = False
+    finish_reasons: tuple[str, ...] = ()
+    # PRM800K's 0 means "reasonable but not progress"; most PRM trainers count it as good.
+    neutral_is_good: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ExportOptions:
+        """Options from JSON (an ExportJob row, an API body or query parameters)."""
+        try:
+            generations = tuple(int(g) for g in data.get("generations") or ())
+        except (TypeError, ValueError):
+            raise ExportError(f"generations: {data.get('generations')!r} is not a list of integers") from None
+        reasons = tuple(data.get("finish_reasons") or ())
+        unknown = sorted(set(reasons) - set(FinishReason.values))
+        if unknown:
+            raise ExportError(
+                f"finish_reasons: unknown {', '.join(map(str, unknown))}; expected {', '.join(FinishReason.values)}"
+            )
+        since = data.get("since")
+        return cls(
+            generations=generations,
+            since=parse_since(since) if isinstance(since, str) and since else since or None,
+            include_qc=bool(data.get("include_qc", False)),
+            finish_reasons=reasons,
+            neutral_is_good=bool(data.get("neutral_is_good", True)),
+        )
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["generations"] = list(self.generations)
+        data["finish_reasons"] = list(self.finish_reasons)
+        data["since"] = self.since.isoformat() if self.since else None
+        return data
+
+
+def parse_since(value: str) -> datetime:
+    """A date or ISO datetime; naive values are read in the project's time zone."""
+    parsed = parse_datetime(value)
+    if parsed is None:
+        day = parse_date(value)
+        if day is None:
+            raise ExportError(f"since: {value!r} is not a date (YYYY-MM-DD) or ISO datetime")
+        parsed = datetime.combine(day, time.min)
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed)
+    return parsed
+
+
+# --- Which annotations -----------------------------------------------------------------
+
+
+def submitted_annotations(*, options: ExportOptions) -> QuerySet[Annotation]:
+    """Submitted annotations passing the filters, in a stable order (id)."""
+    qs = Annotation.objects.filter(status=Annotation.Status.SUBMITTED)
+    if options.generations:
+        qs = qs.filter(generation__in=options.generations)
+    if options.since:
+        # Imported lines carry PRM800K's own timestamp; local ones may only have created_at.
+        qs = qs.filter(Q(timestamp__gte=options.since) | Q(timestamp__isnull=True, created_at__gte=options.since))
+    if not options.include_qc:
+        qs = qs.filter(is_quality_control=False)
+    if options.finish_reasons:
+        qs = qs.filter(finish_reason__in=options.finish_reasons)
+    return qs.order_by("id")
+
+
+def _with_labels(qs: QuerySet[Annotation]) -> QuerySet[Annotation]:
+    # What prm800k.line_for_annotation reads: problem, pool steps, queue item, labels.
+    return qs.select_related("solution__problem", "queue_item", "annotator").prefetch_related(
+        "solution__steps", "step_labels__completions"
+    )
+
+
+# --- One annotation's path through the steps ----------------------------------------------
+
+
+def _human_text(human_completion: object) -> str:
+    if isinstance(human_completion, dict):
+        return str(human_completion.get("text") or "")
+    return str(human_completion)
+
+
+def trajectory(annotation: Annotation) -> list[tuple[str, int | None]]:
+    """(text, rating) of the steps the annotator walked, ending at the first -1.
+
+    At each step the chosen completion continues the path; a human completion counts as +1.
+    A step with neither (PRM800K's last step of a `found_error` line) ends the path at its
+    first -1 completion.
+    """
+    path: list[tuple[str, int | None]] = []
+    for step_label in annotation.step_labels.all():
+        completions = list(step_label.completions.all())
+        chosen = next((c for c in completions if c.index == step_label.chosen_completion), None)
+        if chosen is not None:
+            path.append((chosen.text, chosen.rating))
+        elif step_label.human_completion is not None:
+            path.append((_human_text(step_label.human_completion), 1))
+        else:
+            last = next((c for c in completions if c.rating == -1), completions[0] if completions else None)
+            if last is not None:
+                path.append((last.text, last.rating))
+            break
+        if path[-1][1] == -1:
+            break
+    return path
+
+
+def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
+    return rating == 1 or (rating == 0 and neutral_is_good)
+
+
+def first_error(ratings: Iterable[int | None]) -> int:
+    """0-based index of the first -1, or -1 when there is none (ProcessBench's `label`)."""
+    return next((i for i, r in enumerate(ratings) if r == -1), -1)
+
+
+# --- Formats -------------------------------------------------------------------------------
+
+
+def prm800k_lines(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    from annotate import prm800k  # the import side owns the schema, both ways
+
+    for annotation in _with_labels(submitted_annotations(options=options)).iterator(chunk_size=chunk_size):
+        yield prm800k.line_for_annotation(annotation)
+
+
+def trl_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    """TRL's stepwise-supervision columns; annotations with no rated step are skipped."""
+    for annotation in _with_labels(submitted_annotations(options=options)).iterator(chunk_size=chunk_size):
+        path = trajectory(annotation)
+        if not path:
+            continue
+        yield {
+            "prompt": annotation.solution.problem.statement,
+            "completions": [text for text, _ in path],
+            "labels": [is_good(rating, neutral_is_good=options.neutral_is_good) for _, rating in path],
+        }
+
+
+def processbench_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    """ProcessBench rows, one per annotation: the solution's steps and its first error."""
+    for annotation in _with_labels(submitted_annotations(options=options)).iterator(chunk_size=chunk_size):
+        solution = annotation.solution
+        path = trajectory(annotation)
+        steps = [step.text for step in solution.steps.all()] or [text for text, _ in path]
+        yield {
+            "id": f"{solution.source or 'stepwise'}-{solution.pk}-{annotation.pk}",
+            "generator": solution.generator or None,
+            "problem": solution.problem.statement,
+            "steps": steps,
+            "final_answer_correct": solution.is_correct,
+            "label": first_error(rating for _, rating in path),
+        }
+
+
+def soft_label_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    """Per solution and step: K annotators rated it good out of N who rated it."""
+    annotations = _with_labels(submitted_annotations(options=options)).select_related(None).prefetch_related(None)
+    solutions = (
+        Solution.objects.filter(id__in=annotations.values("solution_id"))
+        .order_by("id")
+        .select_related("problem")
+        .prefetch_related(
+            "steps",
+            Prefetch(
+                "annotations",
+                queryset=annotations.prefetch_related("step_labels__completions"),
+                to_attr="exported_annotations",
+            ),
+        )
+    )
+    for solution in solutions.iterator(chunk_size=chunk_size):
+        steps = [step.text for step in solution.steps.all()]
+        good, rated = [0] * len(steps), [0] * len(steps)
+        for annotation in solution.exported_annotations:
+            for i, (text, rating) in enumerate(trajectory(annotation)[: len(steps)]):
+                # A rating counts for pool step i only if the annotator rated that very text.
+                if rating is None or text.strip() != steps[i].strip():
+                    continue
+                rated[i] += 1
+                good[i] += is_good(rating, neutral_is_good=options.neutral_is_good)
+        yield {
+            "id": solution.pk,
+            "problem": solution.problem.statement,
+            "steps": steps,
+            "k": good,
+            "n": rated,
+            "soft_labels": [k / n if n else None for k, n in zip(good, rated)],
+            "annotations": len(solution.exported_annotations),
+        }
+
+
+ROWS: dict[str, Callable[..., Iterator[dict]]] = {
+    "prm800k": prm800k_lines,
+    "trl": trl_rows,
+    "processbench": processbench_rows,
+    "soft": soft_label_rows,
+}
+
+
+def check_format(format: str) -> str:
+    if format not in ROWS:
+        raise ExportError(f"format: unknown {format!r}; expected one of {', '.join(FORMATS)}")
+    return format
+
+
+def iter_rows(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    return ROWS[check_format(format)](options=options, chunk_size=chunk_size)
+
+
+def iter_jsonl(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[str]:
+    """JSON Lines, one string per line, for streaming responses and files alike."""
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+    for row in iter_rows(format=format, options=options, chunk_size=chunk_size):
+        yield dumps(row) + "\n"
+
+
+def count_rows(*, format: str, options: ExportOptions) -> int:
+    """How many lines the export will have (soft labels: one per solution)."""
+    annotations = submitted_annotations(options=options)
+    if check_format(format) == "soft":
+        return annotations.values("solution_id").distinct().count()
+    return annotations.count()
+
+
+# --- Files ---------------------------------------------------------------------------------
+
+
+def write_export(
+    *,
+    path: Path | str,
+    format: str,
+    options: ExportOptions,
+    on_progress: Callable[[int], None] | None = None,
+    progress_every: int = CHUNK_SIZE,
+) -> int:
+    """Write an export to `path` atomically; return the number of lines written."""
+    path = Path(path)
+    check_format(format)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder as the destination, so the final rename never crosses file systems.
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    lines = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
+            for line in iter_jsonl(format=format, options=options):
+                out.write(line)
+                lines += 1
+                if on_progress and lines % progress_every == 0:
+                    on_progress(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    if on_progress:
+        on_progress(lines)
+    return lines
+
+
+def export_path(job: ExportJob) -> Path:
+    return Path(settings.EXPORTS_DIR) / f"export-{job.pk}-{job.format}.jsonl"
+
+
+def download_name(job: ExportJob) -> str:
+    stamp = (job.finished_at or job.created_at or timezone.now()).strftime("%Y%m%d-%H%M%S")
+    return f"stepwise-{job.format}-{stamp}.jsonl"
+
+
+def create_export_job(*, format: str, options: ExportOptions, user=None) -> ExportJob:
+    """An ExportJob row, queued for a worker once the transaction commits."""
+    from annotate.tasks import export_task
+
+    job = ExportJob.objects.create(format=check_format(format), options=options.to_dict(), created_by=user)
+    export_task.delay_on_commit(job.pk)
+    return job
+
+
+def run_export_job(*, job_id: int) -> ExportJob:
+    """Run one ExportJob: count, write with progress in the row, mark it done.
+
+    Idempotent: a finished job is left alone; a redelivered one rewrites its own file.
+    """
+    job = ExportJob.objects.get(pk=job_id)
+    if job.state == JobState.SUCCEEDED:
+        return job
+    try:
+        options = ExportOptions.from_dict(job.options)
+        total = count_rows(format=job.format, options=options)
+        ExportJob.objects.filter(pk=job.pk).update(state=JobState.RUNNING, total=total, done=0, error="")
+        path = export_path(job)
+
+        def progress(done: int) -> None:
+            ExportJob.objects.filter(pk=job.pk).update(done=done)
+
+        lines = write_export(path=path, format=job.format, options=options, on_progress=progress)
+    except Exception as error:
+        ExportJob.objects.filter(pk=job.pk).update(
+            state=JobState.FAILED, error=f"{type(error).__name__}: {error}", finished_at=timezone.now()
+        )
+        raise
+    ExportJob.objects.filter(pk=job.pk).update(
+        state=JobState.SUCCEEDED, path=str(path), lines=lines, done=lines, total=max(total, lines),
+        finished_at=timezone.now(),
+    )
+    job.refresh_from_db()
+    return job
+
+
+def finished_file(job: ExportJob) -> Path | None:
+    """The job's file, only when the job succeeded and the file is really there."""
+    if job.state != JobState.SUCCEEDED or not job.path:
+        return None
+    path = Path(job.path)
+    return path if path.is_file() else None
+
