@@ -2,7 +2,9 @@
 from .jobs import ExportJob, ImportJob, JobState
 from .labels import Annotation, Completion, FinishReason, StepLabel
 from .pool import Problem, Solution, Step
+from .project import LabelingConfig
 from .queue import Generation, QueueItem
+from .review import RatingOverride
 
 __all__ = [
     "Annotation",
@@ -12,8 +14,10 @@ __all__ = [
     "Generation",
     "ImportJob",
     "JobState",
+    "LabelingConfig",
     "Problem",
     "QueueItem",
+    "RatingOverride",
     "Solution",
     "Step",
     "StepLabel",
