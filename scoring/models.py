@@ -5,6 +5,11 @@ from annotate.models import Solution, Step
 from annotate.models.jobs import Job
 
 
+class ModelVersionQuerySet(models.QuerySet):
+    def current(self) -> "ModelVersion | None":
+        return self.filter(is_current=True).first()
+
+
 class ModelVersion(models.Model):
     class Kind(models.TextChoices):
         HEAD = "head", "Backbone + step head (ours)"
@@ -28,6 +33,8 @@ class ModelVersion(models.Model):
     is_current = models.BooleanField(default=False)
     trust_remote_code = models.BooleanField(default=False, help_text="Only an admin may set this")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ModelVersionQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -70,6 +77,27 @@ class RescoreJob(Job):
     chunks_total = models.PositiveIntegerField(default=0)
     chunks_done = models.PositiveIntegerField(default=0)
     rebuild_queue = models.BooleanField(default=True)
+    # The generation the queue was rebuilt into when the job finished (null: not rebuilt).
+    generation = models.IntegerField(null=True, blank=True)
+
+
+class RescoreChunk(models.Model):
+    """A fixed slice of a rescore job's solutions. Its state, not a counter, records progress,
+    so a chunk run twice (redelivery, resume after a crash) is counted once."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+
+    job = models.ForeignKey(RescoreJob, on_delete=models.CASCADE, related_name="chunks")
+    index = models.PositiveIntegerField()
+    solution_ids = models.JSONField(default=list)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="unique_rescore_chunk")]
 
 
 class TrainingRun(Job):
