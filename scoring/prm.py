@@ -249,13 +249,24 @@ class Encoded:
 
 
 def encode(tokenizer, problem: str, steps: Sequence[str], *, separator: str = DEFAULT_SEPARATOR) -> Encoded:
-    ids: list[int] = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    positions: list[int] = []
-    for index, piece in enumerate(build_input(problem, steps, separator=separator)):
-        ids.extend(tokenizer(piece, add_special_tokens=False)["input_ids"])
-        if index:
-            positions.append(len(ids) - 1)
-    return Encoded(ids=ids, positions=positions)
+    return encode_many(tokenizer, [(problem, steps)], separator=separator)[0]
+
+
+def encode_many(tokenizer, items: Sequence[Item], *, separator: str = DEFAULT_SEPARATOR) -> list[Encoded]:
+    """Encode many solutions with one (batched, native) tokenizer call over all pieces."""
+    pieces = [build_input(problem, steps, separator=separator) for problem, steps in items]
+    flat = [piece for solution in pieces for piece in solution]
+    token_lists = iter(tokenizer(flat, add_special_tokens=False)["input_ids"]) if flat else iter(())
+    start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    encoded = []
+    for solution in pieces:
+        ids, positions = list(start), []
+        for index in range(len(solution)):
+            ids.extend(next(token_lists))
+            if index:
+                positions.append(len(ids) - 1)
+        encoded.append(Encoded(ids=ids, positions=positions))
+    return encoded
 
 
 def token_budget_batches(lengths: Sequence[int], *, max_tokens: int) -> Iterator[list[int]]:
@@ -300,10 +311,12 @@ class LoadedPRM:
     def encode(self, problem: str, steps: Sequence[str]) -> Encoded:
         return encode(self.tokenizer, problem, steps, separator=self.separator)
 
+    def encode_many(self, items: Sequence[Item]) -> list[Encoded]:
+        return encode_many(self.tokenizer, items, separator=self.separator)
+
     def step_probabilities(self, items: Sequence[Item]) -> list[list[StepProbability]]:
         """Per-step probabilities for each (problem, steps), one forward pass per solution."""
-        encoded = [self.encode(problem, steps) for problem, steps in items]
-        return self.probabilities_for_encoded(encoded)
+        return self.probabilities_for_encoded(self.encode_many(items))
 
     def probabilities_for_encoded(self, encoded: Sequence[Encoded]) -> list[list[StepProbability]]:
         results: list[list[StepProbability]] = [[] for _ in encoded]
@@ -314,7 +327,7 @@ class LoadedPRM:
 
     def step_features(self, items: Sequence[Item], layer: int | None = None) -> list[torch.Tensor]:
         """Hidden states [n_steps, H] (float32, CPU) at each separator: what the head sees."""
-        encoded = [self.encode(problem, steps) for problem, steps in items]
+        encoded = self.encode_many(items)
         results: list[torch.Tensor] = [torch.empty(0) for _ in encoded]
         for batch, outputs in self._forward_batches(encoded, layer=layer, features=True):
             for index, rows in zip(batch, outputs):
