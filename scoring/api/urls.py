@@ -1,5 +1,16 @@
-from rest_framework.routers import DefaultRouter
+from django.urls import path
+from rest_framework.routers import SimpleRouter
 
-router = DefaultRouter(trailing_slash=False)
+from . import views
 
-urlpatterns = router.urls
+# SimpleRouter: the API root view comes from annotate.api's DefaultRouter.
+router = SimpleRouter(trailing_slash=False)
+router.register("model-versions", views.ModelVersionViewSet, basename="model-version")
+router.register("training-runs", views.TrainingRunViewSet, basename="training-run")
+router.register("solution-scores", views.SolutionScoreViewSet, basename="solution-score")
+router.register("step-scores", views.StepScoreViewSet, basename="step-score")
+
+urlpatterns = [
+    path("score", views.ScoreView.as_view(), name="api-score"),
+    *router.urls,
+]

@@ -1,0 +1,62 @@
+"""API access rules, all answered by annotate.roles so pages and API agree.
+
+Annotators reach only their own annotations; reviewers read everything; admins also write
+and take data out (imports, exports). A user with no role gets 403 everywhere.
+"""
+from django.db.models import QuerySet
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+
+from annotate import roles
+from annotate.models import Annotation
+
+
+class IsAnnotator(BasePermission):
+    message = "You need the annotator role."
+
+    def has_permission(self, request, view) -> bool:
+        return roles.is_annotator(request.user)
+
+
+class IsReviewer(BasePermission):
+    message = "You need the reviewer role."
+
+    def has_permission(self, request, view) -> bool:
+        return roles.is_reviewer(request.user)
+
+
+class IsAdmin(BasePermission):
+    message = "You need the admin role."
+
+    def has_permission(self, request, view) -> bool:
+        return roles.is_admin(request.user)
+
+
+class ReviewerReadsAdminWrites(BasePermission):
+    message = "Reviewers may read; only admins may change this."
+
+    def has_permission(self, request, view) -> bool:
+        if request.method in SAFE_METHODS:
+            return roles.is_reviewer(request.user)
+        return roles.is_admin(request.user)
+
+
+class OwnAnnotationOrReviewer(BasePermission):
+    """Object level: an annotation is its annotator's, and visible to reviewers and admins."""
+
+    message = "This annotation belongs to someone else."
+
+    def has_permission(self, request, view) -> bool:
+        return roles.is_annotator(request.user)
+
+    def has_object_permission(self, request, view, obj: Annotation) -> bool:
+        return roles.is_reviewer(request.user) or obj.annotator_id == request.user.pk
+
+
+def annotations_visible_to(user) -> QuerySet[Annotation]:
+    """The one query for "which annotations may this user see" (others' are simply absent)."""
+    qs = Annotation.objects.all()
+    if roles.is_reviewer(user):
+        return qs
+    if roles.is_annotator(user):
+        return qs.filter(annotator_id=user.pk)
+    return qs.none()

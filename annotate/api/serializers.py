@@ -1,0 +1,126 @@
+"""Read shapes of the pool, labels and jobs for machine clients, and the export request."""
+from rest_framework import serializers
+
+from annotate import exporting
+from annotate.models import (
+    Annotation,
+    Completion,
+    ExportJob,
+    FinishReason,
+    ImportJob,
+    Problem,
+    Solution,
+    Step,
+    StepLabel,
+)
+
+
+class ProblemSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Problem
+        fields = ["id", "statement", "ground_truth_solution", "ground_truth_answer", "source", "split", "created_at"]
+
+
+class StepSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Step
+        fields = ["index", "text", "gold_rating"]
+
+
+class SolutionSerializer(serializers.ModelSerializer):
+    steps = StepSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Solution
+        fields = [
+            "id", "problem", "steps", "final_answer", "is_correct", "grading_note", "source", "generator",
+            "is_reference", "is_gold", "pre_generated_answer", "pre_generated_verifier_score", "meta", "created_at",
+        ]
+
+
+class CompletionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Completion
+        fields = ["index", "text", "rating", "flagged"]
+
+
+class StepLabelSerializer(serializers.ModelSerializer):
+    completions = CompletionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = StepLabel
+        fields = ["index", "completions", "chosen_completion", "human_completion", "time_ms"]
+
+
+class AnnotationSerializer(serializers.ModelSerializer):
+    annotator = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    step_labels = StepLabelSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Annotation
+        fields = [
+            "id", "solution", "annotator", "labeler", "status", "finish_reason", "finish_note", "total_time_ms",
+            "generation", "is_quality_control", "is_initial_screening", "timestamp", "step_labels",
+            "created_at", "updated_at",
+        ]
+
+
+class QueueCountsSerializer(serializers.Serializer):
+    generation = serializers.IntegerField()
+    available = serializers.IntegerField()
+    leased = serializers.IntegerField()
+    done = serializers.IntegerField()
+    retired = serializers.IntegerField()
+
+
+class QueueStatsSerializer(serializers.Serializer):
+    current_generation = serializers.IntegerField()
+    submitted_annotations = serializers.IntegerField()
+    generations = QueueCountsSerializer(many=True)
+
+
+JOB_FIELDS = ["id", "state", "total", "done", "percent", "error", "created_by", "created_at", "finished_at"]
+
+
+class ImportJobSerializer(serializers.ModelSerializer):
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    percent = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = ImportJob
+        fields = JOB_FIELDS + ["original_name", "format", "source", "atomic", "created", "duplicates", "errors"]
+
+
+class ExportJobSerializer(serializers.ModelSerializer):
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    percent = serializers.IntegerField(read_only=True)
+    download_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ExportJob
+        fields = JOB_FIELDS + ["format", "options", "lines", "download_url"]
+
+    def get_download_url(self, job: ExportJob) -> str | None:
+        if exporting.finished_file(job) is None:
+            return None
+        request = self.context.get("request")
+        url = f"/api/exports/{job.pk}/download"
+        return request.build_absolute_uri(url) if request else url
+
+
+class ExportRequestSerializer(serializers.Serializer):
+    """What to export; every field optional (default: PRM800K, all generations, no QC)."""
+
+    format = serializers.ChoiceField(choices=exporting.FORMATS, default="prm800k")
+    generations = serializers.ListField(child=serializers.IntegerField(), required=False, max_length=1000)
+    since = serializers.DateTimeField(required=False, allow_null=True)
+    include_qc = serializers.BooleanField(default=False)
+    finish_reasons = serializers.ListField(
+        child=serializers.ChoiceField(choices=FinishReason.choices), required=False, max_length=10
+    )
+    neutral_is_good = serializers.BooleanField(default=True)
+
+    def export_options(self) -> exporting.ExportOptions:
+        data = dict(self.validated_data)
+        data.pop("format")
+        return exporting.ExportOptions.from_dict(data)

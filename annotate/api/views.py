@@ -1,0 +1,168 @@
+"""The labeling side's REST API, for scripts: read the pool and labels, take data out.
+
+Every list is paginated, ordered and filterable only on the fields named in its allowlist.
+"""
+from django.db.models import Count, Q
+from django.http import FileResponse, Http404, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotate import exporting
+from annotate.models import Annotation, ExportJob, FinishReason, Generation, ImportJob, Problem, QueueItem, Solution
+
+from . import serializers
+from .permissions import IsAdmin, IsReviewer, OwnAnnotationOrReviewer, annotations_visible_to
+
+
+class IgnoreAcceptHeader(BaseContentNegotiation):
+    """A download is JSON Lines whatever the client's Accept header says."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class ProblemViewSet(viewsets.ReadOnlyModelViewSet):
+    """Problems of the pool (reviewers and admins)."""
+
+    queryset = Problem.objects.order_by("id")
+    serializer_class = serializers.ProblemSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["source", "split"]
+
+
+class SolutionViewSet(viewsets.ReadOnlyModelViewSet):
+    """Solutions with their steps and grading (reviewers and admins); scores are under /api/solution-scores."""
+
+    queryset = Solution.objects.select_related("problem").prefetch_related("steps").order_by("id")
+    serializer_class = serializers.SolutionSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["problem", "is_correct", "source", "generator", "is_gold", "is_reference"]
+
+
+class AnnotationViewSet(viewsets.ReadOnlyModelViewSet):
+    """Annotations with their step labels. Annotators see only their own."""
+
+    serializer_class = serializers.AnnotationSerializer
+    permission_classes = [OwnAnnotationOrReviewer]
+    filterset_fields = ["solution", "status", "finish_reason", "generation", "is_quality_control", "labeler"]
+
+    def get_queryset(self):
+        return (
+            annotations_visible_to(self.request.user)
+            .select_related("annotator")
+            .prefetch_related("step_labels__completions")
+            .order_by("id")
+        )
+
+
+class QueueStatsView(APIView):
+    permission_classes = [IsReviewer]
+
+    @extend_schema(responses=serializers.QueueStatsSerializer, summary="Queue items by generation and status")
+    def get(self, request: Request) -> Response:
+        counts = {s: Count("id", filter=Q(status=s)) for s in QueueItem.Status.values}
+        rows = QueueItem.objects.values("generation").annotate(**counts).order_by("generation")
+        data = {
+            "current_generation": Generation.objects.current_number(),
+            "submitted_annotations": Annotation.objects.filter(status=Annotation.Status.SUBMITTED).count(),
+            "generations": list(rows),
+        }
+        return Response(serializers.QueueStatsSerializer(data).data)
+
+
+class ImportJobViewSet(viewsets.ReadOnlyModelViewSet):
+    """Import jobs and their counts (admins)."""
+
+    queryset = ImportJob.objects.select_related("created_by").order_by("-id")
+    serializer_class = serializers.ImportJobSerializer
+    permission_classes = [IsAdmin]
+    filterset_fields = ["state", "format"]
+
+
+@extend_schema_view(
+    create=extend_schema(
+        request=serializers.ExportRequestSerializer,
+        responses={201: serializers.ExportJobSerializer},
+        summary="Start an export job; poll it, then download from `download_url`",
+    )
+)
+class ExportJobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Export jobs (admins): create one, poll its progress, download its file once succeeded."""
+
+    queryset = ExportJob.objects.select_related("created_by").order_by("-id")
+    serializer_class = serializers.ExportJobSerializer
+    permission_classes = [IsAdmin]
+    filterset_fields = ["state", "format"]
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        body = serializers.ExportRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = exporting.create_export_job(
+            format=body.validated_data["format"], options=body.export_options(), user=request.user
+        )
+        data = self.get_serializer(job).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={(200, "application/jsonl"): OpenApiTypes.BINARY, 404: OpenApiResponse(description="Not finished")},
+        summary="The finished export file",
+    )
+    @action(detail=True, methods=["get"], content_negotiation_class=IgnoreAcceptHeader)
+    def download(self, request: Request, pk: str | None = None) -> FileResponse:
+        job = self.get_object()
+        path = exporting.finished_file(job)
+        if path is None:
+            raise Http404("This export has not succeeded (or its file is gone).")
+        return FileResponse(path.open("rb"), as_attachment=True, filename=exporting.download_name(job),
+                            content_type="application/jsonl")
+
+
+EXPORT_QUERY = [
+    OpenApiParameter("export_format", str, OpenApiParameter.PATH, enum=exporting.FORMATS),
+    OpenApiParameter("generation", int, many=True, description="Repeatable; default all generations"),
+    OpenApiParameter("since", OpenApiTypes.DATETIME, description="Only labels made on or after this instant"),
+    OpenApiParameter("include_qc", bool, description="Include quality-control questions (default false)"),
+    OpenApiParameter("finish_reason", str, many=True, enum=FinishReason.values, description="Repeatable"),
+    OpenApiParameter("neutral_is_good", bool, description="TRL/soft: count a 0 rating as good (default true)"),
+]
+
+
+class StreamExportView(APIView):
+    """`GET /api/exports/<format>.jsonl?generation=..`: the export streamed as it is read."""
+
+    permission_classes = [IsAdmin]
+    content_negotiation_class = IgnoreAcceptHeader
+
+    @extend_schema(
+        parameters=EXPORT_QUERY,
+        responses={(200, "application/jsonl"): OpenApiTypes.BINARY},
+        summary="Stream an export (prm800k, trl, processbench or soft) without a job",
+        operation_id="exports_stream",
+    )
+    def get(self, request: Request, export_format: str) -> StreamingHttpResponse:
+        format = export_format
+        if format not in exporting.FORMATS:
+            raise Http404(f"unknown export format {format!r}; expected one of {', '.join(exporting.FORMATS)}")
+        query = request.query_params
+        body = serializers.ExportRequestSerializer(data={
+            "format": format,
+            "generations": query.getlist("generation"),
+            "finish_reasons": query.getlist("finish_reason"),
+            **{key: query[key] for key in ("since", "include_qc", "neutral_is_good") if key in query},
+        })
+        if not body.is_valid():
+            raise ValidationError(body.errors)
+        rows = exporting.iter_jsonl(format=format, options=body.export_options())
+        response = StreamingHttpResponse(rows, content_type="application/jsonl; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="stepwise-{format}.jsonl"'
+        return response

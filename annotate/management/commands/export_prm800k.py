@@ -1,0 +1,36 @@
+"""Write submitted labels as a dataset file: PRM800K JSONL by default, or TRL/ProcessBench/soft."""
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annotate import exporting
+
+
+class Command(BaseCommand):
+    help = "Export submitted annotations as PRM800K JSONL (or --format trl|processbench|soft)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("out", help="Destination .jsonl file (written atomically)")
+        parser.add_argument("--format", default="prm800k", choices=exporting.FORMATS)
+        parser.add_argument("--generation", type=int, action="append", default=[], help="Repeatable")
+        parser.add_argument("--since", help="Only labels made on or after this date / ISO datetime")
+        parser.add_argument("--include-qc", action="store_true", help="Include quality-control questions")
+        parser.add_argument(
+            "--finish-reason", action="append", default=[], choices=sorted(exporting.FinishReason.values),
+            help="Repeatable",
+        )
+        parser.add_argument(
+            "--neutral", choices=("good", "bad"), default="good", help="How a 0 rating counts in TRL/soft labels"
+        )
+
+    def handle(self, *args, **opts) -> None:
+        try:
+            options = exporting.ExportOptions.from_dict({
+                "generations": opts["generation"],
+                "since": opts["since"],
+                "include_qc": opts["include_qc"],
+                "finish_reasons": opts["finish_reason"],
+                "neutral_is_good": opts["neutral"] == "good",
+            })
+            lines = exporting.write_export(path=opts["out"], format=opts["format"], options=options)
+        except exporting.ExportError as error:
+            raise CommandError(str(error)) from None
+        self.stdout.write(f"wrote {lines} {opts['format']} lines to {opts['out']}")

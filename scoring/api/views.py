@@ -1,0 +1,128 @@
+"""The model side's REST API: model versions, training runs, stored scores, and live scoring."""
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers as drf_serializers
+from rest_framework import status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotate.api.permissions import IsReviewer
+from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
+
+from . import serializers
+
+
+class ModelVersionViewSet(viewsets.ReadOnlyModelViewSet):
+    """PRM versions, their evaluation metrics and which one is current (reviewers and admins)."""
+
+    queryset = ModelVersion.objects.select_related("parent").order_by("-id")
+    serializer_class = serializers.ModelVersionSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["status", "kind", "is_current", "name"]
+
+
+class TrainingRunViewSet(viewsets.ReadOnlyModelViewSet):
+    """Training runs with state, loss curve and the version they produced."""
+
+    queryset = TrainingRun.objects.select_related("parent", "result").order_by("-id")
+    serializer_class = serializers.TrainingRunSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["state"]
+
+
+class SolutionScoreViewSet(viewsets.ReadOnlyModelViewSet):
+    """Stored solution-level scores (product, min, last, mean) per model version."""
+
+    queryset = SolutionScore.objects.select_related("model_version").order_by("id")
+    serializer_class = serializers.SolutionScoreSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["solution", "model_version"]
+
+
+class StepScoreViewSet(viewsets.ReadOnlyModelViewSet):
+    """Stored per-step scores; filter by `solution` to get one solution's steps in order."""
+
+    queryset = StepScore.objects.select_related("model_version", "step").order_by("step__solution_id", "step__index", "id")
+    serializer_class = serializers.StepScoreSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = {"step__solution": ["exact"], "model_version": ["exact"]}
+
+
+SCORE_DESCRIPTION = f"""
+Per-step probabilities that each step is correct, from the current PRM version or the one
+named in `model`: a dense reward source for RL trainers (one reward per step).
+
+Send one solution as `{{"problem": ..., "steps": [...]}}` or up to {serializers.MAX_ITEMS} as
+`{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`; larger batches get a 400. Distributional
+models also return each step's `mean` and `sigma`.
+
+```
+curl -X POST https://stepwise.example/api/score \\
+  -H "Authorization: Token $STEPWISE_TOKEN" -H "Content-Type: application/json" \\
+  -d '{{"problem": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "# Answer\\n\\n5"]}}'
+```
+
+```python
+import requests
+rewards = requests.post(f"{{base}}/api/score", headers={{"Authorization": f"Token {{token}}"}},
+                        json={{"items": [{{"problem": q, "steps": s}} for q, s in batch]}}).json()
+step_rewards = [[step["p"] for step in item["steps"]] for item in rewards["items"]]
+```
+"""
+
+
+class ScoreView(APIView):
+    permission_classes = [IsReviewer]
+
+    @extend_schema(
+        request=serializers.ScoreRequestSerializer,
+        responses={
+            200: serializers.ScoreResponseSerializer,
+            400: OpenApiResponse(description="Bad body, batch too large, or unknown model"),
+            503: OpenApiResponse(description="No model to score with"),
+        },
+        summary="Score the steps of solutions with a PRM",
+        description=SCORE_DESCRIPTION,
+        examples=[
+            OpenApiExample(
+                "One solution",
+                request_only=True,
+                value={"problem": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "# Answer\n\n5"]},
+            ),
+            OpenApiExample(
+                "Scores", response_only=True,
+                value={"model": "prm-gen-3", "steps": [{"p": 0.97, "mean": None, "sigma": None},
+                                                        {"p": 0.95, "mean": None, "sigma": None}]},
+            ),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        body = serializers.ScoreRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        model_version = self._model_version(body.validated_data.get("model"))
+        if model_version is None:
+            return Response({"detail": "No current model version; name one in `model`."},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        # Imported here: the web process loads torch only when this endpoint is used.
+        from scoring.scoring import score_texts
+
+        scored = score_texts(items=body.pairs(), model_version=model_version)
+        results = [[_step(p) for p in steps] for steps in scored]
+        if "items" in body.validated_data:
+            return Response({"model": model_version.name, "items": [{"steps": steps} for steps in results]})
+        return Response({"model": model_version.name, "steps": results[0]})
+
+    @staticmethod
+    def _model_version(name: str | None) -> ModelVersion | None:
+        if name:
+            try:
+                return ModelVersion.objects.get(name=name)
+            except ModelVersion.DoesNotExist:
+                raise drf_serializers.ValidationError({"model": f"No model version named {name!r}."}) from None
+        from scoring.registry import current_model_version
+
+        return current_model_version()
+
+
+def _step(probability: dict) -> dict:
+    return {"p": probability["p"], "mean": probability.get("mean"), "sigma": probability.get("sigma")}
