@@ -101,17 +101,32 @@ class RescoreChunk(models.Model):
 
 
 class TrainingRun(Job):
+    class Trigger(models.TextChoices):
+        MANUAL = "manual"
+        SCHEDULE = "schedule"
+
     config = models.JSONField(default=dict, blank=True)
     parent = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     result = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="training_runs")
     loss_curve = models.JSONField(default=list, blank=True)
     log = models.TextField(blank=True)
     n_labels = models.PositiveIntegerField(default=0)
+    # 1 while pending or running, NULL once finished: a unique column that at most one
+    # row can hold is the lock, so two schedulers firing at once get one run, not two.
+    active_slot = models.PositiveSmallIntegerField(null=True, blank=True, unique=True, default=1, editable=False)
+    trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.MANUAL)
+    # The promotion decision: metric, both values, promoted or not and why.
+    gate = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta(Job.Meta):
         constraints = [
-            # At most one run at a time, enforced by the database even if two schedulers fire.
-            models.UniqueConstraint(
-                fields=["state"], condition=models.Q(state__in=["pending", "running"]), name="one_active_training_run"
+            # The slot is held exactly while the run is active, so a finished run frees it.
+            models.CheckConstraint(
+                condition=(
+                    models.Q(state__in=["pending", "running"], active_slot=1)
+                    | models.Q(state__in=["succeeded", "failed"], active_slot__isnull=True)
+                ),
+                name="training_run_slot_matches_state",
             ),
         ]
