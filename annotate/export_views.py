@@ -1,0 +1,89 @@
+"""Admin pages to take datasets out: a form that starts an export job, its progress, its file."""
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+from django.views.decorators.vary import vary_on_headers
+from django import forms
+
+from annotate import exporting, roles
+from annotate.models import ExportJob, FinishReason, JobState
+
+
+def admin_only(view):
+    """Login first; then a 403 (not a login loop) for users who are not admins."""
+
+    @login_required
+    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not roles.is_admin(request.user):
+            raise PermissionDenied("Exports are for admins.")
+        return view(request, *args, **kwargs)
+
+    wrapped.__name__ = view.__name__
+    wrapped.__doc__ = view.__doc__
+    return wrapped
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=[(f, exporting.FORMAT_HELP[f]) for f in exporting.FORMATS], initial="prm800k")
+    generations = forms.CharField(required=False, help_text="Comma-separated, e.g. 1, 2 (empty: all)")
+    since = forms.DateTimeField(required=False, help_text="Only labels made on or after (YYYY-MM-DD)")
+    include_qc = forms.BooleanField(required=False, label="Include quality-control questions")
+    finish_reasons = forms.MultipleChoiceField(
+        choices=FinishReason.choices, required=False, widget=forms.CheckboxSelectMultiple, help_text="Empty: all"
+    )
+    neutral_is_good = forms.TypedChoiceField(
+        choices=[("1", "good"), ("0", "bad")], coerce=lambda v: v == "1", initial="1",
+        label="A neutral (0) rating counts as", help_text="TRL and soft labels only",
+    )
+
+    def clean_generations(self) -> list[int]:
+        text = self.cleaned_data["generations"]
+        try:
+            return [int(part) for part in text.replace(" ", "").split(",") if part]
+        except ValueError:
+            raise forms.ValidationError(f"{text!r} is not a comma-separated list of integers") from None
+
+    def export_options(self) -> exporting.ExportOptions:
+        data = dict(self.cleaned_data)
+        data.pop("format")
+        return exporting.ExportOptions.from_dict(data)
+
+
+@admin_only
+@require_http_methods(["GET", "POST"])
+def export_list(request: HttpRequest) -> HttpResponse:
+    """The export form and recent jobs; a valid POST starts a job and shows its progress."""
+    form = ExportForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        job = exporting.create_export_job(
+            format=form.cleaned_data["format"], options=form.export_options(), user=request.user
+        )
+        return redirect("export-detail", job_id=job.pk)
+    jobs = ExportJob.objects.select_related("created_by").order_by("-id")[:20]
+    return render(request, "annotate/export_list.html", {"form": form, "jobs": jobs})
+
+
+@admin_only
+@vary_on_headers("HX-Request")
+def export_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A job's progress; htmx polls the `job-progress` partial until the job is finished."""
+    job = get_object_or_404(ExportJob, pk=job_id)
+    context = {"job": job, "finished": job.state in (JobState.SUCCEEDED, JobState.FAILED),
+               "available": exporting.finished_file(job) is not None}
+    template = "annotate/export_detail.html"
+    if request.htmx and not request.htmx.history_restore_request:
+        template += "#job-progress"
+    return render(request, template, context)
+
+
+@admin_only
+def export_download(request: HttpRequest, job_id: int) -> FileResponse:
+    """The finished file; nothing is offered before the job has succeeded."""
+    job = get_object_or_404(ExportJob, pk=job_id)
+    path = exporting.finished_file(job)
+    if path is None:
+        raise Http404("This export is not finished.")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=exporting.download_name(job),
+                        content_type="application/jsonl")
