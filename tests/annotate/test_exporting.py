@@ -1,0 +1,240 @@
+"""Exports: PRM800K round trips, TRL / ProcessBench / soft-label shapes, filters, atomic files."""
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from annotate import exporting, importing
+from annotate.exporting import ExportOptions
+from annotate.models import Annotation, ExportJob, JobState
+from tests.annotations import annotate
+from tests.factories import SolutionFactory
+
+GCF_STEPS = [
+    "I want to find the largest positive integer that divides both $20 !$ and $200,\\!000$ evenly.",
+    "One way to do this is to factor both numbers into prime factors and look for the common ones.",
+    "I know that $200,\\!000 = 2^5\\cdot 10^4 = 2^9\\cdot 5^4$.",
+    "So the greatest common factor is $2^9\\cdot 5^4 / 100 = 5000$.",
+    "# Answer\n\n5000",
+]
+
+# Phase 2: pre-generated steps, labeling stops at the first -1 (found_error).
+PHASE2_LINE = {
+    "labeler": "340d89bc-f5b7-45e9-b272-909ba68ee363",
+    "timestamp": "2023-01-22T04:34:27.052924",
+    "generation": 9,
+    "is_quality_control_question": False,
+    "is_initial_screening_question": False,
+    "question": {
+        "problem": "What is the greatest common factor of $20 !$ and $200,\\!000$?",
+        "ground_truth_solution": "The prime factorization of $200,\\!000$ is $2^6 \\cdot 5^5$. ...",
+        "ground_truth_answer": "40,\\!000",
+        "pre_generated_steps": GCF_STEPS,
+        "pre_generated_answer": "5000",
+        "pre_generated_verifier_score": 0.0014479177568580065,
+    },
+    "label": {
+        "steps": [
+            {"completions": [{"text": GCF_STEPS[0], "rating": 1, "flagged": False}],
+             "human_completion": None, "chosen_completion": 0},
+            {"completions": [{"text": GCF_STEPS[1], "rating": 0, "flagged": False}],
+             "human_completion": None, "chosen_completion": 0},
+            {"completions": [{"text": GCF_STEPS[2], "rating": -1, "flagged": True}],
+             "human_completion": None, "chosen_completion": None},
+        ],
+        "total_time": 278270,
+        "finish_reason": "found_error",
+    },
+}
+
+# Phase 1: no pre-generated solution; alternative completions per step and a human step.
+PHASE1_LINE = {
+    "labeler": "e90a38f3-3135-4465-87af-3e6322e3d772",
+    "timestamp": "2022-07-17T16:56:51.323252",
+    "generation": None,
+    "is_quality_control_question": False,
+    "is_initial_screening_question": False,
+    "question": {
+        "problem": "How many vertical asymptotes does the graph of $y=\\frac{2}{x^2+x-6}$ have?",
+        "ground_truth_answer": "2",
+    },
+    "label": {
+        "steps": [
+            {"completions": [
+                {"text": "The denominator factors as $(x+3)(x-2)$.", "rating": 1, "flagged": None},
+                {"text": "The denominator factors as $(x-3)(x+2)$.", "rating": -1, "flagged": None},
+            ], "human_completion": None, "chosen_completion": 0},
+            {"completions": [
+                {"text": "So there are asymptotes at $x=3$ and $x=-2$.", "rating": -1, "flagged": None},
+                {"text": "The numerator is never zero, so there is no hole.", "rating": 0, "flagged": None},
+            ], "human_completion": {"text": "The zeros $x=-3$ and $x=2$ give two asymptotes.\n\n# Answer\n\n2",
+                                    "rating": None, "source": "human", "flagged": False},
+               "chosen_completion": None},
+        ],
+        "total_time": 190322,
+        "finish_reason": "solution",
+    },
+}
+
+
+def import_lines(tmp_path: Path, lines: list[dict]) -> None:
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    summary = importing.import_pool(path=path, format="prm800k")
+    assert summary.errors == 0, summary.first_errors
+
+
+def rows(format: str, **options) -> list[dict]:
+    return list(exporting.iter_rows(format=format, options=ExportOptions(**options)))
+
+
+@pytest.mark.django_db
+def test_phase2_found_error_line_is_exported_as_the_same_json_object(tmp_path):
+    import_lines(tmp_path, [PHASE2_LINE])
+    out = tmp_path / "out.jsonl"
+    exporting.write_export(path=out, format="prm800k", options=ExportOptions())
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [PHASE2_LINE]
+
+
+@pytest.mark.django_db
+def test_phase1_line_with_alternatives_and_a_human_completion_round_trips(tmp_path):
+    import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
+    assert rows("prm800k") == [PHASE1_LINE, PHASE2_LINE]
+
+
+@pytest.mark.django_db
+def test_trl_rows_follow_the_chosen_path_up_to_the_first_error_as_booleans(tmp_path):
+    import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
+    phase1, phase2 = rows("trl")
+    assert phase2 == {"prompt": PHASE2_LINE["question"]["problem"], "completions": GCF_STEPS[:3],
+                      "labels": [True, True, False]}
+    # The human completion continues the path and counts as a good step.
+    human = PHASE1_LINE["label"]["steps"][1]["human_completion"]["text"]
+    assert phase1["completions"] == ["The denominator factors as $(x+3)(x-2)$.", human]
+    assert phase1["labels"] == [True, True]
+    for row in (phase1, phase2):
+        assert list(row) == ["prompt", "completions", "labels"]
+        assert type(row["prompt"]) is str
+        assert all(type(text) is str for text in row["completions"])
+        assert all(type(label) is bool for label in row["labels"])
+
+
+@pytest.mark.django_db
+def test_trl_neutral_mapping_is_configurable(tmp_path):
+    import_lines(tmp_path, [PHASE2_LINE])
+    assert rows("trl", neutral_is_good=False)[0]["labels"] == [True, False, False]
+
+
+@pytest.mark.django_db
+def test_processbench_label_is_the_index_of_the_first_error_or_minus_one():
+    wrong = SolutionFactory(steps=["a", "b", "c", "d"], is_correct=False, generator="gen-x", source="gsm8k")
+    right = SolutionFactory(steps=["e", "f"], is_correct=True)
+    annotate(wrong, [1, 0, -1])
+    annotate(right, [1, 1])
+    first, second = rows("processbench")
+    assert first["steps"] == ["a", "b", "c", "d"]
+    assert (first["label"], first["final_answer_correct"], first["generator"]) == (2, False, "gen-x")
+    assert (second["label"], second["final_answer_correct"]) == (-1, True)
+    assert list(first) == ["id", "generator", "problem", "steps", "final_answer_correct", "label"]
+    assert first["id"] != second["id"]
+
+
+@pytest.mark.django_db
+def test_soft_labels_count_k_good_of_n_annotators_per_step():
+    solution = SolutionFactory(steps=["a", "b", "c"])
+    annotate(solution, [1, 1, 1], labeler="x")
+    annotate(solution, [1, 0, -1], labeler="y")
+    annotate(solution, [1, -1], labeler="z")
+    (row,) = rows("soft")
+    assert row["k"] == [3, 2, 1] and row["n"] == [3, 3, 2]
+    assert row["soft_labels"] == [1.0, 2 / 3, 0.5]
+    (strict,) = rows("soft", neutral_is_good=False)
+    assert strict["k"] == [3, 1, 1]
+    annotate(SolutionFactory(steps=["p", "q"]), [0, 1], labeler="x")
+    assert [r["k"] for r in rows("soft", neutral_is_good=False)] == [[3, 1, 1], [0, 1]]
+
+
+@pytest.mark.django_db
+def test_filters_select_generations_dates_quality_control_and_finish_reasons():
+    old = timezone.now() - timedelta(days=30)
+    a = annotate(SolutionFactory(), [1, 1, 1], generation=1, timestamp=old)
+    b = annotate(SolutionFactory(), [1, -1], generation=2)
+    c = annotate(SolutionFactory(), [1, 1, 1], generation=2, quality_control=True)
+    annotate(SolutionFactory(), [1], generation=2, status=Annotation.Status.IN_PROGRESS)
+
+    def labelers(**options):
+        ids = [r["id"].rsplit("-", 1)[1] for r in rows("processbench", **options)]
+        return [int(i) for i in ids]
+
+    assert labelers() == [a.pk, b.pk]
+    assert labelers(include_qc=True) == [a.pk, b.pk, c.pk]
+    assert labelers(generations=(2,), include_qc=True) == [b.pk, c.pk]
+    assert labelers(since=timezone.now() - timedelta(days=1)) == [b.pk]
+    assert labelers(finish_reasons=("found_error",)) == [b.pk]
+
+
+def test_bad_options_are_refused_naming_the_option():
+    with pytest.raises(exporting.ExportError, match="finish_reasons"):
+        ExportOptions.from_dict({"finish_reasons": ["done"]})
+    with pytest.raises(exporting.ExportError, match="since"):
+        ExportOptions.from_dict({"since": "last tuesday"})
+    with pytest.raises(exporting.ExportError, match="format"):
+        exporting.check_format("csv")
+
+
+@pytest.mark.django_db
+def test_a_file_being_written_is_never_visible_and_a_failed_export_leaves_the_old_file(tmp_path):
+    for _ in range(3):
+        annotate(SolutionFactory(), [1, 1, 1])
+    out = tmp_path / "data.jsonl"
+    out.write_text("previous export\n")
+    seen = []
+
+    def fail_midway(done: int) -> None:
+        seen.append((done, out.read_text(), sorted(p.name for p in tmp_path.iterdir())))
+        if done == 2:
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        exporting.write_export(path=out, format="trl", options=ExportOptions(), on_progress=fail_midway,
+                               progress_every=1)
+    # While writing, the destination still held the old file and the new one was a hidden .part.
+    assert seen[0][1] == "previous export\n"
+    assert any(name.startswith(".data.jsonl.") and name.endswith(".part") for name in seen[0][2])
+    assert out.read_text() == "previous export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl"]
+
+
+@pytest.mark.django_db
+def test_export_command_writes_the_chosen_format_and_filters(tmp_path):
+    annotate(SolutionFactory(), [1, 1, 1], generation=1)
+    annotate(SolutionFactory(), [1, -1], generation=2)
+    out = tmp_path / "gen2.jsonl"
+    call_command("export_prm800k", str(out), "--generation", "2", "--format", "trl")
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["labels"] == [True, False]
+
+
+@pytest.mark.django_db
+def test_export_job_writes_its_file_and_records_progress(settings, admin_user):
+    for _ in range(5):
+        annotate(SolutionFactory(), [1, 1, -1])
+    job = ExportJob.objects.create(format="processbench", options=ExportOptions().to_dict(), created_by=admin_user)
+    job = exporting.run_export_job(job_id=job.pk)
+    assert (job.state, job.lines, job.done, job.total, job.percent) == (JobState.SUCCEEDED, 5, 5, 5, 100)
+    path = exporting.finished_file(job)
+    assert path.parent == Path(settings.EXPORTS_DIR)
+    assert [json.loads(line)["label"] for line in path.read_text().splitlines()] == [2] * 5
+    # Run again (a redelivered task): nothing changes.
+    assert exporting.run_export_job(job_id=job.pk).finished_at == job.finished_at
+
+
+@pytest.mark.django_db
+def test_export_with_prefetching_makes_a_fixed_number_of_queries(django_assert_max_num_queries):
+    for _ in range(30):
+        annotate(SolutionFactory(), [1, 0, -1])
+    with django_assert_max_num_queries(8):
+        assert len(rows("prm800k")) == 30
