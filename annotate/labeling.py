@@ -1,0 +1,302 @@
+"""Labeling one solution: rate, flag, undo, correct, write a step, submit.
+
+Every action is saved at once and says what the state should be (rate step 3 as +1,
+flag step 2 on), never "toggle": a repeated POST changes nothing. Once submitted, an
+annotation is frozen and every change raises AlreadySubmitted (HTTP 409).
+Time is active time measured by the page (idle stretches not counted) and reported as
+running totals; the stored value only grows, so a late or repeated report is harmless.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from annotate import queueing
+from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, StepLabel
+
+RATINGS = (-1, 0, 1)
+MAX_COMPLETION_CHARS = 5000
+# Reports may run a little ahead of the server clock (latency, clock skew).
+_TIME_SLACK_MS = 120_000
+
+
+class AlreadySubmitted(Exception):
+    """A change to a submitted annotation."""
+
+
+class LabelingError(ValueError):
+    """An action that the task's state or the input does not allow; the message says why."""
+
+
+@dataclass
+class ActiveTime:
+    """Active milliseconds so far: on the whole task and per step index."""
+
+    total_ms: int = 0
+    steps: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class StepRow:
+    index: int
+    text: str
+    rating: int | None
+    flagged: bool
+    time_ms: int
+    human_completion: str | None
+    state: str  # rated | current | locked | after_error
+
+
+@dataclass
+class Task:
+    """What the labeling page shows of one annotation."""
+
+    annotation: Annotation
+    steps: list[StepRow]
+    next_index: int | None
+    first_error: int | None
+    finish_reason: str | None
+    config: LabelingConfig
+
+    @property
+    def submitted(self) -> bool:
+        return self.annotation.status == Annotation.Status.SUBMITTED
+
+    @property
+    def rated_count(self) -> int:
+        return sum(row.rating is not None for row in self.steps if row.state != "after_error")
+
+    @property
+    def countable(self) -> int:
+        return sum(row.state != "after_error" for row in self.steps)
+
+
+def annotation_for(*, user, pk: int) -> Annotation:
+    """The user's own annotation `pk`; anyone else's does not exist for them."""
+    return Annotation.objects.select_related("solution__problem").get(pk=pk, annotator=user)
+
+
+def parse_times(data) -> ActiveTime | None:
+    """Read `total_ms` and `step_ms` ("index:ms,index:ms") from a POST; None when absent."""
+    if not data.get("total_ms"):
+        return None
+    try:
+        times = ActiveTime(total_ms=int(data["total_ms"]))
+        for part in filter(None, (data.get("step_ms") or "").split(",")):
+            index, ms = part.split(":")
+            times.steps[int(index)] = int(ms)
+    except ValueError:
+        raise LabelingError("total_ms and step_ms must be whole milliseconds (step_ms as index:ms,...)") from None
+    if times.total_ms < 0 or any(i < 0 or ms < 0 for i, ms in times.steps.items()):
+        raise LabelingError("total_ms and step_ms cannot be negative")
+    return times
+
+
+def task_view(annotation: Annotation, config: LabelingConfig | None = None) -> Task:
+    """The page's view of an annotation: which steps are rated, current, locked."""
+    config = config or LabelingConfig.get()
+    rows = list(
+        Completion.objects.filter(step_label__annotation=annotation, index=0).order_by("step_label__index")
+        .values_list("step_label__index", "text", "rating", "flagged", "step_label__time_ms",
+                     "step_label__human_completion")
+    )
+    ratings = [r[2] for r in rows]
+    first_error = next((i for i, r in enumerate(ratings) if r == -1), None)
+    next_index = _next_index(ratings, config)
+    steps = []
+    for index, text, rating, flagged, time_ms, human in rows:
+        if config.stop_at_first_error and first_error is not None and index > first_error:
+            state = "after_error"
+        elif rating is not None:
+            state = "rated"
+        else:
+            state = "current" if index == next_index else "locked"
+        steps.append(StepRow(index, text, rating, bool(flagged), time_ms or 0, (human or {}).get("text"), state))
+    return Task(annotation, steps, next_index, first_error, _finish_reason(ratings, config), config)
+
+
+def _next_index(ratings: list[int | None], config: LabelingConfig) -> int | None:
+    """The first step still to rate; None when no more ratings are needed."""
+    for index, rating in enumerate(ratings):
+        if rating is None:
+            return index
+        if rating == -1 and config.stop_at_first_error:
+            return None
+    return None
+
+
+def _finish_reason(ratings: list[int | None], config: LabelingConfig) -> str | None:
+    """How the task can be submitted as it stands: found_error, solution, or None (not yet)."""
+    first_error = next((i for i, r in enumerate(ratings) if r == -1), None)
+    if first_error is not None and config.stop_at_first_error:
+        return FinishReason.FOUND_ERROR
+    if not ratings or any(r is None for r in ratings):
+        return None
+    return FinishReason.FOUND_ERROR if first_error is not None else FinishReason.SOLUTION
+
+
+def _open(annotation: Annotation) -> Annotation:
+    """Lock the annotation for a change; refuse if submitted; renew its lease."""
+    locked = Annotation.objects.select_for_update().get(pk=annotation.pk)
+    if locked.status == Annotation.Status.SUBMITTED:
+        raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
+    queueing.renew_lease(annotation=locked)
+    return locked
+
+
+def _ratings(annotation: Annotation) -> list[int | None]:
+    return list(
+        Completion.objects.filter(step_label__annotation=annotation, index=0)
+        .order_by("step_label__index").values_list("rating", flat=True)
+    )
+
+
+def _check_reachable(ratings: list[int | None], index: int, config: LabelingConfig) -> None:
+    """Steps are rated in order: step `index` must be rated already or be the next one."""
+    if not 0 <= index < len(ratings):
+        raise LabelingError(f"step {index + 1} does not exist (this solution has {len(ratings)} steps)")
+    first_error = next((i for i, r in enumerate(ratings) if r == -1), None)
+    if config.stop_at_first_error and first_error is not None and index > first_error:
+        raise LabelingError(f"step {index + 1} comes after the first error (step {first_error + 1})")
+    next_index = _next_index(ratings, config)
+    if ratings[index] is None and index != next_index:
+        raise LabelingError(f"rate step {(next_index or 0) + 1} first: steps are rated in order")
+
+
+def _completion(annotation: Annotation, index: int):
+    return Completion.objects.filter(step_label__annotation=annotation, step_label__index=index, index=0)
+
+
+def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime | None = None) -> None:
+    """Rate step `index` -1, 0 or +1 (a rated step may be corrected in place)."""
+    if rating not in RATINGS:
+        raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
+    config = LabelingConfig.get()
+    with transaction.atomic():
+        locked = _open(annotation)
+        _check_reachable(_ratings(locked), index, config)
+        _completion(locked, index).update(rating=rating)
+        _record_time(locked, times)
+
+
+def flag(*, annotation: Annotation, index: int, flagged: bool, times: ActiveTime | None = None) -> None:
+    """Mark step `index` as unsure (or not)."""
+    config = LabelingConfig.get()
+    with transaction.atomic():
+        locked = _open(annotation)
+        _check_reachable(_ratings(locked), index, config)
+        _completion(locked, index).update(flagged=flagged)
+        _record_time(locked, times)
+
+
+def undo(*, annotation: Annotation, index: int, times: ActiveTime | None = None) -> None:
+    """Clear the rating of step `index`, the last rated one (no-op if already clear)."""
+    with transaction.atomic():
+        locked = _open(annotation)
+        ratings = _ratings(locked)
+        if not 0 <= index < len(ratings):
+            raise LabelingError(f"step {index + 1} does not exist")
+        if any(r is not None for r in ratings[index + 1:]):
+            raise LabelingError(f"only the last rated step can be undone, and step {index + 1} is not it")
+        _completion(locked, index).update(rating=None)
+        StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=None)
+        _record_time(locked, times)
+
+
+def write_completion(*, annotation: Annotation, index: int, text: str, times: ActiveTime | None = None) -> None:
+    """After a -1, write the step as it should have been (PRM800K `human_completion`)."""
+    config = LabelingConfig.get()
+    text = (text or "").strip()
+    if not config.allow_human_completion:
+        raise LabelingError("this project does not collect human completions")
+    if not text or len(text) > MAX_COMPLETION_CHARS:
+        raise LabelingError(f"text: write the corrected step (1 to {MAX_COMPLETION_CHARS} characters)")
+    with transaction.atomic():
+        locked = _open(annotation)
+        ratings = _ratings(locked)
+        if not 0 <= index < len(ratings) or ratings[index] != -1:
+            raise LabelingError(f"step {index + 1} is not rated -1: only a wrong step can be rewritten")
+        human = {"text": text, "rating": None, "flagged": False, "source": "human", "corrected_rating": None}
+        StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=human)
+        _record_time(locked, times)
+
+
+def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
+    """Store a report of active time (heartbeats) and keep the lease."""
+    with transaction.atomic():
+        _record_time(_open(annotation), times)
+
+
+def _record_time(annotation: Annotation, times: ActiveTime | None) -> None:
+    if times is None:
+        return
+    # Never more than the wall-clock time since the task was served.
+    ceiling = int((timezone.now() - annotation.created_at) / dt.timedelta(milliseconds=1)) + _TIME_SLACK_MS
+    total = min(times.total_ms, ceiling)
+    if total > (annotation.total_time_ms or 0):
+        Annotation.objects.filter(pk=annotation.pk).update(total_time_ms=total)
+        annotation.total_time_ms = total
+    for index, ms in times.steps.items():
+        StepLabel.objects.filter(annotation=annotation, index=index).update(
+            time_ms=Greatest(Coalesce(F("time_ms"), Value(0)), Value(min(ms, ceiling)))
+        )
+
+
+def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
+           times: ActiveTime | None = None) -> str:
+    """Finish the task in one transaction; returns its finish reason.
+
+    Without `finish_reason` the ratings decide: found_error after a -1 (stop at first
+    error), solution when every step is rated. give_up and bad_problem need a `note`.
+    """
+    config = LabelingConfig.get()
+    with transaction.atomic():
+        locked = _open(annotation)
+        ratings = _ratings(locked)
+        reason = _decide(ratings, config, finish_reason, note)
+        last = _keep_steps(locked, ratings, reason, config)
+        _record_time(locked, times)
+        labels = StepLabel.objects.filter(annotation=locked)
+        labels.update(chosen_completion=None)
+        labels.filter(index__lt=last - 1).update(chosen_completion=0)
+        if reason != FinishReason.FOUND_ERROR and last > 0 and ratings[last - 1] is not None:
+            labels.filter(index=last - 1).update(chosen_completion=0)
+        locked.status = Annotation.Status.SUBMITTED
+        locked.finish_reason = reason
+        locked.finish_note = note.strip() if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else ""
+        locked.timestamp = timezone.now()
+        locked.save(update_fields=["status", "finish_reason", "finish_note", "timestamp", "updated_at"])
+        queueing.finish_item(annotation=locked)
+    annotation.refresh_from_db()
+    return reason
+
+
+def _decide(ratings: list[int | None], config: LabelingConfig, finish_reason: str, note: str) -> str:
+    if finish_reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM):
+        if not note.strip():
+            raise LabelingError(f"note: say why ({finish_reason.replace('_', ' ')} needs a reason)")
+        return finish_reason
+    if finish_reason and finish_reason not in FinishReason.values:
+        raise LabelingError(f"finish_reason {finish_reason!r} is not one of {', '.join(FinishReason.values)}")
+    reason = _finish_reason(ratings, config)
+    if reason is None:
+        missing = next(i for i, r in enumerate(ratings + [None]) if r is None)
+        raise LabelingError(f"step {missing + 1} is not rated yet")
+    return reason
+
+
+def _keep_steps(annotation: Annotation, ratings: list[int | None], reason: str, config: LabelingConfig) -> int:
+    """Drop the steps a submitted line does not hold; returns how many steps remain."""
+    if reason == FinishReason.FOUND_ERROR and config.stop_at_first_error:
+        keep = ratings.index(-1) + 1
+    elif reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM):
+        keep = next((i for i, r in enumerate(ratings) if r is None), len(ratings))
+    else:
+        keep = len(ratings)
+    StepLabel.objects.filter(annotation=annotation, index__gte=keep).delete()
+    return keep

@@ -1,0 +1,195 @@
+"""Quality control: gold items, the screening gate, and agreement between people.
+
+Agreement with gold is measured two ways, as PRM800K's authors did: step accuracy (the
+share of steps both rated where the ratings match) and whether the first error was put
+at the same step. Between annotators on overlapped items: Cohen's kappa on step ratings
+and the share of pairs that agree on the first error.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Count
+
+from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step
+
+Ratings = list[int | None]
+
+
+class Screening(enum.StrEnum):
+    NONE = "none"  # No screening set exists: nothing to pass.
+    PENDING = "pending"
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+def first_error_index(ratings: Sequence[int | None]) -> int | None:
+    """Index of the first -1, or None when no step was rated -1."""
+    return next((i for i, r in enumerate(ratings) if r == -1), None)
+
+
+def cohens_kappa(pairs: Iterable[tuple[int, int]]) -> float | None:
+    """Cohen's kappa of two raters' labels; None without pairs."""
+    pairs = list(pairs)
+    if not pairs:
+        return None
+    n = len(pairs)
+    observed = sum(a == b for a, b in pairs) / n
+    first, second = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
+    expected = sum(first[k] * second[k] for k in first) / (n * n)
+    if expected == 1:
+        return 1.0  # Both raters used one label throughout: perfect, and kappa is 0/0.
+    return (observed - expected) / (1 - expected)
+
+
+def ratings_of(annotation_ids: Iterable[int]) -> dict[int, Ratings]:
+    """The chosen-path rating of every step, per annotation (None where unrated)."""
+    rows = Completion.objects.filter(step_label__annotation_id__in=list(annotation_ids), index=0).values_list(
+        "step_label__annotation_id", "step_label__index", "rating"
+    )
+    result: dict[int, Ratings] = defaultdict(list)
+    for annotation_id, index, rating in rows.order_by("step_label__annotation_id", "step_label__index"):
+        ratings = result[annotation_id]
+        ratings.extend([None] * (index + 1 - len(ratings)))
+        ratings[index] = rating
+    return result
+
+
+def gold_of(solution_ids: Iterable[int]) -> dict[int, Ratings]:
+    result: dict[int, Ratings] = defaultdict(list)
+    rows = Step.objects.filter(solution_id__in=list(solution_ids)).order_by("solution_id", "index")
+    for solution_id, rating in rows.values_list("solution_id", "gold_rating"):
+        result[solution_id].append(rating)
+    return result
+
+
+@dataclass
+class Agreement:
+    """Agreement of labels with a reference (gold, or another annotator)."""
+
+    items: int = 0
+    steps_compared: int = 0
+    steps_agreeing: int = 0
+    first_error_matches: int = 0
+    kappa: float | None = None
+
+    @property
+    def step_accuracy(self) -> float | None:
+        return self.steps_agreeing / self.steps_compared if self.steps_compared else None
+
+    @property
+    def first_error_agreement(self) -> float | None:
+        return self.first_error_matches / self.items if self.items else None
+
+    def add(self, mine: Ratings, reference: Ratings) -> list[tuple[int, int]]:
+        pairs = [(a, b) for a, b in zip(mine, reference) if a is not None and b is not None]
+        self.items += 1
+        self.steps_compared += len(pairs)
+        self.steps_agreeing += sum(a == b for a, b in pairs)
+        self.first_error_matches += _same_first_error(mine, reference)
+        return pairs
+
+
+def _same_first_error(mine: Ratings, reference: Ratings) -> bool:
+    """Both put the first error at the same step, or neither found one in the steps both saw."""
+    seen = min(len(mine), len(reference))
+    mine_error, ref_error = first_error_index(mine), first_error_index(reference)
+    if mine_error is None and ref_error is not None and ref_error >= seen:
+        ref_error = None
+    return mine_error == ref_error
+
+
+def gold_agreement(annotations: Iterable[Annotation]) -> Agreement:
+    """Agreement of submitted annotations with their solutions' gold step labels."""
+    annotations = list(annotations)
+    ratings = ratings_of(a.pk for a in annotations)
+    gold = gold_of({a.solution_id for a in annotations})
+    agreement = Agreement()
+    for annotation in annotations:
+        reference = gold.get(annotation.solution_id, [])
+        if any(r is not None for r in reference):
+            agreement.add(ratings.get(annotation.pk, []), reference)
+    return agreement
+
+
+def gold_standing(*, annotator) -> Agreement:
+    """How an annotator's gold and screening items compare with gold."""
+    done = Annotation.objects.filter(annotator=annotator, status=Annotation.Status.SUBMITTED, solution__is_gold=True)
+    return gold_agreement(done.only("pk", "solution_id"))
+
+
+def screening_solution_ids() -> set[int]:
+    return set(
+        QueueItem.objects.filter(generation=Generation.SCREENING).exclude(status=QueueItem.Status.RETIRED)
+        .values_list("solution_id", flat=True)
+    )
+
+
+def screening_status(*, annotator) -> Screening:
+    """Whether the annotator has passed the screening set (generation -1)."""
+    wanted = screening_solution_ids()
+    if not wanted:
+        return Screening.NONE
+    done = list(
+        Annotation.objects.filter(
+            annotator=annotator, status=Annotation.Status.SUBMITTED, is_initial_screening=True,
+            solution_id__in=wanted,
+        ).only("pk", "solution_id")
+    )
+    if len({a.solution_id for a in done}) < len(wanted):
+        return Screening.PENDING
+    accuracy = gold_agreement(done).step_accuracy
+    if accuracy is None or accuracy >= LabelingConfig.get().screening_pass_accuracy:
+        return Screening.PASSED
+    return Screening.FAILED
+
+
+def reset_screening(*, annotator) -> int:
+    """Let an annotator take the screening set again (an admin's decision)."""
+    deleted, _ = Annotation.objects.filter(annotator=annotator, is_initial_screening=True).delete()
+    return deleted
+
+
+def inter_annotator(*, annotator=None) -> Agreement:
+    """Agreement between annotators on solutions two or more of them submitted.
+
+    With `annotator`, only the pairs that include them.
+    """
+    shared = (
+        Annotation.objects.filter(status=Annotation.Status.SUBMITTED).values("solution_id")
+        .annotate(n=Count("pk")).filter(n__gte=2).values("solution_id")
+    )
+    annotations = list(
+        Annotation.objects.filter(status=Annotation.Status.SUBMITTED, solution_id__in=shared)
+        .values_list("pk", "solution_id", "annotator_id").order_by("solution_id", "pk")
+    )
+    ratings = ratings_of(pk for pk, _, _ in annotations)
+    agreement, pairs = Agreement(), []
+    for _, group in itertools.groupby(annotations, key=lambda row: row[1]):
+        for (a, _, user_a), (b, _, user_b) in itertools.combinations(list(group), 2):
+            if annotator is None or annotator.pk in (user_a, user_b):
+                pairs += agreement.add(ratings.get(a, []), ratings.get(b, []))
+    agreement.kappa = cohens_kappa(pairs)
+    return agreement
+
+
+def make_gold(*, annotation: Annotation) -> Solution:
+    """Make the annotation's ratings the gold labels of its solution (an admin's decision)."""
+    ratings = ratings_of([annotation.pk]).get(annotation.pk, [])
+    solution = annotation.solution
+    with transaction.atomic():
+        for step in Step.objects.filter(solution=solution):
+            step.gold_rating = ratings[step.index] if step.index < len(ratings) else None
+            step.save(update_fields=["gold_rating"])
+        solution.is_gold = True
+        solution.save(update_fields=["is_gold"])
+        # A gold item is shown to everyone as quality control, never leased as ordinary work.
+        QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
+            status=QueueItem.Status.RETIRED
+        )
+    return solution

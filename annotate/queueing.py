@@ -1,0 +1,234 @@
+"""Who labels what next: leases on queue items, gold interleave and the screening gate.
+
+An annotator's open task is their in-progress Annotation. Ordinary work comes from
+QueueItems, leased to one annotator at a time (a lease lapses unless activity renews
+it, so a closed tab's item comes back). Gold items (quality control) and the screening
+set (generation -1) are shown to *every* annotator, so they are never leased: the
+annotator's Annotation on them is the whole record. Selection (in scoring) only ever
+rebuilds ordinary QueueItems and needs to know nothing about either.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.db.models import Count, Exists, OuterRef, Q
+from django.utils import timezone
+
+from annotate import quality
+from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step, StepLabel
+
+DEFAULT_REASON = "default order"
+QC_REASON = "quality control"
+SCREENING_REASON = "screening"
+# A guarded UPDATE that loses a race just tries the next item; this bounds the retries.
+_CLAIM_ATTEMPTS = 20
+
+
+class ScreeningFailed(Exception):
+    """The annotator did not pass the screening set, so gets no real tasks."""
+
+
+class LeaseLost(Exception):
+    """The task's lease lapsed and its item went to someone else."""
+
+
+def labeler_id(user) -> str:
+    """The PRM800K `labeler` of a local annotator."""
+    return user.get_username()
+
+
+def ensure_default_queue(*, generation: int | None = None) -> int:
+    """Queue every unlabeled solution that has no item in `generation` (default: current).
+
+    The order before any model exists: priority 0, oldest first, reason "default order".
+    Gold and screening solutions are served by their own rules, never from here.
+    Idempotent; returns how many items it created.
+    """
+    generation = Generation.objects.current_number() if generation is None else generation
+    slots = max(1, LabelingConfig.get().overlap_k)
+    queued = QueueItem.objects.filter(solution=OuterRef("pk"), generation__in=[generation, Generation.SCREENING])
+    ids = (
+        Solution.objects.unlabeled().filter(is_gold=False).exclude(Exists(queued))
+        .order_by("pk").values_list("pk", flat=True).distinct()
+    )
+    before = QueueItem.objects.filter(generation=generation).count()
+    batch: list[QueueItem] = []
+    for solution_id in ids.iterator(chunk_size=2000):
+        batch.extend(
+            QueueItem(solution_id=solution_id, generation=generation, slot=slot, reason=DEFAULT_REASON)
+            for slot in range(slots)
+        )
+        if len(batch) >= 2000:
+            QueueItem.objects.bulk_create(batch, ignore_conflicts=True)
+            batch = []
+    QueueItem.objects.bulk_create(batch, ignore_conflicts=True)
+    return QueueItem.objects.filter(generation=generation).count() - before
+
+
+def current_task(*, annotator) -> Annotation | None:
+    """The annotator's open task, if any (coming back resumes it)."""
+    return (
+        Annotation.objects.filter(annotator=annotator, status=Annotation.Status.IN_PROGRESS)
+        .select_related("queue_item").order_by("-created_at").first()
+    )
+
+
+def claim_next(*, annotator, now: dt.datetime | None = None) -> Annotation | None:
+    """The annotator's task: the open one if any, else a new one; None when nothing is left.
+
+    Raises ScreeningFailed when the screening set was labeled but not passed.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        # One claim at a time per annotator (a double click must not open two tasks).
+        # SQLite's IMMEDIATE transactions already serialize every writer.
+        get_user_model().objects.select_for_update().filter(pk=annotator.pk).first()
+        task = current_task(annotator=annotator)
+        if task is not None:
+            if _renew(task, now) == 1:
+                return task
+            task.delete()  # Its lease lapsed and someone else holds the item now.
+        return _new_task(annotator, now)
+
+
+def _new_task(annotator, now: dt.datetime) -> Annotation | None:
+    config = LabelingConfig.get()
+    generation = Generation.objects.current_number()
+    if config.screening_required:
+        status = quality.screening_status(annotator=annotator)
+        if status == quality.Screening.FAILED:
+            raise ScreeningFailed("the screening set was not passed; an admin can reset it")
+        if status == quality.Screening.PENDING:
+            item = _next_screening_item(annotator)
+            if item is not None:
+                return _start(annotator, item.solution, Generation.SCREENING, queue_item=item, screening=True)
+    if _qc_due(annotator, generation, config.qc_rate):
+        gold = _next_gold(annotator)
+        if gold is not None:
+            return _start(annotator, gold, generation, quality_control=True)
+    item = _lease_next(annotator, now, config.lease_duration)
+    if item is None:
+        return None
+    return _start(annotator, item.solution, item.generation, queue_item=item)
+
+
+def _not_seen_by(annotator) -> Exists:
+    return Exists(Annotation.objects.filter(annotator=annotator, solution=OuterRef("solution_id")))
+
+
+def _next_screening_item(annotator) -> QueueItem | None:
+    return (
+        QueueItem.objects.filter(generation=Generation.SCREENING).exclude(status=QueueItem.Status.RETIRED)
+        .exclude(_not_seen_by(annotator)).select_related("solution").order_by("-priority", "id").first()
+    )
+
+
+def _qc_due(annotator, generation: int, rate: float) -> bool:
+    """Whether the next task should be gold, keeping gold at `rate` of this generation's tasks."""
+    if rate <= 0:
+        return False
+    counts = Annotation.objects.filter(annotator=annotator, generation=generation).aggregate(
+        qc=Count("pk", filter=Q(is_quality_control=True)), real=Count("pk", filter=Q(is_quality_control=False))
+    )
+    return (counts["qc"] + 1) * (1 - rate) <= counts["real"] * rate
+
+
+def _next_gold(annotator) -> Solution | None:
+    seen = Annotation.objects.filter(annotator=annotator, solution=OuterRef("pk"))
+    # Random order, so annotators cannot learn which item is gold by its position.
+    return Solution.objects.filter(is_gold=True).exclude(Exists(seen)).order_by("?").first()
+
+
+def _lease_next(annotator, now: dt.datetime, seconds: int) -> QueueItem | None:
+    """Lease the highest-priority available item this annotator has not labeled."""
+    expire_leases(now=now)
+    candidates = (
+        QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, generation__gte=0)
+        .exclude(_not_seen_by(annotator)).order_by("-priority", "id")
+    )
+    lease = {
+        "status": QueueItem.Status.LEASED, "leased_to": annotator,
+        "lease_expires_at": now + dt.timedelta(seconds=seconds),
+    }
+    if connection.features.has_select_for_update_skip_locked:
+        # PostgreSQL: concurrent claimers each lock a different row instead of racing for one.
+        item = candidates.select_for_update(skip_locked=True, of=("self",)).first()
+        if item is not None:
+            QueueItem.objects.filter(pk=item.pk).update(**lease)
+        return item
+    for _ in range(_CLAIM_ATTEMPTS):
+        item = candidates.first()
+        if item is None:
+            return None
+        # The guard: only the claimer that still sees it available changes the row.
+        if QueueItem.objects.filter(pk=item.pk, status=QueueItem.Status.AVAILABLE).update(**lease) == 1:
+            return item
+    return None
+
+
+def _start(annotator, solution: Solution, generation: int, *, queue_item: QueueItem | None = None,
+           quality_control: bool = False, screening: bool = False) -> Annotation:
+    annotation = Annotation.objects.create(
+        solution=solution, annotator=annotator, labeler=labeler_id(annotator), generation=generation,
+        queue_item=queue_item, is_quality_control=quality_control, is_initial_screening=screening,
+    )
+    steps = list(Step.objects.filter(solution=solution).order_by("index").values_list("index", "text"))
+    labels = StepLabel.objects.bulk_create(StepLabel(annotation=annotation, index=i) for i, _ in steps)
+    Completion.objects.bulk_create(
+        Completion(step_label=label, index=0, text=text) for label, (_, text) in zip(labels, steps)
+    )
+    return annotation
+
+
+def _is_leased(annotation: Annotation) -> bool:
+    item = annotation.queue_item_id
+    return item is not None and not annotation.is_initial_screening and not annotation.is_quality_control
+
+
+def _renew(annotation: Annotation, now: dt.datetime) -> int:
+    """Extend the lease; take the item back if it lapsed but nobody took it. 1 if held."""
+    if not _is_leased(annotation):
+        return 1
+    config_seconds = LabelingConfig.get().lease_duration
+    mine = Q(status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id)
+    return QueueItem.objects.filter(mine | Q(status=QueueItem.Status.AVAILABLE), pk=annotation.queue_item_id).update(
+        status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id,
+        lease_expires_at=now + dt.timedelta(seconds=config_seconds),
+    )
+
+
+def renew_lease(*, annotation: Annotation, now: dt.datetime | None = None) -> None:
+    """Keep the task's item leased (called on every action). Raises LeaseLost."""
+    if _renew(annotation, now or timezone.now()) != 1:
+        raise LeaseLost("this task's lease lapsed and it was given to someone else")
+
+
+def finish_item(*, annotation: Annotation) -> None:
+    """Mark the task's item done (inside the submit transaction)."""
+    if _is_leased(annotation):
+        QueueItem.objects.filter(pk=annotation.queue_item_id, leased_to=annotation.annotator_id).update(
+            status=QueueItem.Status.DONE, lease_expires_at=None
+        )
+
+
+def release(*, annotation: Annotation) -> None:
+    """Give an unfinished task back to the queue, dropping its labels."""
+    with transaction.atomic():
+        if _is_leased(annotation):
+            QueueItem.objects.filter(
+                pk=annotation.queue_item_id, leased_to=annotation.annotator_id, status=QueueItem.Status.LEASED
+            ).update(status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None)
+        Annotation.objects.filter(pk=annotation.pk, status=Annotation.Status.IN_PROGRESS).delete()
+
+
+def expire_leases(*, now: dt.datetime | None = None) -> int:
+    """Put items whose lease lapsed back in the queue; their annotator can still take them back."""
+    return QueueItem.objects.filter(status=QueueItem.Status.LEASED, lease_expires_at__lt=now or timezone.now()).update(
+        status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None
+    )
+
+
+def available_count() -> int:
+    return QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, generation__gte=0).count()

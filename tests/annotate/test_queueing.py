@@ -1,0 +1,201 @@
+"""The leased queue: who gets what next, leases that lapse, overlap, gold and screening."""
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from annotate import labeling, quality, queueing
+from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, Solution
+from tests.factories import SolutionFactory, user_with_role
+
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
+
+
+def annotators(n):
+    return [user_with_role(f"worker{i}", "annotator") for i in range(n)]
+
+
+def configure(**fields):
+    LabelingConfig.objects.update_or_create(pk=1, defaults=fields)
+
+
+def label_all(annotation, rating=1):
+    for index in range(annotation.solution.steps.count()):
+        labeling.rate(annotation=annotation, index=index, rating=rating)
+    return labeling.submit(annotation=annotation)
+
+
+def test_default_queue_holds_every_unlabeled_solution_once_and_is_idempotent():
+    solutions = SolutionFactory.create_batch(3)
+    SolutionFactory(is_gold=True)
+    assert queueing.ensure_default_queue() == 3
+    assert queueing.ensure_default_queue() == 0
+    items = QueueItem.objects.all()
+    assert sorted(i.solution_id for i in items) == sorted(s.pk for s in solutions)
+    assert {i.reason for i in items} == {queueing.DEFAULT_REASON}
+
+
+def test_default_queue_makes_k_slots_when_overlap_is_configured():
+    configure(overlap_k=3)
+    SolutionFactory()
+    assert queueing.ensure_default_queue() == 3
+    assert sorted(QueueItem.objects.values_list("slot", flat=True)) == [0, 1, 2]
+
+
+def test_claim_hands_out_the_highest_priority_item_with_its_steps_ready():
+    low, high = SolutionFactory(), SolutionFactory(steps=["a", "b"])
+    QueueItem.objects.create(solution=low, generation=0, priority=1.0, reason="low")
+    QueueItem.objects.create(solution=high, generation=0, priority=5.0, reason="high")
+    (ann,) = annotators(1)
+    task = queueing.claim_next(annotator=ann)
+    assert task.solution == high
+    assert task.queue_item.reason == "high"
+    assert task.generation == 0
+    assert [c.text for c in labeling.task_view(task).steps] == ["a", "b"]
+    item = QueueItem.objects.get(solution=high)
+    assert item.status == QueueItem.Status.LEASED and item.leased_to == ann
+
+
+def test_second_annotator_never_gets_a_claimed_solution():
+    SolutionFactory.create_batch(2)
+    queueing.ensure_default_queue()
+    first, second, third = annotators(3)
+    a = queueing.claim_next(annotator=first)
+    b = queueing.claim_next(annotator=second)
+    assert a.solution_id != b.solution_id
+    assert queueing.claim_next(annotator=third) is None
+
+
+def test_coming_back_resumes_the_open_task_instead_of_opening_another():
+    SolutionFactory.create_batch(3)
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    first = queueing.claim_next(annotator=ann)
+    assert queueing.claim_next(annotator=ann) == first
+    assert Annotation.objects.filter(annotator=ann, status="in_progress").count() == 1
+    assert QueueItem.objects.filter(status="leased").count() == 1
+
+
+def test_a_lapsed_lease_goes_to_the_next_annotator_and_the_first_gets_new_work():
+    SolutionFactory.create_batch(2)
+    queueing.ensure_default_queue()
+    first, second = annotators(2)
+    lost = queueing.claim_next(annotator=first)
+    later = timezone.now() + dt.timedelta(seconds=LabelingConfig.get().lease_duration + 1)
+    taken = queueing.claim_next(annotator=second, now=later)
+    assert taken.solution_id == lost.solution_id
+    with pytest.raises(queueing.LeaseLost):
+        queueing.renew_lease(annotation=lost, now=later)
+    again = queueing.claim_next(annotator=first, now=later)
+    assert again.solution_id != lost.solution_id
+    assert not Annotation.objects.filter(pk=lost.pk).exists()
+
+
+def test_a_lapsed_lease_nobody_took_is_resumed_with_its_ratings():
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    task = queueing.claim_next(annotator=ann)
+    labeling.rate(annotation=task, index=0, rating=1)
+    later = timezone.now() + dt.timedelta(hours=2)
+    assert queueing.expire_leases(now=later) == 1
+    assert queueing.claim_next(annotator=ann, now=later) == task
+    assert labeling.task_view(task).steps[0].rating == 1
+    assert QueueItem.objects.get().status == QueueItem.Status.LEASED
+
+
+def test_overlap_gives_k_annotators_the_same_solution_each_at_most_once():
+    configure(overlap_k=2)
+    solution = SolutionFactory()
+    queueing.ensure_default_queue()
+    first, second, third = annotators(3)
+    a = queueing.claim_next(annotator=first)
+    label_all(a)
+    assert queueing.claim_next(annotator=first) is None  # The other slot is not for them.
+    assert queueing.claim_next(annotator=second).solution == solution
+    assert queueing.claim_next(annotator=third) is None
+
+
+def test_submitting_marks_the_item_done():
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    label_all(queueing.claim_next(annotator=ann))
+    assert QueueItem.objects.get().status == QueueItem.Status.DONE
+    assert queueing.available_count() == 0
+
+
+def test_release_puts_the_item_back_and_drops_the_draft():
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    queueing.release(annotation=queueing.claim_next(annotator=ann))
+    assert QueueItem.objects.get().status == QueueItem.Status.AVAILABLE
+    assert not Annotation.objects.exists()
+
+
+def test_gold_items_are_interleaved_at_the_configured_rate_and_never_leased():
+    configure(qc_rate=0.5)
+    gold = SolutionFactory(is_gold=True)
+    SolutionFactory.create_batch(3)
+    queueing.ensure_default_queue()
+    first, second = annotators(2)
+    served = []
+    for _ in range(3):
+        task = queueing.claim_next(annotator=first)
+        served.append(task.is_quality_control)
+        label_all(task)
+    assert served == [False, True, False]
+    qc = Annotation.objects.get(annotator=first, is_quality_control=True)
+    assert qc.solution == gold and qc.queue_item is None and qc.generation == 0
+    # The gold item is everyone's: the second annotator gets it too.
+    label_all(queueing.claim_next(annotator=second))
+    assert queueing.claim_next(annotator=second).solution == gold
+
+
+def screening_set(ratings_per_solution):
+    solutions = []
+    for gold in ratings_per_solution:
+        solution = SolutionFactory(is_gold=True, steps=[f"step {i}" for i in range(len(gold))])
+        for step, rating in zip(solution.steps.order_by("index"), gold):
+            step.gold_rating = rating
+            step.save()
+        QueueItem.objects.create(solution=solution, generation=Generation.SCREENING, is_initial_screening=True)
+        solutions.append(solution)
+    return solutions
+
+
+def test_screening_comes_before_real_work_and_passing_opens_the_queue():
+    screening = screening_set([[1, 1], [1, -1]])
+    real = SolutionFactory()
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    for _ in screening:
+        task = queueing.claim_next(annotator=ann)
+        assert task.is_initial_screening and task.generation == Generation.SCREENING
+        gold = [s.gold_rating for s in task.solution.steps.order_by("index")]
+        for index, rating in enumerate(gold):
+            labeling.rate(annotation=task, index=index, rating=rating)
+        labeling.submit(annotation=task)
+    assert quality.screening_status(annotator=ann) == quality.Screening.PASSED
+    assert queueing.claim_next(annotator=ann).solution == real
+
+
+def test_failing_screening_blocks_real_work():
+    screening_set([[1, 1, 1]])
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    task = queueing.claim_next(annotator=ann)
+    labeling.rate(annotation=task, index=0, rating=-1)
+    labeling.submit(annotation=task)
+    with pytest.raises(queueing.ScreeningFailed):
+        queueing.claim_next(annotator=ann)
+    quality.reset_screening(annotator=ann)
+    assert queueing.claim_next(annotator=ann).is_initial_screening
+
+
+def test_screening_solutions_are_not_queued_as_ordinary_work():
+    screening_set([[1]])
+    assert queueing.ensure_default_queue() == 0
+    assert Solution.objects.count() == 1
