@@ -1,0 +1,34 @@
+"""python manage.py import_pool PATH [--format ...] [--source NAME] [--atomic] [--report REPORT.jsonl]"""
+from django.core.management.base import BaseCommand, CommandError
+
+from annotate import importing
+
+
+class Command(BaseCommand):
+    help = "Import a JSONL file (prm800k, gsm8k, math or generic) into the pool, grading every final answer."
+
+    def add_arguments(self, parser):
+        parser.add_argument("path")
+        parser.add_argument("--format", default="auto", choices=importing.FORMATS)
+        parser.add_argument("--source", default=None, help="Source name stored on problems and solutions")
+        parser.add_argument("--atomic", action="store_true", help="Import nothing when any line fails")
+        parser.add_argument("--report", default=None, help="Write one JSON line per input line here")
+        parser.add_argument("--split", default="auto", choices=["auto", "blank", "lines"],
+                            help="How solution text is split into steps")
+
+    def handle(self, *args, **options):
+        try:
+            summary = importing.import_pool(
+                path=options["path"], format=options["format"], source=options["source"],
+                atomic=options["atomic"], report_path=options["report"], split_mode=options["split"],
+            )
+        except (OSError, ValueError) as error:
+            raise CommandError(str(error)) from error
+        for line in summary.first_errors:
+            self.stderr.write(line)
+        self.stdout.write(summary.describe())
+        if summary.report_path:
+            self.stdout.write(f"report: {summary.report_path}")
+        if not summary.ok:
+            # A non-zero exit, so scripts and CI notice a partial import.
+            raise CommandError(f"{summary.errors} line(s) failed")
