@@ -1,0 +1,106 @@
+"""The model registry: which PRM versions exist, which is current, and loading them safely.
+
+A version is its folder plus the sha256 of the files that decide its scores. Loading checks
+the hash again, so a model whose files changed on disk is refused rather than silently
+producing different scores under the old name. Loaded models are cached once per process
+(lazily, on first use inside the worker child: the parent never touches CUDA).
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+
+from .models import ModelVersion
+
+if TYPE_CHECKING:
+    from .prm import LoadedPRM
+
+
+class ModelIntegrityError(RuntimeError):
+    """The files of a registered model no longer match the hash recorded for them."""
+
+
+_loaded: dict[int, LoadedPRM] = {}
+_lock = threading.Lock()
+
+
+def register_model_version(
+    *, name: str, path: str | Path, parent: ModelVersion | None = None, metrics: dict | None = None,
+    make_current: bool = False, trust_remote_code: bool = False,
+) -> ModelVersion:
+    """Record a model folder under a name (validated and hashed now); optionally make it current."""
+    from . import prm
+
+    folder = Path(path).resolve()
+    config = prm.read_model_config(folder)
+    prm.check_safetensors_only(prm.backbone_folder(folder, config))
+    if trust_remote_code and not settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE:
+        raise ValueError("trust_remote_code needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true")
+    version = ModelVersion.objects.create(
+        name=name, kind=config["kind"], path=str(folder), weights_sha256=prm.weights_sha256(folder),
+        parent=parent, config=config, metrics=metrics or {}, trust_remote_code=trust_remote_code,
+    )
+    if make_current:
+        make_current_version(version)
+    return version
+
+
+def make_current_version(version: ModelVersion) -> None:
+    # Two statements in one transaction: the partial unique index allows one current row.
+    with transaction.atomic():
+        ModelVersion.objects.filter(is_current=True).exclude(pk=version.pk).update(is_current=False)
+        ModelVersion.objects.filter(pk=version.pk).update(is_current=True, status=ModelVersion.Status.PROMOTED)
+    version.is_current, version.status = True, ModelVersion.Status.PROMOTED
+
+
+def current_model_version() -> ModelVersion | None:
+    return ModelVersion.objects.current()
+
+
+def verify(version: ModelVersion) -> None:
+    from . import prm
+
+    try:
+        actual = prm.weights_sha256(version.path)
+    except (prm.ModelFormatError, OSError) as error:
+        raise ModelIntegrityError(f"model {version.name!r}: {error}") from None
+    if actual != version.weights_sha256:
+        raise ModelIntegrityError(
+            f"model {version.name!r}: files in {version.path} changed (sha256 {actual[:12]}… "
+            f"!= registered {version.weights_sha256[:12]}…); refusing to score with it"
+        )
+
+
+def load(version: ModelVersion, **options) -> LoadedPRM:
+    """The loaded model for a version, verified and cached for the life of this process."""
+    with _lock:
+        if version.pk not in _loaded:
+            from . import prm
+
+            verify(version)
+            trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
+            dtype = _dtype_setting()
+            _loaded[version.pk] = prm.load_prm(
+                version.path, trust_remote_code=trust, dtype=dtype,
+                max_tokens=settings.STEPWISE_SCORING_MAX_TOKENS, **options,
+            )
+        return _loaded[version.pk]
+
+
+def forget_loaded() -> None:
+    """Drop cached models (tests, or a worker told to free memory)."""
+    with _lock:
+        _loaded.clear()
+
+
+def _dtype_setting():
+    import torch
+
+    name = settings.STEPWISE_SCORING_DTYPE
+    if name == "auto":
+        return None
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

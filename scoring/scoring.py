@@ -1,0 +1,180 @@
+"""Rescoring the pool: database read -> tokenize -> forward -> database write, in chunks.
+
+Every write is keyed (one score per step and model version, one per solution and version)
+and inserted with ignore_conflicts, so a chunk that runs twice writes nothing twice. Solutions
+already scored by a version are skipped before anything is tokenized: an unchanged pool with
+the same model costs no forward pass at all.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from annotate.models import Solution, Step
+from annotate.models.jobs import JobState
+
+from . import registry
+from .models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
+
+if TYPE_CHECKING:
+    from .prm import LoadedPRM
+
+
+def unscored_solution_ids(*, model_version: ModelVersion, solution_ids: Sequence[int] | None = None) -> list[int]:
+    """Solutions with steps that this version has not scored yet, in id order."""
+    solutions = Solution.objects.filter(steps__isnull=False)
+    if solution_ids is not None:
+        solutions = solutions.filter(pk__in=solution_ids)
+    solutions = solutions.exclude(scores__model_version=model_version)
+    return sorted(set(solutions.values_list("pk", flat=True)))
+
+
+def read_items(solution_ids: Sequence[int]) -> tuple[list[int], list[list[int]], list[tuple[str, list[str]]]]:
+    """(solution ids, step ids per solution, (problem, step texts) per solution) in two queries."""
+    problems = dict(
+        Solution.objects.filter(pk__in=solution_ids).values_list("pk", "problem__statement")
+    )
+    step_ids: dict[int, list[int]] = {pk: [] for pk in problems}
+    texts: dict[int, list[str]] = {pk: [] for pk in problems}
+    rows = Step.objects.filter(solution_id__in=problems).order_by("solution_id", "index")
+    for solution_id, step_id, text in rows.values_list("solution_id", "pk", "text").iterator(chunk_size=2000):
+        step_ids[solution_id].append(step_id)
+        texts[solution_id].append(text)
+    ordered = [pk for pk in sorted(problems) if texts[pk]]
+    return ordered, [step_ids[pk] for pk in ordered], [(problems[pk], texts[pk]) for pk in ordered]
+
+
+def write_scores(
+    *, model_version: ModelVersion, solution_ids: Sequence[int], step_ids: Sequence[Sequence[int]], results
+) -> int:
+    """Insert step and solution scores; rows that already exist are left alone."""
+    from .prm import aggregate
+
+    step_rows, solution_rows = [], []
+    for solution_id, ids, steps in zip(solution_ids, step_ids, results):
+        step_rows.extend(
+            StepScore(step_id=step_id, model_version=model_version, p=s.p, mean=s.mean, sigma=s.sigma)
+            for step_id, s in zip(ids, steps)
+        )
+        solution_rows.append(SolutionScore(solution_id=solution_id, model_version=model_version, **aggregate(steps)))
+    with transaction.atomic():
+        StepScore.objects.bulk_create(step_rows, ignore_conflicts=True, batch_size=2000)
+        SolutionScore.objects.bulk_create(solution_rows, ignore_conflicts=True, batch_size=2000)
+    return len(solution_rows)
+
+
+def score_solutions(*, model_version: ModelVersion, solution_ids: Sequence[int], prm: LoadedPRM | None = None) -> int:
+    """Score the given solutions that this version has not scored yet; returns how many."""
+    todo = unscored_solution_ids(model_version=model_version, solution_ids=solution_ids)
+    if not todo:
+        return 0
+    prm = prm or registry.load(model_version)
+    ids, step_ids, items = read_items(todo)
+    results = prm.step_probabilities(items)
+    return write_scores(model_version=model_version, solution_ids=ids, step_ids=step_ids, results=results)
+
+
+def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersion | None = None) -> list[list[dict]]:
+    """Score texts that are not in the pool (the scoring API): per step {"p", "mean", "sigma"}."""
+    version = model_version or registry.current_model_version()
+    if version is None:
+        raise LookupError("no current model version; run `manage.py init_default_model`")
+    for index, (problem, steps) in enumerate(items):
+        if not isinstance(problem, str) or not problem.strip():
+            raise ValueError(f"item {index}: 'problem' must be a non-empty string")
+        if not steps or not all(isinstance(s, str) and s.strip() for s in steps):
+            raise ValueError(f"item {index}: 'steps' must be a non-empty list of non-empty strings")
+    results = registry.load(version).step_probabilities(items)
+    return [[{"p": s.p, "mean": s.mean, "sigma": s.sigma} for s in steps] for steps in results]
+
+
+# --- rescore jobs -------------------------------------------------------------------------
+
+
+def start_rescore(
+    *, model_version: ModelVersion, created_by=None, rebuild_queue: bool = True
+) -> RescoreJob:
+    """Create a rescore job and enqueue it (after commit) on the ml queue."""
+    from .tasks import rescore_task
+
+    registry.verify(model_version)
+    job = RescoreJob.objects.create(model_version=model_version, created_by=created_by, rebuild_queue=rebuild_queue)
+    rescore_task.delay_on_commit(job.pk)
+    return job
+
+
+def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[RescoreChunk]:
+    """Split the unscored pool into chunks (once per job) and mark the job running.
+
+    Returns the chunks still pending, so a second call re-dispatches only what is missing.
+    """
+    chunk_size = chunk_size or settings.STEPWISE_RESCORE_CHUNK_SIZE
+    with transaction.atomic():
+        job = RescoreJob.objects.select_for_update().get(pk=job.pk)
+        if job.state == JobState.PENDING:
+            todo = unscored_solution_ids(model_version=job.model_version)
+            RescoreChunk.objects.bulk_create(
+                RescoreChunk(job=job, index=i, solution_ids=todo[start : start + chunk_size])
+                for i, start in enumerate(range(0, len(todo), chunk_size))
+            )
+            job.state, job.total, job.done = JobState.RUNNING, len(todo), 0
+            job.chunks_total, job.chunks_done = -(-len(todo) // chunk_size), 0
+            job.save(update_fields=["state", "total", "done", "chunks_total", "chunks_done"])
+    return list(job.chunks.filter(state=RescoreChunk.State.PENDING))
+
+
+def run_chunk(*, chunk_id: int) -> int:
+    """Score one chunk (skipping what is already scored), record it done, finish the job if last."""
+    chunk = RescoreChunk.objects.select_related("job__model_version").get(pk=chunk_id)
+    job = chunk.job
+    if job.state != JobState.RUNNING:
+        return 0
+    try:
+        scored = score_solutions(model_version=job.model_version, solution_ids=chunk.solution_ids)
+    except Exception as error:
+        fail(job=job, error=f"chunk {chunk.index}: {type(error).__name__}: {error}")
+        raise
+    RescoreChunk.objects.filter(pk=chunk.pk, state=RescoreChunk.State.PENDING).update(
+        state=RescoreChunk.State.DONE, finished_at=timezone.now()
+    )
+    refresh_progress(job=job)
+    return scored
+
+
+def refresh_progress(*, job: RescoreJob) -> None:
+    """Progress from the chunk rows themselves, never a counter (a rerun cannot double count)."""
+    done = [len(ids) for ids in job.chunks.filter(state=RescoreChunk.State.DONE).values_list("solution_ids", flat=True)]
+    RescoreJob.objects.filter(pk=job.pk).update(done=sum(done), chunks_done=len(done))
+    if len(done) >= job.chunks_total:
+        finish(job=job)
+
+
+def finish(*, job: RescoreJob) -> bool:
+    """Mark the job succeeded and rebuild the queue, exactly once (guarded UPDATE, one transaction)."""
+    from . import selection
+
+    with transaction.atomic():
+        claimed = RescoreJob.objects.filter(pk=job.pk, state=JobState.RUNNING).update(
+            state=JobState.SUCCEEDED, finished_at=timezone.now()
+        )
+        if claimed != 1:
+            return False
+        if job.rebuild_queue:
+            generation = selection.rebuild_queue(model_version=job.model_version)
+            RescoreJob.objects.filter(pk=job.pk).update(generation=generation.number)
+    return True
+
+
+def fail(*, job: RescoreJob, error: str) -> None:
+    RescoreJob.objects.filter(pk=job.pk, state__in=[JobState.PENDING, JobState.RUNNING]).update(
+        state=JobState.FAILED, error=error[:5000], finished_at=timezone.now()
+    )
+
+
+def stalled_jobs() -> list[RescoreJob]:
+    """Running jobs: after a worker crash their missing chunks can be dispatched again."""
+    return list(RescoreJob.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("model_version"))

@@ -1,0 +1,172 @@
+"""Which solutions annotators see next, after each rescore: a new generation of the queue.
+
+The policy mixes reasons with configurable shares:
+  convincing_wrong  graded wrong yet rated highly by the PRM: where its errors hide (PRM800K);
+  convincing        other highly rated solutions, so labels keep the true base rate;
+  uncertain         the widest sigma, when the head is distributional;
+  random            a uniform sample: a prototype with a weak PRM did worse than random
+                    with convincing-wrong alone (96 % wrong answers, skewed base rate).
+Reasons are interleaved in proportion to their shares (the best convincing wrong answer is
+served first), each problem appears at most `per_problem` times, and quality-control and
+screening items are left alone: the labeling side serves those at claim time.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+
+from annotate.models import Generation, QueueItem, Solution
+
+from .models import ModelVersion, SolutionScore
+
+REASONS = ("convincing_wrong", "convincing", "uncertain", "random")
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    """'convincing_wrong=0.4,random=0.6' -> shares normalised to sum 1; names the bad part."""
+    shares: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        if name.strip() not in REASONS:
+            raise ValueError(f"selection share {part!r}: unknown reason {name.strip()!r} (use {', '.join(REASONS)})")
+        try:
+            shares[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"selection share {part!r}: {value!r} is not a number") from None
+        if shares[name.strip()] < 0:
+            raise ValueError(f"selection share {part!r} is negative")
+    total = sum(shares.values())
+    if total <= 0:
+        raise ValueError(f"selection shares {text!r} sum to zero")
+    return {name: value / total for name, value in shares.items()}
+
+
+@dataclass
+class Policy:
+    size: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_SIZE)
+    shares: dict[str, float] = field(default_factory=lambda: parse_shares(settings.STEPWISE_SELECTION_SHARES))
+    per_problem: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_PER_PROBLEM)
+    # The solution score that says "convincing": P(all steps good) as in PRM800K.
+    score: str = "product"
+    seed: int | None = None
+
+
+@dataclass
+class Candidate:
+    solution_id: int
+    problem_id: int
+    is_correct: bool | None
+    score: float
+    sigma: float | None
+
+
+@dataclass
+class Pick:
+    candidate: Candidate
+    reason: str
+
+
+def candidates(*, model_version: ModelVersion, score: str = "product") -> list[Candidate]:
+    """Scored, unlabeled pool solutions that nobody is labeling or has labeled."""
+    busy = QueueItem.objects.filter(status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
+    solutions = (
+        Solution.objects.unlabeled().filter(is_gold=False, is_reference=False).exclude(pk__in=busy).values("pk")
+    )
+    rows = SolutionScore.objects.filter(model_version=model_version, solution_id__in=solutions).values_list(
+        "solution_id", "solution__problem_id", "solution__is_correct", score, "sigma"
+    )
+    return [Candidate(*row) for row in rows.order_by("solution_id").iterator(chunk_size=2000)]
+
+
+def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candidate]:
+    if reason == "convincing_wrong":
+        return sorted((c for c in pool if c.is_correct is False), key=lambda c: (-c.score, c.solution_id))
+    if reason == "convincing":
+        return sorted((c for c in pool if c.is_correct is not False), key=lambda c: (-c.score, c.solution_id))
+    if reason == "uncertain":
+        return sorted((c for c in pool if c.sigma is not None), key=lambda c: (-c.sigma, c.solution_id))
+    shuffled = list(pool)
+    rng.shuffle(shuffled)
+    return shuffled
+
+
+def select(pool: list[Candidate], policy: Policy) -> list[Pick]:
+    """The picks in serving order. Pure: no database, so the policy is easy to test and tune."""
+    rng = random.Random(policy.seed)
+    size = min(policy.size, len(pool))
+    quotas = {r: round(policy.shares.get(r, 0) * size) for r in REASONS if policy.shares.get(r, 0) > 0}
+    chosen: dict[int, str] = {}
+    per_problem: dict[int, int] = {}
+
+    def take(candidate: Candidate, reason: str) -> bool:
+        if len(chosen) >= size or candidate.solution_id in chosen:
+            return False
+        if per_problem.get(candidate.problem_id, 0) >= policy.per_problem:
+            return False
+        chosen[candidate.solution_id] = reason
+        per_problem[candidate.problem_id] = per_problem.get(candidate.problem_id, 0) + 1
+        return True
+
+    lists: dict[str, list[Candidate]] = {reason: [] for reason in quotas}
+    for reason, quota in quotas.items():
+        for candidate in ranked(pool, reason, rng):
+            if len(lists[reason]) >= quota:
+                break
+            if take(candidate, reason):
+                lists[reason].append(candidate)
+    # Quotas a reason could not fill (no sigma, few wrong answers) go to random picks.
+    lists.setdefault("random", [])
+    for candidate in ranked(pool, "random", rng):
+        if len(chosen) >= size:
+            break
+        if take(candidate, "random"):
+            lists["random"].append(candidate)
+    return interleave(lists)
+
+
+def interleave(lists: dict[str, list[Candidate]]) -> list[Pick]:
+    """Merge the reasons so each is spread through the queue in proportion to its size.
+
+    The i-th of n items of a reason sits at i/n; ties go in REASONS order, so the strongest
+    convincing wrong answer comes first.
+    """
+    keyed = [
+        ((i / len(items)), REASONS.index(reason), Pick(candidate, reason))
+        for reason, items in lists.items()
+        for i, candidate in enumerate(items)
+    ]
+    return [pick for *_, pick in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def next_generation_number() -> int:
+    numbers = [
+        Generation.objects.filter(number__gte=0).aggregate(n=Max("number"))["n"],
+        QueueItem.objects.filter(generation__gte=0).aggregate(n=Max("generation"))["n"],
+    ]
+    known = [n for n in numbers if n is not None]
+    return max(known) + 1 if known else 0
+
+
+def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None) -> Generation:
+    """Start a new generation: retire what was waiting, queue the new picks with their reasons."""
+    policy = policy or Policy()
+    picks = select(candidates(model_version=model_version, score=policy.score), policy)
+    with transaction.atomic():
+        generation = Generation.objects.create(number=next_generation_number(), model_version_name=model_version.name)
+        # Only waiting items of older generations: leased and done ones belong to people.
+        QueueItem.objects.filter(
+            status=QueueItem.Status.AVAILABLE, generation__lt=generation.number, generation__gte=0,
+            is_quality_control=False, is_initial_screening=False,
+        ).update(status=QueueItem.Status.RETIRED)
+        QueueItem.objects.bulk_create(
+            QueueItem(
+                solution_id=pick.candidate.solution_id, generation=generation.number, priority=float(len(picks) - rank),
+                reason=pick.reason, model_version_name=model_version.name, score_at_selection=pick.candidate.score,
+            )
+            for rank, pick in enumerate(picks)
+        )
+    return generation

@@ -1,0 +1,42 @@
+"""Celery tasks of the model side, routed to the `ml` queue (settings.CELERY_TASK_ROUTES).
+
+Each takes ids and calls one function in scoring.scoring; that module (and torch, through
+the registry) is imported inside the task body so the web process never loads a model.
+All are idempotent (keyed inserts, guarded updates), hence acks_late: a task lost with its
+worker is redelivered, and anything left over is re-dispatched by `resume_rescores_task`.
+"""
+from celery import shared_task
+
+
+@shared_task(acks_late=True)
+def rescore_task(job_id: int) -> int:
+    """Plan a rescore job's chunks (once) and dispatch the ones not done yet; returns how many."""
+    from scoring import scoring
+    from scoring.models import RescoreJob
+
+    job = RescoreJob.objects.get(pk=job_id)
+    pending = scoring.plan_chunks(job=job)
+    if not pending:
+        scoring.refresh_progress(job=RescoreJob.objects.get(pk=job_id))
+    for chunk in pending:
+        rescore_chunk_task.delay(job_id, chunk.pk)
+    return len(pending)
+
+
+@shared_task(acks_late=True)
+def rescore_chunk_task(job_id: int, chunk_id: int) -> int:
+    """Score one chunk of a rescore job; a rerun of a done chunk writes nothing."""
+    from scoring import scoring
+
+    return scoring.run_chunk(chunk_id=chunk_id)
+
+
+@shared_task(acks_late=True)
+def resume_rescores_task() -> list[int]:
+    """Re-dispatch the missing chunks of unfinished jobs (after a crash); safe to run any time."""
+    from scoring import scoring
+
+    job_ids = [job.pk for job in scoring.stalled_jobs()]
+    for job_id in job_ids:
+        rescore_task.delay(job_id)
+    return job_ids
