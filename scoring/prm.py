@@ -188,8 +188,8 @@ def check_safetensors_only(folder: Path) -> None:
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         raise ModelFormatError(f"{folder} holds pickle weights ({', '.join(pickles)}); only safetensors are loaded")
-    if not any(folder.glob("*.safetensors")):
-        raise ModelFormatError(f"{folder} has no *.safetensors weights")
+    if not any(folder.glob("model*.safetensors")):
+        raise ModelFormatError(f"{folder} has no model*.safetensors weights")
 
 
 def identity_files(folder: str | Path) -> list[Path]:
@@ -331,7 +331,8 @@ class LoadedPRM:
         results: list[torch.Tensor] = [torch.empty(0) for _ in encoded]
         for batch, outputs in self._forward_batches(encoded, layer=layer, features=True):
             for index, rows in zip(batch, outputs):
-                results[index] = rows.float().cpu()
+                # A clone outside inference mode is a normal tensor: training can backprop through a head on it.
+                results[index] = rows.float().cpu().clone()
         return results
 
     def count_tokens(self, encoded: Sequence[Encoded]) -> int:
