@@ -1,0 +1,137 @@
+"""Rescoring the pool: stored scores, aggregations, incremental and idempotent writes."""
+import pytest
+import torch
+
+from annotate.models import Step
+from annotate.models.jobs import JobState
+from scoring import registry, scoring
+from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
+from scoring.prm import aggregate
+from tests.factories import SolutionFactory
+from tests.scoring.tiny_model import build_tiny_prm
+
+
+@pytest.fixture
+def tiny_version(db, tmp_path, settings):
+    settings.STEPWISE_SCORING_DTYPE = "float32"
+    registry.forget_loaded()
+    folder = build_tiny_prm(tmp_path / "tiny", kind="head", head_type="beta")
+    yield registry.register_model_version(name="tiny-beta", path=folder, make_current=True)
+    registry.forget_loaded()
+
+
+@pytest.fixture
+def pool(db):
+    return [
+        SolutionFactory(steps=[f"Step {i} of solution {n}: x = {i * n}." for i in range(1 + n % 4)], is_correct=n % 2 == 0)
+        for n in range(6)
+    ]
+
+
+def test_every_step_and_solution_gets_one_score(tiny_version, pool):
+    scored = scoring.score_solutions(model_version=tiny_version, solution_ids=[s.pk for s in pool])
+    assert scored == len(pool)
+    assert StepScore.objects.filter(model_version=tiny_version).count() == Step.objects.count()
+    assert SolutionScore.objects.filter(model_version=tiny_version).count() == len(pool)
+    assert not StepScore.objects.filter(model_version=tiny_version, sigma__isnull=True).exists()
+
+
+def test_solution_scores_aggregate_their_step_scores(tiny_version, pool):
+    scoring.score_solutions(model_version=tiny_version, solution_ids=[s.pk for s in pool])
+    for solution in pool:
+        steps = StepScore.objects.filter(step__solution=solution, model_version=tiny_version).order_by("step__index")
+        ps = [s.p for s in steps]
+        stored = SolutionScore.objects.get(solution=solution, model_version=tiny_version)
+        assert stored.product == pytest.approx(torch.tensor(ps, dtype=torch.float64).prod().item())
+        assert stored.min == min(ps) and stored.last == ps[-1]
+        assert stored.mean == pytest.approx(sum(ps) / len(ps))
+        assert stored.sigma == pytest.approx(sum(s.sigma for s in steps) / len(ps))
+
+
+def test_stored_scores_match_the_model_on_the_same_texts(tiny_version, pool):
+    scoring.score_solutions(model_version=tiny_version, solution_ids=[pool[3].pk])
+    items = [(pool[3].problem.statement, [s.text for s in pool[3].steps.order_by("index")])]
+    direct = scoring.score_texts(items=items, model_version=tiny_version)[0]
+    stored = StepScore.objects.filter(step__solution=pool[3], model_version=tiny_version).order_by("step__index")
+    assert [s.p for s in stored] == pytest.approx([d["p"] for d in direct], abs=1e-6)
+    assert set(direct[0]) == {"p", "mean", "sigma"}
+
+
+def test_unchanged_pool_with_same_model_costs_zero_forward_passes(tiny_version, pool):
+    ids = [s.pk for s in pool]
+    scoring.score_solutions(model_version=tiny_version, solution_ids=ids)
+    model = registry.load(tiny_version)
+    passes = model.forward_passes
+    assert scoring.score_solutions(model_version=tiny_version, solution_ids=ids) == 0
+    assert model.forward_passes == passes
+    # A new solution is the only thing scored next time.
+    new = SolutionFactory(steps=["Only new work."])
+    assert scoring.score_solutions(model_version=tiny_version, solution_ids=[*ids, new.pk]) == 1
+    assert model.forward_passes == passes + 1
+
+
+def test_rerunning_a_chunk_writes_nothing_twice(tiny_version, pool):
+    job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
+    chunks = scoring.plan_chunks(job=job, chunk_size=4)
+    assert [len(c.solution_ids) for c in chunks] == [4, 2]
+    scoring.run_chunk(chunk_id=chunks[0].pk)
+    counts = StepScore.objects.count(), SolutionScore.objects.count()
+    # As if the task were redelivered after its worker died before acknowledging it.
+    RescoreChunk.objects.filter(pk=chunks[0].pk).update(state=RescoreChunk.State.PENDING)
+    assert scoring.run_chunk(chunk_id=chunks[0].pk) == 0
+    assert (StepScore.objects.count(), SolutionScore.objects.count()) == counts
+    job.refresh_from_db()
+    assert (job.chunks_done, job.done, job.state) == (1, 4, JobState.RUNNING)
+
+
+def test_writing_the_same_results_twice_keeps_one_row_each(tiny_version, pool):
+    ids, step_ids, items = scoring.read_items([s.pk for s in pool])
+    results = registry.load(tiny_version).step_probabilities(items)
+    for _ in range(2):
+        scoring.write_scores(model_version=tiny_version, solution_ids=ids, step_ids=step_ids, results=results)
+    assert StepScore.objects.count() == Step.objects.count()
+    assert SolutionScore.objects.count() == len(pool)
+
+
+def test_last_chunk_finishes_the_job_and_rebuilds_the_queue_once(tiny_version, pool):
+    job = RescoreJob.objects.create(model_version=tiny_version)
+    for chunk in scoring.plan_chunks(job=job, chunk_size=4):
+        scoring.run_chunk(chunk_id=chunk.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.percent == 100 and job.generation == 0
+    assert scoring.finish(job=job) is False  # a late duplicate cannot start a second generation
+
+
+def test_a_job_with_nothing_to_score_finishes_at_once(tiny_version):
+    job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
+    assert scoring.plan_chunks(job=job) == []
+    scoring.refresh_progress(job=RescoreJob.objects.get(pk=job.pk))
+    assert RescoreJob.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+
+
+def test_a_model_whose_files_changed_is_refused(tiny_version):
+    from scoring.prm import StepHead
+
+    StepHead(32, "beta").save(tiny_version.path)
+    with pytest.raises(registry.ModelIntegrityError, match="changed"):
+        registry.load(tiny_version)
+    with pytest.raises(registry.ModelIntegrityError):
+        scoring.start_rescore(model_version=tiny_version)
+
+
+def test_score_texts_rejects_empty_steps_naming_the_item(tiny_version):
+    with pytest.raises(ValueError, match="item 1: 'steps'"):
+        scoring.score_texts(items=[("p", ["a"]), ("q", [])])
+
+
+def test_register_refuses_remote_code_unless_allowed(db, tmp_path, settings):
+    settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE = False
+    folder = build_tiny_prm(tmp_path / "m")
+    with pytest.raises(ValueError, match="STEPWISE_ALLOW_TRUST_REMOTE_CODE"):
+        registry.register_model_version(name="x", path=folder, trust_remote_code=True)
+    assert not ModelVersion.objects.exists()
+
+
+def test_aggregate_refuses_a_solution_without_steps():
+    with pytest.raises(ValueError):
+        aggregate([])
