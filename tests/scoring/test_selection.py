@@ -1,0 +1,127 @@
+"""Selection: the queue rebuilt after a rescore, convincing wrong answers first, mixed with others."""
+from collections import Counter
+
+import pytest
+
+from annotate.models import Annotation, Generation, QueueItem
+from scoring import selection
+from scoring.models import ModelVersion, SolutionScore
+from tests.factories import ProblemFactory, SolutionFactory
+
+
+@pytest.fixture
+def version(db):
+    return ModelVersion.objects.create(name="v1", path="/nowhere", weights_sha256="0" * 64)
+
+
+def scored(version, *, score, is_correct, problem=None, sigma=None):
+    solution = SolutionFactory(is_correct=is_correct, **({"problem": problem} if problem else {}))
+    SolutionScore.objects.create(
+        solution=solution, model_version=version, product=score, min=score, last=score, mean=score, sigma=sigma
+    )
+    return solution
+
+
+@pytest.fixture
+def fixture_pool(version):
+    """Forty problems with a right and a wrong solution each; one wrong answer is very convincing."""
+    pool = []
+    for n in range(40):
+        problem = ProblemFactory()
+        pool.append(scored(version, score=0.2 + n / 100, is_correct=True, problem=problem))
+        pool.append(scored(version, score=0.1 + n / 200, is_correct=False, problem=problem))
+    convincing_wrong = scored(version, score=0.97, is_correct=False)
+    return pool, convincing_wrong
+
+
+def served_order(generation: Generation) -> list[QueueItem]:
+    return list(QueueItem.objects.filter(generation=generation.number).order_by("-priority", "id"))
+
+
+def test_a_convincing_wrong_answer_is_served_first(version, fixture_pool):
+    _, convincing_wrong = fixture_pool
+    generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=20, seed=1))
+    first = served_order(generation)[0]
+    assert first.solution_id == convincing_wrong.pk
+    assert first.reason == "convincing_wrong"
+    assert first.score_at_selection == pytest.approx(0.97)
+    assert first.model_version_name == "v1"
+    assert generation.model_version_name == "v1"
+
+
+def test_shares_decide_how_many_items_each_reason_gets(version, fixture_pool):
+    policy = selection.Policy(size=40, seed=2, per_problem=2,
+                              shares=selection.parse_shares("convincing_wrong=2,convincing=1,random=1"))
+    generation = selection.rebuild_queue(model_version=version, policy=policy)
+    counts = Counter(item.reason for item in served_order(generation))
+    assert counts == {"convincing_wrong": 20, "convincing": 10, "random": 10}
+
+
+def test_reasons_are_interleaved_not_served_in_blocks(version, fixture_pool):
+    generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=40, seed=3))
+    first_ten = {item.reason for item in served_order(generation)[:10]}
+    assert {"convincing_wrong", "convincing", "random"} <= first_ten
+
+
+def test_default_shares_keep_a_random_share(version, fixture_pool):
+    policy = selection.Policy(size=40, seed=4)
+    assert policy.shares["random"] > 0
+    generation = selection.rebuild_queue(model_version=version, policy=policy)
+    reasons = Counter(item.reason for item in served_order(generation))
+    # No sigma in this pool: the uncertainty quota falls back to random picks too.
+    assert reasons["random"] >= round(0.3 * 40)
+    assert reasons["convincing_wrong"] < 40
+
+
+def test_uncertainty_share_picks_the_widest_sigma(version, fixture_pool):
+    unsure = scored(version, score=0.5, is_correct=True, sigma=0.4)
+    scored(version, score=0.5, is_correct=True, sigma=0.01)
+    policy = selection.Policy(size=10, seed=5, shares={"uncertain": 1.0})
+    generation = selection.rebuild_queue(model_version=version, policy=policy)
+    items = served_order(generation)
+    assert (items[0].solution_id, items[0].reason) == (unsure.pk, "uncertain")
+
+
+def test_no_problem_gets_more_than_its_cap(version, fixture_pool):
+    problem = ProblemFactory()
+    for n in range(6):
+        scored(version, score=0.99 - n / 100, is_correct=False, problem=problem)
+    generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=60, per_problem=1, seed=6))
+    per_problem = Counter(item.solution.problem_id for item in QueueItem.objects.filter(generation=generation.number).select_related("solution"))
+    assert max(per_problem.values()) == 1
+
+
+def test_rebuild_starts_a_new_generation_and_retires_only_waiting_items(version, fixture_pool, annotator):
+    pool, _ = fixture_pool
+    first = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=10, seed=7))
+    waiting, leased, done = served_order(first)[:3]
+    QueueItem.objects.filter(pk=leased.pk).update(status=QueueItem.Status.LEASED, leased_to=annotator)
+    QueueItem.objects.filter(pk=done.pk).update(status=QueueItem.Status.DONE)
+    qc = QueueItem.objects.create(solution=pool[0], generation=first.number, slot=5, is_quality_control=True)
+
+    second = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=10, seed=7))
+    assert second.number == first.number + 1
+    statuses = dict(QueueItem.objects.filter(pk__in=[waiting.pk, leased.pk, done.pk, qc.pk]).values_list("pk", "status"))
+    assert statuses == {waiting.pk: "retired", leased.pk: "leased", done.pk: "done", qc.pk: "available"}
+    # What someone holds or finished is not queued again.
+    requeued = set(QueueItem.objects.filter(generation=second.number).values_list("solution_id", flat=True))
+    assert leased.solution_id not in requeued and done.solution_id not in requeued
+
+
+def test_labeled_and_gold_solutions_are_not_selected(version, annotator):
+    labeled = scored(version, score=0.99, is_correct=False)
+    Annotation.objects.create(solution=labeled, labeler="x", status=Annotation.Status.SUBMITTED)
+    gold = scored(version, score=0.98, is_correct=False)
+    gold.is_gold = True
+    gold.save(update_fields=["is_gold"])
+    fresh = scored(version, score=0.5, is_correct=False)
+    generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=10, seed=8))
+    assert [item.solution_id for item in served_order(generation)] == [fresh.pk]
+
+
+def test_bad_shares_are_reported_by_name():
+    with pytest.raises(ValueError, match="unknown reason 'lucky'"):
+        selection.parse_shares("convincing_wrong=0.5,lucky=0.5")
+    with pytest.raises(ValueError, match="'abc' is not a number"):
+        selection.parse_shares("random=abc")
+    assert selection.parse_shares("random=1,convincing=3") == {"random": 0.25, "convincing": 0.75}
