@@ -130,7 +130,20 @@ def split_steps(text: str, mode: SplitMode = "auto") -> list[str]:
     if mode == "auto":
         mode = "blank" if _BLANK_LINE.search(text) else "lines"
     parts = _BLANK_LINE.split(text) if mode == "blank" else text.split("\n")
-    return [part.strip() for part in parts if part.strip()]
+    steps = [part.strip() for part in parts if part.strip()]
+    if mode == "blank":
+        steps = _keep_answer_block_with_last_step(steps)
+    return steps
+
+
+def _keep_answer_block_with_last_step(steps: list[str]) -> list[str]:
+    # PRM800K's last step is "...so it is 5.\n\n# Answer\n\n5": the heading and the answer
+    # after it are part of the step that reaches the answer, not steps of their own.
+    for i, step in enumerate(steps):
+        if _ANSWER_HEADING.fullmatch(step):
+            block = "\n\n".join(steps[max(i - 1, 0):])
+            return steps[: max(i - 1, 0)] + [block]
+    return steps
 
 
 def strip_calculator_annotations(text: str) -> str:

@@ -154,25 +154,28 @@ def import_pool(
 
 
 def _import_lines(path, parse, summary, report, progress, batch_size) -> None:
-    batch: list[Record] = []
+    # Lines in input order, parsed (Record) or already failed (Outcome), so that the
+    # report keeps the file's order although only the records go to the database.
+    pending: list[Record | Outcome] = []
     for line_no, obj in read_jsonl(path):
         summary.lines += 1
         try:
             if isinstance(obj, _BadJson):
                 raise LineError("line", obj.message)
-            batch.append(parse(obj, line_no))
+            pending.append(parse(obj, line_no))
         except (LineError, ValueError) as error:
-            _count(summary, report, Outcome(line_no=line_no, status="error", error=str(error)))
-        if len(batch) >= batch_size:
-            _flush(batch, summary, report, progress)
-            batch = []
-    _flush(batch, summary, report, progress)
+            pending.append(Outcome(line_no=line_no, status="error", error=str(error)))
+        if len(pending) >= batch_size:
+            _flush(pending, summary, report, progress)
+            pending = []
+    _flush(pending, summary, report, progress)
 
 
-def _flush(batch: list[Record], summary: ImportSummary, report: "_Report", progress: Progress | None) -> None:
-    if batch:
-        for outcome in write_batch(batch):
-            _count(summary, report, outcome)
+def _flush(pending: list, summary: ImportSummary, report: "_Report", progress: Progress | None) -> None:
+    records = [item for item in pending if isinstance(item, Record)]
+    written = iter(write_batch(records) if records else [])
+    for item in pending:
+        _count(summary, report, next(written) if isinstance(item, Record) else item)
     if progress is not None:
         progress(summary.lines, summary.total, summary)
 

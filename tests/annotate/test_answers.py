@@ -53,7 +53,13 @@ def test_cleaning_removes_dollars_box_and_full_stop_only():
 
 def test_steps_split_on_blank_lines_when_there_are_any():
     text = "First line\nstill first.\n\nSecond.\n\n\n# Answer\n\n5"
-    assert split_steps(text) == ["First line\nstill first.", "Second.", "# Answer", "5"]
+    assert split_steps(text) == ["First line\nstill first.", "Second.\n\n# Answer\n\n5"]
+
+
+def test_an_answer_block_stays_with_the_step_that_reaches_it():
+    step = "So the greatest common factor is $320,\\!000$.\n\n# Answer\n\n320,000"
+    assert split_steps("I factor both numbers.\n\n" + step) == ["I factor both numbers.", step]
+    assert split_steps("# Answer\n\n7") == ["# Answer\n\n7"]
 
 
 def test_steps_split_on_lines_when_there_are_no_blank_lines():

@@ -1,0 +1,230 @@
+"""Importing JSONL files into the pool: formats, grading, bad lines, idempotence, the report."""
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from annotate import importing
+from annotate.models import Problem, Solution, Step
+from tests.conftest import SHARED_DATA
+
+pytestmark = [pytest.mark.embedded, pytest.mark.django_db]
+
+REPORT_KEYS = ["line", "status", "solution", "answer", "is_correct", "n_steps", "error"]
+
+
+def write(tmp_path: Path, lines: list, name: str = "pool.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+def read_report(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def generic(n: int, **fields) -> dict:
+    line = {"problem": f"What is {n} + {n}?", "ground_truth_answer": str(2 * n),
+            "steps": [f"{n} + {n} = {2 * n}.", f"# Answer\n\n{2 * n}"]}
+    line.update(fields)
+    return line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("relative", "format", "lines"), [
+    ("gsm8k/train.jsonl", "gsm8k", 7473),
+    ("gsm8k/test.jsonl", "gsm8k", 1319),
+    ("math500/test.jsonl", "math", 500),
+])
+def test_real_datasets_import_in_full_with_every_reference_graded_correct(tmp_path, relative, format, lines):
+    report_path = tmp_path / "report.jsonl"
+    summary = importing.import_pool(path=SHARED_DATA / relative, report_path=report_path)
+    assert summary.format == format
+    assert (summary.lines, summary.created, summary.errors) == (lines, lines, 0), summary.first_errors
+    report = read_report(report_path)
+    assert [entry["line"] for entry in report] == list(range(1, lines + 1))
+    assert {entry["status"] for entry in report} == {"created"}
+    assert all(entry["is_correct"] is True and entry["n_steps"] >= 1 for entry in report)
+    assert Solution.objects.filter(is_reference=True, is_correct=True).count() == lines
+    assert not Solution.objects.exclude(is_correct=True).exists()
+    # Every reference solution is its problem's ground truth, graded against the problem's answer.
+    for solution in Solution.objects.select_related("problem").order_by("?")[:50]:
+        assert solution.problem.ground_truth_solution
+        assert solution.final_answer == solution.problem.ground_truth_answer
+
+
+def test_gsm8k_reference_becomes_ground_truth_and_a_known_correct_solution(tmp_path):
+    answer = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
+    question = "Natalia sold clips to 48 of her friends in April, and half as many in May. How many in all?"
+    importing.import_pool(path=write(tmp_path, [{"question": question, "answer": answer}], "train.jsonl"))
+    problem = Problem.objects.get()
+    assert (problem.statement, problem.ground_truth_answer, problem.ground_truth_solution) == (question, "72", answer)
+    assert (problem.source, problem.split) == ("gsm8k", "train")
+    solution = problem.solutions.get()
+    assert (solution.is_reference, solution.is_correct, solution.final_answer) == (True, True, "72")
+    # One step per line; calculator annotations stay in the stored text.
+    assert [s.text for s in solution.steps.all()] == answer.split("\n")
+
+
+def test_a_reference_solution_with_one_wrong_step_is_graded_wrong(tmp_path):
+    # Made by perturbing a real GSM8K reference: the second step and the final answer go wrong.
+    right = {"question": "Weng earns $12 an hour. She worked 50 minutes. How much did she earn?",
+             "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nShe earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"}
+    wrong = {"problem": right["question"], "ground_truth_answer": "10",
+             "solution": "Weng earns 12/60 = $0.2 per minute.\nShe earned 0.2 x 60 = $12.\n#### 12"}
+    importing.import_pool(path=write(tmp_path, [right], "a.jsonl"))
+    report_path = tmp_path / "r.jsonl"
+    importing.import_pool(path=write(tmp_path, [wrong], "b.jsonl"), report_path=report_path)
+    [entry] = read_report(report_path)
+    assert (entry["answer"], entry["is_correct"], entry["n_steps"]) == ("12", False, 3)
+    assert Problem.objects.count() == 1  # the same problem, found by its content hash
+    assert sorted(Solution.objects.values_list("is_correct", flat=True)) == [False, True]
+
+
+def test_math_lines_take_the_answer_from_boxed_or_the_answer_line(tmp_path):
+    lines = [
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{4}$.", "solution": "We get $\\frac{2}{4}+\\frac14$.\n\nSo $\\boxed{\\frac{3}{4}}$."},
+        {"question": "What is $2^{10}$?", "answer": "$2^{10} = 1024$.\n\nThe answer is: 1,\\!024"},
+        {"problem": "Solve $x+1=3$.", "solution": "Subtract: $x=\\boxed{2}$.", "answer": "2", "level": "Level 1"},
+    ]
+    importing.import_pool(path=write(tmp_path, lines), format="math")
+    got = {s.problem.ground_truth_answer: (s.final_answer, s.is_correct, s.steps.count()) for s in Solution.objects.all()}
+    assert got == {"\\frac{3}{4}": ("\\frac{3}{4}", True, 2), "1,\\!024": ("1,\\!024", True, 2), "2": ("2", True, 1)}
+    assert Solution.objects.get(problem__ground_truth_answer="2").meta == {"level": "Level 1"}
+
+
+def test_generic_lines_take_steps_or_split_solution_text_and_grade_answers(tmp_path):
+    lines = [
+        generic(1),
+        generic(2, steps=None, solution="2 + 2 = 5.\n\nSo it is 5.\n\n# Answer\n\n5", source="model-a", generator="llama",
+                meta={"sample": 3}),
+        generic(3, steps=["I guess."], answer="6.0"),
+        generic(4, steps=["I give up."]),
+    ]
+    del lines[1]["steps"]
+    report_path = tmp_path / "r.jsonl"
+    summary = importing.import_pool(path=write(tmp_path, lines), report_path=report_path)
+    assert (summary.format, summary.created, summary.errors) == ("generic", 4, 0)
+    report = read_report(report_path)
+    assert [(e["answer"], e["is_correct"], e["n_steps"]) for e in report] == [
+        ("2", True, 2), ("5", False, 2), ("6.0", True, 1), (None, None, 1),
+    ]
+    second = Solution.objects.get(pk=report[1]["solution"])
+    assert (second.source, second.generator, second.meta) == ("model-a", "llama", {"sample": 3})
+    assert Solution.objects.get(pk=report[0]["solution"]).source == "generic"
+
+
+def test_the_source_option_names_where_everything_came_from(tmp_path):
+    importing.import_pool(path=write(tmp_path, [generic(1, source="ignored")]), source="run-7")
+    assert Solution.objects.get().source == Problem.objects.get().source == "run-7"
+
+
+def test_step_splitting_can_be_chosen(tmp_path):
+    line = generic(1, solution="a\nb\n\nc\n\n# Answer\n\n2")
+    del line["steps"]
+    importing.import_pool(path=write(tmp_path, [line]), split_mode="lines")
+    assert list(Step.objects.values_list("text", flat=True)) == ["a", "b", "c", "# Answer", "2"]
+    line = generic(2, solution="a\nb\n\nc\n\n# Answer\n\n4")
+    del line["steps"]
+    importing.import_pool(path=write(tmp_path, [line]), split_mode="blank")
+    assert list(Step.objects.filter(solution__final_answer="4").values_list("text", flat=True)) == [
+        "a\nb", "c\n\n# Answer\n\n4",
+    ]
+
+
+def test_report_has_one_entry_per_line_in_the_documented_shape(tmp_path):
+    report_path = tmp_path / "out" / "report.jsonl"
+    path = write(tmp_path, [generic(1), "{broken", generic(1)])
+    importing.import_pool(path=path, report_path=report_path)
+    report = read_report(report_path)
+    assert [list(entry) for entry in report] == [REPORT_KEYS] * 3
+    created, error, duplicate = report
+    solution = Solution.objects.get()
+    assert created == {"line": 1, "status": "created", "solution": solution.pk, "answer": "2",
+                       "is_correct": True, "n_steps": 2, "error": None}
+    assert error["status"] == "error" and error["solution"] is None and error["error"].startswith("field 'line': is not valid JSON")
+    assert duplicate == {**created, "line": 3, "status": "duplicate"}
+
+
+def test_bad_lines_are_reported_by_line_and_field_and_the_rest_imports(tmp_path):
+    lines = [
+        generic(1),
+        '{"problem": "What is 1+1?", "ground_truth_answer": "2", "steps": ["1+1=2"',
+        {"ground_truth_answer": "4", "steps": ["2+2=4"]},
+        generic(4, steps="one long step"),
+        generic(5, ground_truth_answer=10),
+        "[1, 2, 3]",
+        "",
+        generic(6),
+    ]
+    report_path = tmp_path / "r.jsonl"
+    summary = importing.import_pool(path=write(tmp_path, lines), format="generic", report_path=report_path)
+    assert (summary.lines, summary.created, summary.errors) == (7, 2, 5)
+    errors = {e["line"]: e["error"] for e in read_report(report_path) if e["status"] == "error"}
+    assert errors[2].startswith("field 'line': is not valid JSON")
+    assert errors[3] == "field 'problem': is missing"
+    assert errors[4] == "field 'steps': must be a non-empty list of strings, got a string"
+    assert errors[5] == "field 'ground_truth_answer': must be a string, got int"
+    assert errors[6] == "field 'line': must be a JSON object, got a list"
+    assert summary.first_errors[0].startswith("line 2: field 'line'")
+    assert Solution.objects.count() == 2
+
+
+def test_an_atomic_import_with_a_bad_line_writes_nothing(tmp_path):
+    report_path = tmp_path / "r.jsonl"
+    path = write(tmp_path, [generic(1), generic(2), {"problem": "no answer", "steps": ["x"]}])
+    summary = importing.import_pool(path=path, format="generic", atomic=True, report_path=report_path)
+    assert summary.rolled_back and not summary.ok
+    assert (summary.created, summary.errors) == (0, 1)
+    assert not Problem.objects.exists() and not Solution.objects.exists() and not Step.objects.exists()
+    report = read_report(report_path)
+    assert {e["status"] for e in report} == {"error"}
+    assert report[0]["error"] == "not imported: the import is atomic and 1 line(s) failed"
+    assert report[2]["error"] == "field 'ground_truth_answer': is missing"
+    # The same file without the bad line imports in full.
+    path = write(tmp_path, [generic(1), generic(2)])
+    assert importing.import_pool(path=path, atomic=True).created == 2
+
+
+def test_reimporting_a_file_creates_nothing_new(tmp_path):
+    path = write(tmp_path, [generic(n) for n in range(1, 30)])
+    first = importing.import_pool(path=path, batch_size=7)
+    counts = (Problem.objects.count(), Solution.objects.count(), Step.objects.count())
+    second = importing.import_pool(path=path, batch_size=7)
+    assert (first.created, second.created, second.duplicates) == (29, 0, 29)
+    assert (Problem.objects.count(), Solution.objects.count(), Step.objects.count()) == counts == (29, 29, 58)
+
+
+def test_progress_is_reported_per_batch_up_to_the_line_count(tmp_path):
+    calls = []
+    path = write(tmp_path, [generic(n) for n in range(25)])
+    importing.import_pool(path=path, batch_size=10, progress=lambda done, total, s: calls.append((done, total)))
+    assert calls == [(10, 25), (20, 25), (25, 25)]
+
+
+def test_a_file_in_no_known_format_is_rejected_line_by_line(tmp_path):
+    summary = importing.import_pool(path=write(tmp_path, [{"text": "hello"}, {"text": "again"}]))
+    assert (summary.format, summary.errors) == ("auto", 2)
+    assert "format not recognised" in summary.first_errors[0]
+
+
+def test_the_format_is_detected_from_the_first_valid_line():
+    assert importing.detect_format({"question": "q", "answer": "a\n#### 3"}) == "gsm8k"
+    assert importing.detect_format({"question": "q", "answer": "\\boxed{3}"}) == "math"
+    assert importing.detect_format({"problem": "q", "solution": "\\boxed{3}"}) == "math"
+    assert importing.detect_format({"problem": "q", "ground_truth_answer": "3", "steps": []}) == "generic"
+    assert importing.detect_format({"question": {"problem": "q"}, "label": {}}) == "prm800k"
+
+
+def test_the_command_prints_a_summary_and_fails_when_a_line_fails(tmp_path, capsys):
+    good = write(tmp_path, [generic(1)], "good.jsonl")
+    call_command("import_pool", str(good), "--source", "cli", "--report", str(tmp_path / "r.jsonl"))
+    out = capsys.readouterr().out
+    assert "1 lines, 1 created, 0 duplicates, 0 errors" in out
+    assert Solution.objects.get().source == "cli"
+    bad = write(tmp_path, [generic(2), "nope"], "bad.jsonl")
+    with pytest.raises(CommandError, match="1 line"):
+        call_command("import_pool", str(bad), "--format", "generic", "--atomic")
+    assert "line 2: field 'line': is not valid JSON" in capsys.readouterr().err
+    assert Solution.objects.count() == 1
