@@ -1,0 +1,96 @@
+"""Rescoring through a real Celery worker process, including one killed mid-job."""
+import pytest
+
+from annotate.models import Problem, QueueItem, Solution, Step
+from annotate.models.jobs import JobState
+from annotate.models.pool import content_hash
+from scoring import registry, scoring
+from scoring.models import RescoreJob, SolutionScore, StepScore
+from scoring.tasks import resume_rescores_task
+from tests.conftest import WorkerProcess, wait_for
+from tests.scoring.tiny_model import build_tiny_prm
+
+
+def make_pool(n_solutions: int, steps: int = 8) -> None:
+    """A pool written in bulk (factories would take longer than the test)."""
+    problems = Problem.objects.bulk_create(
+        Problem(statement=f"Compute {n} * 3.", ground_truth_answer=str(3 * n), content_hash=content_hash("p", n))
+        for n in range(n_solutions // 2)
+    )
+    solutions = Solution.objects.bulk_create(
+        Solution(problem=problems[n // 2], is_correct=n % 3 != 0, content_hash=content_hash("s", n))
+        for n in range(n_solutions)
+    )
+    Step.objects.bulk_create(
+        Step(solution=s, index=i, text=f"Step {i}: {i} * 3 = {3 * i}, carry on with solution {s.pk}.")
+        for s in solutions for i in range(steps)
+    )
+
+
+@pytest.fixture
+def tiny_current(transactional_db, tmp_path):
+    folder = build_tiny_prm(tmp_path / "tiny", kind="head", head_type="beta")
+    return registry.register_model_version(name="tiny", path=folder, make_current=True)
+
+
+@pytest.fixture
+def worker_factory(transactional_db, tmp_path, monkeypatch):
+    """Start (and restart) real workers with small chunks; all are stopped at the end."""
+    monkeypatch.setenv("STEPWISE_RESCORE_CHUNK_SIZE", "4")
+    workers = []
+
+    def start() -> WorkerProcess:
+        worker = WorkerProcess(tmp_path / f"worker-{len(workers)}.log")
+        workers.append(worker)
+        worker.start()
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def job_state(job_id: int) -> str:
+    return RescoreJob.objects.get(pk=job_id).state
+
+
+@pytest.mark.embedded
+def test_worker_rescores_the_pool_and_rebuilds_the_queue(tiny_current, worker_factory):
+    make_pool(20)
+    worker_factory()
+    job = scoring.start_rescore(model_version=tiny_current)
+    wait_for(lambda: job_state(job.pk) in {JobState.SUCCEEDED, JobState.FAILED}, timeout=120)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert (job.chunks_total, job.chunks_done, job.done, job.total) == (5, 5, 20, 20)
+    assert SolutionScore.objects.filter(model_version=tiny_current).count() == 20
+    assert StepScore.objects.filter(model_version=tiny_current).count() == 160
+    assert QueueItem.objects.filter(generation=job.generation, model_version_name="tiny").count() == 20
+
+    # Same model, unchanged pool: a second job has nothing to score and plans no chunk.
+    again = scoring.start_rescore(model_version=tiny_current, rebuild_queue=False)
+    wait_for(lambda: job_state(again.pk) == JobState.SUCCEEDED, timeout=60)
+    assert RescoreJob.objects.get(pk=again.pk).chunks_total == 0
+
+
+@pytest.mark.embedded
+def test_killed_worker_mid_job_leaves_every_score_exactly_once(tiny_current, worker_factory):
+    make_pool(240)
+    worker = worker_factory()
+    job = scoring.start_rescore(model_version=tiny_current)
+    wait_for(lambda: RescoreJob.objects.get(pk=job.pk).chunks_done >= 2, timeout=120, interval=0.05)
+    worker.kill()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.chunks_done < job.chunks_total, "job ended before the kill"
+
+    worker_factory()
+    # Chunks still in the broker run on the new worker; the one lost with the dead worker is
+    # re-dispatched by the resume task (the broker alone may never redeliver it).
+    resume_rescores_task.delay()
+    wait_for(lambda: job_state(job.pk) in {JobState.SUCCEEDED, JobState.FAILED}, timeout=180)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert job.chunks_done == job.chunks_total == 60
+    assert SolutionScore.objects.filter(model_version=tiny_current).count() == 240
+    assert StepScore.objects.filter(model_version=tiny_current).count() == Step.objects.count() == 240 * 8
+    assert QueueItem.objects.filter(generation=job.generation).exists()
