@@ -1,0 +1,57 @@
+"""Template filters of the labeling pages."""
+from django import template
+
+from annotate.answers import strip_calculator_annotations
+
+register = template.Library()
+
+RATING_FACES = {-1: "😞", 0: "😐", 1: "😎"}
+RATING_WORDS = {-1: "wrong", 0: "neutral", 1: "good"}
+
+
+@register.filter
+def display_text(text: str | None) -> str:
+    """Imported text as shown: GSM8K calculator annotations hidden (escaping stays on)."""
+    return strip_calculator_annotations(text or "")
+
+
+@register.filter
+def face(rating: int | None) -> str:
+    return RATING_FACES.get(rating, "·")
+
+
+@register.filter
+def rating_word(rating: int | None) -> str:
+    return RATING_WORDS.get(rating, "unrated")
+
+
+@register.filter
+def signed(rating: int | None) -> str:
+    return "" if rating is None else f"{rating:+d}" if rating else "0"
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"
+
+
+@register.filter
+def at(values, index: int):
+    """values[index] in a template (None when out of range)."""
+    try:
+        return values[index]
+    except (IndexError, KeyError, TypeError):
+        return None
+
+
+@register.filter
+def has_role(user, role: str) -> bool:
+    from annotate import roles
+
+    return roles.has_role(user, role)
+
+
+@register.filter
+def seconds(ms: int | None) -> str:
+    """Milliseconds as whole seconds for display."""
+    return "" if ms is None else f"{ms / 1000:.0f} s"

@@ -1,0 +1,236 @@
+// The labeling page: keyboard, a cursor on the current step, active time, lease heartbeats.
+// Every action is an htmx form POST that answers with the task region; keys pressed while a
+// request is in flight wait their turn, so fast typing never races the server.
+(function () {
+  "use strict";
+
+  const KEYS = {
+    "1": ["rate", "-1"], "-": ["rate", "-1"],
+    "2": ["rate", "0"], "0": ["rate", "0"],
+    "3": ["rate", "1"], "+": ["rate", "1"], "=": ["rate", "1"],
+    f: ["flag"], j: ["move", 1], ArrowDown: ["move", 1], k: ["move", -1], ArrowUp: ["move", -1],
+    u: ["undo"], Enter: ["submit"], "?": ["help"],
+  };
+  const HEARTBEAT_MS = 30000;
+
+  let cursor = null;       // index of the step the keys act on
+  let inFlight = 0;
+  const waiting = [];      // keys pressed while a request was running
+  let total = 0;           // active ms on the task
+  const stepMs = {};       // active ms per step index
+  const dirty = new Set(); // steps whose time the server has not seen yet
+  let lastActive = Date.now();
+  let lastTick = Date.now();
+  let pendingMove = null;  // the rating just sent, to place the cursor after the swap
+
+  const task = () => document.getElementById("task");
+  const step = (i) => document.getElementById("step-" + i);
+  const idleMs = () => Number(task()?.dataset.idleMs || 60000);
+
+  function init() {
+    const t = task();
+    if (!t) return;
+    total = Number(t.dataset.totalMs || 0);
+    t.querySelectorAll(".step").forEach((li) => { stepMs[li.dataset.index] = Number(li.dataset.timeMs || 0); });
+    cursor = defaultCursor();
+    renderMath(document.querySelector(".problem"));
+    afterSwap();
+    setInterval(tick, 1000);
+    setInterval(heartbeat, HEARTBEAT_MS);
+  }
+
+  // --- time: only while the page is visible and someone touched it recently -----------
+  function tick() {
+    const now = Date.now();
+    const elapsed = now - lastTick;
+    lastTick = now;
+    if (document.visibilityState !== "visible" || now - lastActive > idleMs() || elapsed > 5000) return;
+    total += elapsed;
+    if (cursor !== null) {
+      stepMs[cursor] = (stepMs[cursor] || 0) + elapsed;
+      dirty.add(cursor);
+    }
+  }
+  ["keydown", "mousemove", "mousedown", "wheel", "touchstart", "focusin"].forEach((name) =>
+    window.addEventListener(name, () => { lastActive = Date.now(); }, { passive: true, capture: true }));
+
+  function timeFields() {
+    tick();
+    const steps = [...dirty].map((i) => i + ":" + Math.round(stepMs[i] || 0));
+    if (cursor !== null) steps.push(cursor + ":" + Math.round(stepMs[cursor] || 0));
+    return { total_ms: String(Math.round(total)), step_ms: [...new Set(steps)].join(",") };
+  }
+
+  function heartbeat(final) {
+    const t = task();
+    if (!t || t.classList.contains("submitted")) return;
+    if (!final && Date.now() - lastActive > idleMs()) return; // an idle tab lets its lease lapse
+    const body = new URLSearchParams(timeFields());
+    fetch(t.dataset.heartbeat, {
+      method: "POST", body, keepalive: !!final, credentials: "same-origin",
+      headers: { "X-CSRFToken": csrfToken(), "HX-Request": "true" },
+    }).then((response) => {
+      if (response.ok) dirty.clear();
+      else if (response.status === 409) response.text().then(showError);
+    }).catch(() => {});
+  }
+  document.addEventListener("visibilitychange", () => { if (document.visibilityState === "hidden") heartbeat(true); });
+
+  function csrfToken() {
+    try { return JSON.parse(document.body.getAttribute("hx-headers"))["X-CSRFToken"]; } catch (e) { return ""; }
+  }
+
+  // --- htmx: add times to every POST, track requests, restore the cursor --------------
+  document.body.addEventListener("htmx:configRequest", (event) => {
+    if (!event.detail.elt.closest("#task")) return;
+    Object.assign(event.detail.parameters, timeFields());
+    inFlight += 1;
+    const form = event.detail.elt.closest("form");
+    const submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
+    if (form && form.classList.contains("rate")) {
+      pendingMove = { index: Number(form.elements.index.value), rating: submitter ? submitter.value : null };
+    }
+  });
+  document.body.addEventListener("htmx:afterRequest", (event) => {
+    const elt = event.detail.elt;
+    if (!elt || !elt.closest || !elt.closest("#task")) return;
+    inFlight = Math.max(0, inFlight - 1);
+    if (event.detail.successful) dirty.clear();
+    else if (event.detail.xhr && event.detail.xhr.status >= 400) showError(event.detail.xhr.responseText);
+    if (inFlight === 0) setTimeout(drain, 0);
+  });
+  document.body.addEventListener("htmx:afterSettle", (event) => {
+    if (event.detail.target && event.detail.target.id === "task") afterSwap();
+  });
+
+  function afterSwap() {
+    const t = task();
+    if (!t) return;
+    if (pendingMove) {
+      const next = t.dataset.next;
+      const stop = t.dataset.stop === "1";
+      if (!(pendingMove.rating === "-1" && stop) && next !== "") cursor = Number(next);
+      else cursor = pendingMove.index;
+      pendingMove = null;
+    }
+    if (cursor === null || !step(cursor) || step(cursor).classList.contains("locked") || step(cursor).classList.contains("after_error")) {
+      cursor = defaultCursor();
+    }
+    renderMath(t);
+    showCursor(true);
+  }
+
+  function defaultCursor() {
+    const t = task();
+    if (!t) return null;
+    if (t.dataset.next !== "") return Number(t.dataset.next);
+    const rated = t.querySelectorAll(".step.rated");
+    return rated.length ? Number(rated[rated.length - 1].dataset.index) : null;
+  }
+
+  function showCursor(focus) {
+    document.querySelectorAll(".step.cursor").forEach((li) => li.classList.remove("cursor"));
+    const li = cursor === null ? null : step(cursor);
+    if (!li) return;
+    li.classList.add("cursor");
+    li.setAttribute("aria-current", "step");
+    const typing = document.activeElement && document.activeElement.matches("textarea, input[type=text]");
+    if (focus && !typing && !document.getElementById("keys").open) {
+      li.focus({ preventScroll: true });
+      li.scrollIntoView({ block: "nearest" });
+    }
+  }
+
+  function renderMath(root) {
+    if (!root || typeof window.renderMathInElement !== "function") return;
+    window.renderMathInElement(root, {
+      delimiters: [
+        { left: "$$", right: "$$", display: true }, { left: "\\[", right: "\\]", display: true },
+        { left: "$", right: "$", display: false }, { left: "\\(", right: "\\)", display: false },
+      ],
+      throwOnError: false,
+    });
+  }
+
+  function showError(message) {
+    const banner = document.getElementById("task-error");
+    if (!banner) return;
+    banner.textContent = message || "That did not work.";
+    banner.hidden = false;
+    setTimeout(() => { banner.hidden = true; }, 6000);
+  }
+
+  // --- keys ----------------------------------------------------------------------------
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target;
+    if (target.matches && target.matches("textarea, input, select, [contenteditable]")) return;
+    const dialog = document.getElementById("keys");
+    if (dialog && dialog.open) return;
+    if (event.key === "Enter" && target.matches && target.matches("button, a, summary")) return; // native activation
+    const action = KEYS[event.key];
+    if (!action || !task()) return;
+    event.preventDefault();
+    waiting.push(action);
+    if (inFlight === 0) drain();
+  });
+
+  function drain() {
+    while (waiting.length && inFlight === 0) run(waiting.shift());
+  }
+
+  function run([kind, arg]) {
+    const t = task();
+    if (kind === "help") return openHelp();
+    if (kind === "move") return move(arg);
+    if (kind === "submit") {
+      const button = document.querySelector("#submit-form button[type=submit]");
+      if (button && !button.disabled) button.click();
+      else showError("Rate the steps first (or use Give up).");
+      return;
+    }
+    const li = cursor === null ? null : step(cursor);
+    if (!li) return;
+    if (kind === "rate") {
+      const button = li.querySelector('.rate button[value="' + arg + '"]');
+      if (button && !button.disabled) button.click();
+    } else if (kind === "flag") {
+      const button = li.querySelector(".flag button");
+      if (button && !button.disabled) button.click();
+    } else if (kind === "undo") {
+      const rated = t.querySelectorAll(".step.rated");
+      if (!rated.length) return;
+      const last = rated[rated.length - 1];
+      cursor = Number(last.dataset.index);
+      htmx.ajax("POST", t.dataset.undo, {
+        source: last.querySelector(".rate"), target: "#task", swap: "outerHTML",
+        values: { index: last.dataset.index },
+      });
+    }
+  }
+
+  function move(delta) {
+    const open = [...document.querySelectorAll(".step")].filter((li) =>
+      li.classList.contains("rated") || li.classList.contains("current"));
+    if (!open.length) return;
+    const at = open.findIndex((li) => Number(li.dataset.index) === cursor);
+    const next = open[Math.min(open.length - 1, Math.max(0, (at < 0 ? 0 : at) + delta))];
+    tick();
+    cursor = Number(next.dataset.index);
+    showCursor(true);
+  }
+
+  function openHelp() {
+    const dialog = document.getElementById("keys");
+    if (dialog && !dialog.open) dialog.showModal();
+  }
+  document.addEventListener("click", (event) => {
+    if (event.target.closest("[data-show-keys]")) openHelp();
+    const li = event.target.closest(".step.rated, .step.current");
+    if (li) { cursor = Number(li.dataset.index); showCursor(false); }
+  });
+  document.getElementById("keys")?.addEventListener("close", () => showCursor(true));
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,246 @@
+"""The pages: who may see what, htmx answers, 409 after submit, escaping and CSRF."""
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from annotate import labeling, queueing
+from annotate.models import Annotation, QueueItem, RatingOverride, Solution
+from tests.factories import ProblemFactory, SolutionFactory, user_with_role
+
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def client_for(user, **kwargs):
+    client = Client(**kwargs)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def pool():
+    solutions = [SolutionFactory(steps=["Let $x = 2$.", "So 2x = 4.", "# Answer\n\n4"]) for _ in range(3)]
+    queueing.ensure_default_queue()
+    return solutions
+
+
+@pytest.fixture
+def task(annotator, pool):
+    return queueing.claim_next(annotator=annotator)
+
+
+ANNOTATOR_PAGES = ["home", "label-start"]
+REVIEWER_PAGES = ["review-list", "quality"]
+
+
+@pytest.mark.parametrize("name", ANNOTATOR_PAGES + REVIEWER_PAGES)
+def test_every_page_needs_a_login(client, name):
+    response = client.get(reverse(name))
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+@pytest.mark.parametrize("name,role,status", [
+    ("label-start", "annotator", 200), ("review-list", "annotator", 403), ("quality", "annotator", 403),
+    ("label-start", "reviewer", 200), ("review-list", "reviewer", 200), ("quality", "reviewer", 200),
+    ("label-start", "admin", 200), ("review-list", "admin", 200), ("quality", "admin", 200),
+])
+def test_permission_matrix_of_the_pages(name, role, status):
+    user = user_with_role(f"{role}-user", role)
+    assert client_for(user).get(reverse(name)).status_code == status
+
+
+def test_a_user_without_a_role_cannot_label(django_user_model, pool):
+    nobody = django_user_model.objects.create_user("nobody", password="x")
+    client = client_for(nobody)
+    assert "no role yet" in client.get(reverse("home")).content.decode()
+    assert client.post(reverse("label-next")).status_code == 403
+    assert not Annotation.objects.exists()
+
+
+def test_there_is_no_sign_up_page(client):
+    assert client.get("/accounts/signup/").status_code == 404
+    assert client.get("/signup/").status_code == 404
+
+
+def test_start_labeling_leases_an_item_and_shows_the_steps_blind(annotator, pool):
+    client = client_for(annotator)
+    response = client.post(reverse("label-next"))
+    task = Annotation.objects.get(annotator=annotator)
+    assert response["Location"] == reverse("label-task", args=[task.pk])
+    page = client.get(response["Location"]).content.decode()
+    assert "Let $x = 2$." in page and 'id="step-2"' in page
+    assert "PRM" not in page and "default order" not in page  # No scores or selection reasons.
+    assert "katex.min.js" in page and "cdn" not in page.lower()
+
+
+def test_coming_back_resumes_the_same_task(annotator, task):
+    client = client_for(annotator)
+    assert client.post(reverse("label-next"))["Location"] == reverse("label-task", args=[task.pk])
+    assert client.get(reverse("label-start"))["Location"] == reverse("label-task", args=[task.pk])
+
+
+def test_rating_with_htmx_answers_with_the_task_partial(annotator, task):
+    client = client_for(annotator)
+    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1, "total_ms": 900, "step_ms": "0:800"}, **HTMX)
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert body.lstrip().startswith('<section id="task"') and "<html" not in body
+    assert 'data-next="1"' in body
+    task.refresh_from_db()
+    assert task.total_time_ms == 900
+
+
+def test_plain_form_posts_work_without_javascript(annotator, task):
+    client = client_for(annotator)
+    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1})
+    assert response.status_code == 302 and response["Location"] == reverse("label-task", args=[task.pk])
+    response = client.post(reverse("label-submit", args=[task.pk]))
+    assert response["Location"] == reverse("label-start")
+    assert Annotation.objects.get(pk=task.pk).finish_reason == "found_error"
+
+
+def test_submit_with_htmx_redirects_the_page_to_the_next_task(annotator, task):
+    client = client_for(annotator)
+    client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX)
+    response = client.post(reverse("label-submit", args=[task.pk]), **HTMX)
+    assert response["HX-Redirect"] == reverse("label-start")
+
+
+def test_a_repeated_post_changes_nothing_and_a_post_after_submit_gets_409(annotator, task):
+    client = client_for(annotator)
+    for _ in range(2):
+        assert client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX).status_code == 200
+    assert [s.rating for s in labeling.task_view(task).steps] == [-1, None, None]
+    assert client.post(reverse("label-submit", args=[task.pk]), **HTMX).status_code == 200
+    for name, data in [("label-rate", {"index": 0, "rating": 1}), ("label-submit", {}), ("label-flag", {"index": 0, "flagged": "1"})]:
+        assert client.post(reverse(name, args=[task.pk]), data, **HTMX).status_code == 409
+        assert client.post(reverse(name, args=[task.pk]), data).status_code == 409
+    assert [s.rating for s in labeling.task_view(task).steps] == [-1]
+
+
+def test_bad_input_gets_400_naming_the_field(annotator, task):
+    client = client_for(annotator)
+    response = client.post(reverse("label-rate", args=[task.pk]), {"index": "x", "rating": 1}, **HTMX)
+    assert response.status_code == 400 and "index" in response.content.decode()
+    response = client.post(reverse("label-submit", args=[task.pk]), {"finish_reason": "give_up"}, **HTMX)
+    assert response.status_code == 400 and "note" in response.content.decode()
+
+
+def test_give_up_needs_a_reason_and_then_submits(annotator, task):
+    client = client_for(annotator)
+    client.post(reverse("label-submit", args=[task.pk]), {"finish_reason": "give_up", "note": "too long", "then": "home"})
+    task.refresh_from_db()
+    assert (task.status, task.finish_reason, task.finish_note) == ("submitted", "give_up", "too long")
+
+
+def test_heartbeat_keeps_the_lease_and_records_time(annotator, task):
+    client = client_for(annotator)
+    before = QueueItem.objects.get(pk=task.queue_item_id).lease_expires_at
+    assert client.post(reverse("label-heartbeat", args=[task.pk]), {"total_ms": 5000, "step_ms": "0:5000"}).status_code == 204
+    assert QueueItem.objects.get(pk=task.queue_item_id).lease_expires_at >= before
+    task.refresh_from_db()
+    assert task.total_time_ms == 5000
+
+
+def test_no_task_is_reachable_by_id_across_annotators(annotator, task):
+    other = user_with_role("other", "annotator")
+    client = client_for(other)
+    assert client.get(reverse("label-task", args=[task.pk])).status_code == 404
+    for name in ("label-rate", "label-flag", "label-undo", "label-submit", "label-heartbeat", "label-complete"):
+        assert client.post(reverse(name, args=[task.pk]), {"index": 0, "rating": 1}, **HTMX).status_code == 404
+    assert labeling.task_view(task).steps[0].rating is None
+
+
+def test_annotators_cannot_review_or_override(annotator, task):
+    labeling.rate(annotation=task, index=0, rating=-1)
+    labeling.submit(annotation=task)
+    client = client_for(annotator)
+    assert client.get(reverse("review-detail", args=[task.pk])).status_code == 403
+    assert client.post(reverse("review-override", args=[task.pk]), {"index": 0, "rating": 1}).status_code == 403
+    assert client.post(reverse("review-make-gold", args=[task.pk])).status_code == 403
+    assert not RatingOverride.objects.exists()
+
+
+def test_htmx_posts_without_the_csrf_token_are_refused(annotator, task):
+    client = client_for(annotator, enforce_csrf_checks=True)
+    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1}, **HTMX)
+    assert response.status_code == 403
+    assert labeling.task_view(task).steps[0].rating is None
+    page = client.get(reverse("label-task", args=[task.pk]))
+    token = page.cookies["csrftoken"].value
+    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1}, HTTP_X_CSRFTOKEN=token, **HTMX)
+    assert response.status_code == 200
+    assert 'hx-headers=\'{"X-CSRFToken": "' in page.content.decode()
+
+
+def test_imported_script_tags_are_escaped_everywhere(annotator, reviewer):
+    problem = ProblemFactory(statement="<script>alert('p')</script> What is $1+1$?", ground_truth_answer="<b>2</b>")
+    solution = SolutionFactory(problem=problem, steps=["<script>alert('s')</script>", "<img src=x onerror=alert(1)>"])
+    queueing.ensure_default_queue()
+    task = queueing.claim_next(annotator=annotator)
+    assert task.solution == solution
+    page = client_for(annotator).get(reverse("label-task", args=[task.pk])).content.decode()
+    assert "<script>alert" not in page and "<img src=x" not in page and "<b>2</b>" not in page
+    assert "&lt;script&gt;alert(&#x27;s&#x27;)&lt;/script&gt;" in page
+    labeling.rate(annotation=task, index=0, rating=-1)
+    labeling.submit(annotation=task)
+    for url in (reverse("review-list"), reverse("review-detail", args=[task.pk])):
+        body = client_for(reviewer).get(url).content.decode()
+        assert "<script>alert" not in body and "<img src=x" not in body
+
+
+def test_calculator_annotations_are_hidden_on_the_page(annotator):
+    SolutionFactory(steps=["She has 48/2 = <<48/2=24>>24 clips."])
+    queueing.ensure_default_queue()
+    task = queueing.claim_next(annotator=annotator)
+    page = client_for(annotator).get(reverse("label-task", args=[task.pk])).content.decode()
+    assert "48/2 = 24 clips." in page and "&lt;&lt;48/2=24&gt;&gt;" not in page
+
+
+def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, reviewer, pool):
+    from scoring.models import ModelVersion, SolutionScore, StepScore
+
+    second = user_with_role("second", "annotator")
+    QueueItem.objects.all().delete()
+    from annotate.models import LabelingConfig
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"overlap_k": 2})
+    queueing.ensure_default_queue()
+    mine, theirs = queueing.claim_next(annotator=annotator), queueing.claim_next(annotator=second)
+    assert mine.solution_id == theirs.solution_id
+    for task, ratings in ((mine, [1, 1, 1]), (theirs, [1, -1])):
+        for index, rating in enumerate(ratings):
+            labeling.rate(annotation=task, index=index, rating=rating)
+        labeling.submit(annotation=task)
+    version = ModelVersion.objects.create(name="prm-v1", path="x", weights_sha256="0" * 64, is_current=True)
+    SolutionScore.objects.create(solution=mine.solution, model_version=version, product=0.2, min=0.1, last=0.3, mean=0.5)
+    for step in mine.solution.steps.all():
+        StepScore.objects.create(step=step, model_version=version, p=0.125 + step.index)
+    client = client_for(reviewer)
+    listed = client.get(reverse("review-list"), {"annotator": annotator.pk, "disagreement": "1"}).content.decode()
+    assert reverse("review-detail", args=[mine.pk]) in listed
+    detail = client.get(reverse("review-detail", args=[mine.pk])).content.decode()
+    assert "prm-v1" in detail and "0.125" in detail
+    client.post(reverse("review-override", args=[mine.pk]), {"index": 1, "rating": -1, "note": "step 2 is wrong"})
+    override = RatingOverride.objects.get()
+    assert (override.previous_rating, override.new_rating, override.reviewer) == (1, -1, reviewer)
+    assert labeling.task_view(mine).steps[1].rating == -1
+    assert "step 2 is wrong" in client.get(reverse("review-detail", args=[mine.pk])).content.decode()
+    # Now both agree, so the disagreement filter drops it.
+    listed = client.get(reverse("review-list"), {"disagreement": "1"}).content.decode()
+    assert reverse("review-detail", args=[mine.pk]) not in listed
+
+
+def test_admin_makes_a_solution_gold_from_a_label(admin_user, annotator, task):
+    labeling.rate(annotation=task, index=0, rating=-1)
+    labeling.submit(annotation=task)
+    client_for(admin_user).post(reverse("review-make-gold", args=[task.pk]))
+    solution = Solution.objects.get(pk=task.solution_id)
+    assert solution.is_gold
+    assert [s.gold_rating for s in solution.steps.order_by("index")] == [-1, None, None]
+
+
+def test_home_shows_progress_and_median_time(annotator, task):
+    labeling.rate(annotation=task, index=0, rating=-1, times=labeling.ActiveTime(total_ms=42_000))
+    labeling.submit(annotation=task)
+    page = client_for(annotator).get(reverse("home")).content.decode()
+    assert "42 s" in page and "Start labeling" in page
