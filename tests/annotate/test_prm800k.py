@@ -8,7 +8,9 @@ import pytest
 from annotate import importing, prm800k
 from annotate.models import Annotation, Completion, FinishReason, Generation, QueueItem, Solution, StepLabel
 from annotate.prm800k import LineError, line_for_annotation, parse_line
-from tests.factories import SolutionFactory, UserFactory
+from tests.factories import SolutionFactory
+
+pytestmark = pytest.mark.embedded
 
 STEPS = [
     "Let the number of students be $n$.",
@@ -93,7 +95,6 @@ def rebuilt() -> list[dict]:
     return [line_for_annotation(a) for a in annotations]
 
 
-@pytest.mark.embedded
 @pytest.mark.django_db
 def test_phase1_and_phase2_lines_are_imported_with_labels_and_rebuilt_exactly(tmp_path):
     summary = importing.import_pool(path=write_lines(tmp_path, [PHASE1, PHASE2]), format="prm800k")
@@ -101,7 +102,6 @@ def test_phase1_and_phase2_lines_are_imported_with_labels_and_rebuilt_exactly(tm
     assert rebuilt() == [PHASE1, PHASE2]
 
 
-@pytest.mark.embedded
 @pytest.mark.django_db
 def test_phase2_line_maps_onto_the_pool_and_its_labels(tmp_path):
     importing.import_pool(path=write_lines(tmp_path, [PHASE2]), format="auto")
@@ -121,7 +121,6 @@ def test_phase2_line_maps_onto_the_pool_and_its_labels(tmp_path):
     assert StepLabel.objects.get(index=2).chosen_completion is None
 
 
-@pytest.mark.embedded
 @pytest.mark.django_db
 def test_phase1_solution_follows_chosen_then_human_completions(tmp_path):
     importing.import_pool(path=write_lines(tmp_path, [PHASE1]), format="prm800k")
@@ -136,7 +135,6 @@ def test_phase1_solution_follows_chosen_then_human_completions(tmp_path):
     assert Completion.objects.filter(step_label__index=0).count() == 3
 
 
-@pytest.mark.embedded
 @pytest.mark.django_db
 def test_absent_keys_unknown_keys_and_odd_timestamps_survive_the_round_trip(tmp_path):
     line = copy.deepcopy(PHASE1)
@@ -154,7 +152,6 @@ def test_absent_keys_unknown_keys_and_odd_timestamps_survive_the_round_trip(tmp_
     assert json.dumps(rebuilt()[0]) == json.dumps(line)  # same key order too
 
 
-@pytest.mark.embedded
 @pytest.mark.django_db
 def test_lines_sharing_a_problem_keep_their_own_question_fields(tmp_path):
     other = copy.deepcopy(PHASE2)
@@ -168,7 +165,6 @@ def test_lines_sharing_a_problem_keep_their_own_question_fields(tmp_path):
     assert rebuilt() == [PHASE2, other]
 
 
-@pytest.mark.embedded
 @pytest.mark.django_db
 def test_reimporting_labels_creates_nothing_and_reports_duplicates(tmp_path):
     path = write_lines(tmp_path, [PHASE1, PHASE2, PHASE2])
