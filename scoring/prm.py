@@ -335,6 +335,11 @@ class LoadedPRM:
                 results[index] = rows.float().cpu().clone()
         return results
 
+    def forward_only(self, encoded: Sequence[Encoded]) -> None:
+        """The bare model forward on the same batches as scoring, without the read-out (benchmarks)."""
+        for _ in self._forward_batches(encoded, layer=self._head_layer()):
+            pass
+
     def count_tokens(self, encoded: Sequence[Encoded]) -> int:
         return sum(len(e.ids) for e in encoded)
 

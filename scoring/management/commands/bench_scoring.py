@@ -1,0 +1,140 @@
+"""`manage.py bench_scoring [--json] [--model tiny|default|NAME]`: scoring throughput, side by side.
+
+On one pool of 8-step solutions, in one run, it measures tokens per second of
+  bare        the model forward alone on the batches scoring builds,
+  e2e         rescoring: database read -> tokenize -> forward -> database write,
+  per_prefix  the slow loop of one forward per step prefix,
+(tokens = the tokens of the scored solutions, the same count for all three), and the time to
+rescore a pool of --pool-size solutions with the tiny test model. Everything it writes is
+rolled back at the end.
+"""
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from annotate.models import Problem, Solution, Step
+from annotate.models.pool import content_hash
+from scoring import registry, scoring
+from scoring.models import ModelVersion
+
+STEPS = 8
+
+
+class Rollback(Exception):
+    """Raised to undo everything the benchmark wrote."""
+
+
+def make_pool(tag: str, n: int) -> list[int]:
+    problems = Problem.objects.bulk_create(
+        Problem(statement=f"Bench {tag} problem {i}: what is {i} * 7 + 3?", content_hash=content_hash("bench", tag, "p", i))
+        for i in range(n)
+    )
+    solutions = Solution.objects.bulk_create(
+        Solution(problem=p, is_correct=i % 2 == 0, content_hash=content_hash("bench", tag, "s", i))
+        for i, p in enumerate(problems)
+    )
+    Step.objects.bulk_create(
+        (Step(solution=s, index=k, text=f"Step {k + 1}: we compute {k} * 7 = {7 * k}, then add {k + 3} to get {8 * k + 3}.")
+         for s in solutions for k in range(STEPS)),
+        batch_size=5000,
+    )
+    return [s.pk for s in solutions]
+
+
+def chunks(ids: list[int], size: int):
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+class Command(BaseCommand):
+    help = "Measure bare, end-to-end and per-prefix scoring throughput (tokens/s) on 8-step solutions."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument("--model", default="tiny", help="tiny (built in-process), default (SmolLM2) or a version name")
+        parser.add_argument("--solutions", type=int, default=0, help="pool size for the three rates (default by model)")
+        parser.add_argument("--pool-size", type=int, default=10000, help="solutions for the tiny-model rescore timing (0: skip)")
+
+    def handle(self, *args, **options):
+        results: dict = {}
+        try:
+            with transaction.atomic():
+                results.update(self.rates(options))
+                if options["pool_size"]:
+                    results.update(self.tiny_pool_time(options["pool_size"]))
+                raise Rollback
+        except Rollback:
+            pass
+        finally:
+            registry.forget_loaded()
+        if options["json"]:
+            self.stdout.write(json.dumps(results, indent=2))
+        else:
+            for key, value in results.items():
+                self.stdout.write(f"{key:32} {value}")
+
+    def version(self, name: str, workdir: Path) -> ModelVersion:
+        if name == "tiny":
+            return self.tiny_version(workdir, "bench-tiny")
+        if name == "default":
+            from scoring import default_model
+
+            return default_model.ensure_default_model(make_current=False)
+        try:
+            return ModelVersion.objects.get(name=name)
+        except ModelVersion.DoesNotExist:
+            raise CommandError(f"--model {name!r}: no such model version") from None
+
+    def tiny_version(self, workdir: Path, name: str, **config) -> ModelVersion:
+        from tests.scoring.tiny_model import build_tiny_prm
+
+        folder = build_tiny_prm(workdir / name, kind="head", **config)
+        return registry.register_model_version(name=f"{name}-{time.time_ns()}", path=folder)
+
+    def rates(self, options) -> dict:
+        with tempfile.TemporaryDirectory() as workdir:
+            version = self.version(options["model"], Path(workdir))
+            n = options["solutions"] or (64 if options["model"] == "default" else 512)
+            ids = make_pool("rates", n)
+            model = registry.load(version)
+            _, _, items = scoring.read_items(ids)
+            encoded = model.encode_many(items)
+            tokens = model.count_tokens(encoded)
+            model.forward_only(encoded[:8])  # warm-up: first calls pay one-off costs
+            bare = self.timed(lambda: model.forward_only(encoded))
+            e2e = self.timed(lambda: [scoring.score_solutions(model_version=version, solution_ids=c, prm=model)
+                                      for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)])
+            bare = min(bare, self.timed(lambda: model.forward_only(encoded)))
+            subset = max(1, n // 8)
+            sub_tokens = model.count_tokens(encoded[:subset])
+            per_prefix = self.timed(lambda: model.score_per_prefix(items[:subset]))
+        return {
+            "model": version.name, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
+            "solutions": n, "steps_per_solution": STEPS, "tokens": tokens,
+            "bare_tokens_per_s": round(tokens / bare, 1),
+            "e2e_tokens_per_s": round(tokens / e2e, 1),
+            "per_prefix_tokens_per_s": round(sub_tokens / per_prefix, 1),
+            "e2e_over_bare": round(bare / e2e, 3),
+            "one_pass_over_per_prefix": round((tokens / bare) / (sub_tokens / per_prefix), 2),
+        }
+
+    def tiny_pool_time(self, size: int) -> dict:
+        with tempfile.TemporaryDirectory() as workdir:
+            version = self.tiny_version(Path(workdir), "bench-pool")
+            ids = make_pool("pool", size)
+            model = registry.load(version)
+            model.forward_only(model.encode_many(scoring.read_items(ids[:8])[2]))
+            seconds = self.timed(lambda: [scoring.score_solutions(model_version=version, solution_ids=c, prm=model)
+                                          for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)])
+        return {"tiny_pool_solutions": size, "tiny_pool_rescore_s": round(seconds, 2)}
+
+    @staticmethod
+    def timed(run) -> float:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start

@@ -1,0 +1,57 @@
+"""`manage.py rescore [--model NAME] [--wait] [--resume]`: score the pool with a model version."""
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from annotate.models.jobs import JobState
+from scoring import registry, scoring
+from scoring.models import ModelVersion, RescoreJob
+
+
+class Command(BaseCommand):
+    help = "Queue a rescore of the pool on the ml workers (incremental: scored solutions are skipped)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--model", help="model version name (default: the current one)")
+        parser.add_argument("--wait", action="store_true", help="wait for the job and print progress")
+        parser.add_argument("--resume", action="store_true", help="re-dispatch missing chunks of unfinished jobs")
+        parser.add_argument("--no-queue", action="store_true", help="score only; do not rebuild the queue")
+
+    def handle(self, *args, model=None, wait=False, resume=False, no_queue=False, **options):
+        from scoring.tasks import resume_rescores_task
+
+        if resume:
+            resume_rescores_task.delay()
+            self.stdout.write("Re-dispatching missing chunks of unfinished rescore jobs.")
+            return
+        version = self.version(model)
+        try:
+            job = scoring.start_rescore(model_version=version, rebuild_queue=not no_queue)
+        except registry.ModelIntegrityError as error:
+            raise CommandError(str(error)) from None
+        self.stdout.write(f"Rescore job {job.pk} queued for model {version.name}.")
+        if wait:
+            self.wait(job)
+
+    def version(self, name: str | None) -> ModelVersion:
+        if name is None:
+            version = registry.current_model_version()
+            if version is None:
+                raise CommandError("no current model version: run `manage.py init_default_model` or pass --model")
+            return version
+        try:
+            return ModelVersion.objects.get(name=name)
+        except ModelVersion.DoesNotExist:
+            known = ", ".join(ModelVersion.objects.values_list("name", flat=True)) or "none"
+            raise CommandError(f"--model {name!r}: no such model version (known: {known})") from None
+
+    def wait(self, job: RescoreJob) -> None:
+        while True:
+            job.refresh_from_db()
+            self.stdout.write(f"  {job.state}: {job.done}/{job.total} solutions, {job.chunks_done}/{job.chunks_total} chunks")
+            if job.state in (JobState.SUCCEEDED, JobState.FAILED):
+                break
+            time.sleep(2)
+        if job.state == JobState.FAILED:
+            raise CommandError(f"rescore job {job.pk} failed: {job.error}")
+        self.stdout.write(self.style.SUCCESS(f"Done; queue generation {job.generation}."))
