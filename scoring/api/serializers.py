@@ -51,22 +51,29 @@ class StepScoreSerializer(serializers.ModelSerializer):
         fields = ["solution", "index", "model_version", "p", "mean", "sigma"]
 
 
+def not_blank(value: str) -> None:
+    if not value.strip():
+        raise serializers.ValidationError("Must contain more than whitespace.")
+
+
+def text(**kwargs) -> serializers.CharField:
+    # Whitespace is kept (the model sees the text as sent) but a blank text is refused.
+    return serializers.CharField(max_length=MAX_TEXT, trim_whitespace=False, validators=[not_blank], **kwargs)
+
+
 def step_texts(*, required: bool = True) -> serializers.ListField:
-    return serializers.ListField(
-        required=required,
-        child=serializers.CharField(max_length=MAX_TEXT, trim_whitespace=False), min_length=1, max_length=MAX_STEPS
-    )
+    return serializers.ListField(required=required, child=text(), min_length=1, max_length=MAX_STEPS)
 
 
 class ScoreItemSerializer(serializers.Serializer):
-    problem = serializers.CharField(max_length=MAX_TEXT, trim_whitespace=False)
+    problem = text()
     steps = step_texts()
 
 
 class ScoreRequestSerializer(serializers.Serializer):
     """Either one solution (`problem`, `steps`) or a batch (`items`), and optionally a model name."""
 
-    problem = serializers.CharField(max_length=MAX_TEXT, trim_whitespace=False, required=False)
+    problem = text(required=False)
     steps = step_texts(required=False)
     items = ScoreItemSerializer(many=True, required=False, min_length=1, max_length=MAX_ITEMS)
     model = serializers.CharField(max_length=200, required=False, help_text="A model version name; default the current one")

@@ -104,9 +104,13 @@ class ScoreView(APIView):
             return Response({"detail": "No current model version; name one in `model`."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
         # Imported here: the web process loads torch only when this endpoint is used.
+        from scoring.registry import ModelIntegrityError
         from scoring.scoring import score_texts
 
-        scored = score_texts(items=body.pairs(), model_version=model_version)
+        try:
+            scored = score_texts(items=body.pairs(), model_version=model_version)
+        except ModelIntegrityError as error:
+            return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         results = [[_step(p) for p in steps] for steps in scored]
         if "items" in body.validated_data:
             return Response({"model": model_version.name, "items": [{"steps": steps} for steps in results]})
