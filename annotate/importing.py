@@ -29,12 +29,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from . import prm800k
 from .answers import SplitMode, extract_answer, split_steps
 from .grading import grade
-from .models import Annotation, Completion, Problem, Solution, Step, StepLabel
+from .models import Annotation, Completion, ImportJob, JobState, Problem, Solution, Step, StepLabel
 from .prm800k import LineError
 
 FORMATS = ("auto", "prm800k", "gsm8k", "math", "generic")
@@ -518,6 +520,70 @@ def _write_step_labels(new: list[tuple[Record, Annotation]]) -> None:
         for step_label, step in step_labels
         for j, c in enumerate(step.completions)
     )
+
+
+# --- background jobs (the admin upload page) ----------------------------------------------
+
+
+def save_upload(*, chunks: Iterable[bytes], original_name: str) -> Path:
+    """Store an uploaded file under UPLOADS_DIR/imports with a name nobody else has."""
+    folder = Path(settings.UPLOADS_DIR) / "imports"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(original_name).stem)[:60] or "upload"
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f"{stem}-", suffix=".jsonl")
+    with os.fdopen(fd, "wb") as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+    return Path(name)
+
+
+def create_import_job(
+    *, path: Path, original_name: str = "", format: str = "auto", source: str = "", atomic: bool = False, user=None
+) -> ImportJob:
+    """An ImportJob row for a saved file, queued for a worker once the transaction commits."""
+    from annotate.tasks import import_pool_task
+
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    job = ImportJob.objects.create(
+        path=str(path), original_name=original_name[:300], format=format, source=source, atomic=atomic,
+        report_path=str(path.with_name(path.stem + "-report.jsonl")), created_by=user,
+    )
+    import_pool_task.delay_on_commit(job.pk)
+    return job
+
+
+def run_import_job(*, job_id: int) -> ImportJob:
+    """Run one ImportJob with its progress in the row.
+
+    Idempotent: a finished job is left alone, and a redelivered one imports the file again,
+    which finds what the first attempt wrote and creates nothing twice.
+    """
+    job = ImportJob.objects.get(pk=job_id)
+    if job.state in (JobState.SUCCEEDED, JobState.FAILED):
+        return job
+    rows = ImportJob.objects.filter(pk=job.pk)
+    rows.update(state=JobState.RUNNING, done=0, error="")
+
+    def progress(done: int, total: int, summary: ImportSummary) -> None:
+        # Atomic imports run in one transaction: these updates show only at its end.
+        rows.update(done=done, total=total, created=summary.created, duplicates=summary.duplicates,
+                    errors=summary.errors)
+
+    try:
+        summary = import_pool(path=job.path, format=job.format, source=job.source or None, atomic=job.atomic,
+                              report_path=job.report_path, progress=progress)
+    except Exception as error:
+        rows.update(state=JobState.FAILED, error=f"{type(error).__name__}: {error}", finished_at=timezone.now())
+        raise
+    rows.update(
+        state=JobState.FAILED if summary.rolled_back else JobState.SUCCEEDED,
+        error=summary.describe() if summary.rolled_back else "",
+        format=summary.format, total=summary.lines, done=summary.lines, created=summary.created,
+        duplicates=summary.duplicates, errors=summary.errors, finished_at=timezone.now(),
+    )
+    job.refresh_from_db()
+    return job
 
 
 # --- the report --------------------------------------------------------------------------

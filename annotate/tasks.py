@@ -14,3 +14,11 @@ def export_task(export_job_id: int) -> int:
     from annotate import exporting
 
     return exporting.run_export_job(job_id=export_job_id).lines
+
+
+@shared_task(name="annotate.import_pool_task", acks_late=True)
+def import_pool_task(import_job_id: int) -> int:
+    """Import one ImportJob's file; idempotent (content hashes: a rerun creates nothing twice)."""
+    from annotate import importing
+
+    return importing.run_import_job(job_id=import_job_id).created

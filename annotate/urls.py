@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import export_views, views
+from . import export_views, pool_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -19,6 +19,10 @@ urlpatterns = [
     path("review/<int:pk>/make-gold", views.review_make_gold, name="review-make-gold"),
     path("quality/", views.quality_report, name="quality"),
     path("quality/<int:user_id>/reset-screening", views.quality_reset_screening, name="quality-reset-screening"),
+    path("imports/", pool_views.import_upload, name="import_upload"),
+    path("imports/<int:job_id>/", pool_views.import_detail, name="import_detail"),
+    path("imports/<int:job_id>/progress", pool_views.import_progress, name="import_progress"),
+    path("imports/<int:job_id>/report", pool_views.import_report, name="import_report"),
     path("exports/", export_views.export_list, name="export-list"),
     path("exports/<int:job_id>/", export_views.export_detail, name="export-detail"),
     path("exports/<int:job_id>/download", export_views.export_download, name="export-download"),

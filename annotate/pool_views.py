@@ -1,0 +1,85 @@
+"""Admin pages to bring data in: upload a JSONL file, watch its import job, fetch the report."""
+from pathlib import Path
+
+from django import forms
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.vary import vary_on_headers
+
+from annotate import importing
+from annotate.export_views import admin_only
+from annotate.models import ImportJob, JobState
+
+FORMAT_CHOICES = [
+    ("auto", "auto: detected from the first line"),
+    ("prm800k", "prm800k: openai/prm800k lines, with their labels"),
+    ("gsm8k", 'gsm8k: {"question", "answer"} with "#### N"'),
+    ("math", 'math: {"problem", "solution"} with \\boxed{}'),
+    ("generic", 'generic: {"problem", "ground_truth_answer", "steps" | "solution", ...}'),
+]
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(help_text="JSON Lines: one object per line")
+    format = forms.ChoiceField(choices=FORMAT_CHOICES, initial="auto")
+    source = forms.CharField(required=False, max_length=100, help_text="Stored on problems and solutions")
+    atomic = forms.BooleanField(required=False, label="All or nothing", help_text="Import nothing if any line fails")
+
+
+@admin_only
+@require_http_methods(["GET", "POST"])
+def import_upload(request: HttpRequest) -> HttpResponse:
+    """The upload form and recent imports; a valid POST saves the file and starts a job."""
+    form = ImportForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        upload = form.cleaned_data["file"]
+        path = importing.save_upload(chunks=upload.chunks(), original_name=upload.name)
+        job = importing.create_import_job(
+            path=path, original_name=upload.name, format=form.cleaned_data["format"],
+            source=form.cleaned_data["source"], atomic=form.cleaned_data["atomic"], user=request.user,
+        )
+        return redirect("import_detail", job_id=job.pk)
+    jobs = ImportJob.objects.select_related("created_by").order_by("-id")[:20]
+    return render(request, "annotate/import_upload.html", {"form": form, "jobs": jobs})
+
+
+def _job_context(job: ImportJob) -> dict:
+    finished = job.state in (JobState.SUCCEEDED, JobState.FAILED)
+    return {"job": job, "finished": finished, "has_report": finished and _report_file(job) is not None}
+
+
+@admin_only
+@require_GET
+def import_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """One import: what was uploaded and the progress region, which polls while the job runs."""
+    job = get_object_or_404(ImportJob.objects.select_related("created_by"), pk=job_id)
+    return render(request, "annotate/import_detail.html", _job_context(job))
+
+
+@admin_only
+@require_GET
+@vary_on_headers("HX-Request")
+def import_progress(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The progress partial alone (htmx polls it every second); the whole page otherwise."""
+    job = get_object_or_404(ImportJob, pk=job_id)
+    if not request.htmx or request.htmx.history_restore_request:
+        return redirect("import_detail", job_id=job.pk)
+    return render(request, "annotate/import_detail.html#import-progress", _job_context(job))
+
+
+@admin_only
+@require_GET
+def import_report(request: HttpRequest, job_id: int) -> FileResponse:
+    """The finished job's report: one JSON line per input line."""
+    job = get_object_or_404(ImportJob, pk=job_id)
+    path = _report_file(job) if job.state in (JobState.SUCCEEDED, JobState.FAILED) else None
+    if path is None:
+        raise Http404("This import has no report yet.")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=f"import-{job.pk}-report.jsonl",
+                        content_type="application/jsonl")
+
+
+def _report_file(job: ImportJob) -> Path | None:
+    path = Path(job.report_path) if job.report_path else None
+    return path if path is not None and path.is_file() else None

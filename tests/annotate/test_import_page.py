@@ -1,0 +1,135 @@
+"""The admin upload page: staff only, a background job with a polled progress bar, the report."""
+import json
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from annotate.models import ImportJob, JobState, Solution
+from annotate.tasks import import_pool_task
+from tests.conftest import wait_for
+
+
+def jsonl(lines: list) -> bytes:
+    return "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines).encode()
+
+
+GSM8K_LINES = [
+    {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
+     "answer": "He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
+    {"question": "A box holds 6 eggs. How many eggs are in 5 boxes?",
+     "answer": "5 boxes hold 5 * 6 = <<5*6=30>>30 eggs.\n#### 30"},
+    "{not json",
+]
+
+
+def upload(client, content: bytes, **fields):
+    data = {"file": SimpleUploadedFile("gsm8k-sample.jsonl", content), "format": "auto", **fields}
+    return client.post(reverse("import_upload"), data)
+
+
+@pytest.mark.django_db
+def test_only_admins_see_the_upload_page(client, annotator):
+    url = reverse("import_upload")
+    assert client.get(url).status_code == 302  # anonymous: to the login page
+    client.force_login(annotator)
+    assert client.get(url).status_code == 403
+    assert upload(client, jsonl(GSM8K_LINES)).status_code == 403
+    assert not ImportJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_upload_saves_the_file_and_queues_an_import_job(client, admin_user, django_capture_on_commit_callbacks):
+    client.force_login(admin_user)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = upload(client, jsonl(GSM8K_LINES), source="upload-test")
+    job = ImportJob.objects.get()
+    assert response.status_code == 302 and response.url == reverse("import_detail", args=[job.pk])
+    assert len(callbacks) == 1  # the task is sent only after the job row is committed
+    assert (job.state, job.original_name, job.source, job.created_by) == (
+        JobState.PENDING, "gsm8k-sample.jsonl", "upload-test", admin_user)
+    saved = Path(job.path)
+    assert saved.parent == Path(settings.UPLOADS_DIR) / "imports"
+    assert saved.read_bytes() == jsonl(GSM8K_LINES)
+
+
+@pytest.mark.django_db
+def test_an_invalid_upload_shows_the_form_again(client, admin_user):
+    client.force_login(admin_user)
+    response = client.post(reverse("import_upload"), {"format": "yaml"})
+    assert response.status_code == 200
+    assert response.context["form"].errors.keys() == {"file", "format"}
+
+
+@pytest.mark.django_db
+def test_the_job_runs_the_import_and_the_page_shows_progress_and_the_report(client, admin_user):
+    client.force_login(admin_user)
+    upload(client, jsonl(GSM8K_LINES))
+    job = ImportJob.objects.get()
+
+    page = client.get(reverse("import_detail", args=[job.pk])).content.decode()
+    assert "<progress" in page and 'hx-trigger="every 1s"' in page  # still pending: polls
+    partial = client.get(reverse("import_progress", args=[job.pk]), HTTP_HX_REQUEST="true").content.decode()
+    assert partial.lstrip().startswith('<div id="import-progress"') and "<html" not in partial
+
+    assert import_pool_task(job.pk) == 2  # the task body, called as a plain function
+    job.refresh_from_db()
+    assert (job.state, job.format, job.total, job.done) == (JobState.SUCCEEDED, "gsm8k", 3, 3)
+    assert (job.created, job.duplicates, job.errors) == (2, 0, 1)
+    assert Solution.objects.filter(is_correct=True, is_reference=True).count() == 2
+
+    partial = client.get(reverse("import_progress", args=[job.pk]), HTTP_HX_REQUEST="true").content.decode()
+    assert "every 1s" not in partial  # finished: polling stops
+    assert "2 created · 0 duplicates · 1 errors" in partial
+    assert 'value="100"' in partial
+    report = client.get(reverse("import_report", args=[job.pk]))
+    lines = [json.loads(line) for line in b"".join(report.streaming_content).decode().splitlines()]
+    assert [line["status"] for line in lines] == ["created", "created", "error"]
+
+    # Running the task again (a redelivery) changes nothing.
+    import_pool_task(job.pk)
+    assert Solution.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_an_atomic_upload_with_a_bad_line_fails_and_imports_nothing(client, admin_user):
+    client.force_login(admin_user)
+    upload(client, jsonl(GSM8K_LINES), atomic="on")
+    job = ImportJob.objects.get()
+    import_pool_task(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "nothing imported" in job.error
+    assert not Solution.objects.exists()
+
+
+@pytest.mark.django_db
+def test_progress_without_htmx_goes_to_the_full_page(client, admin_user):
+    client.force_login(admin_user)
+    upload(client, jsonl(GSM8K_LINES[:1]))
+    job = ImportJob.objects.get()
+    response = client.get(reverse("import_progress", args=[job.pk]))
+    assert response.status_code == 302 and response.url == reverse("import_detail", args=[job.pk])
+    assert client.get(reverse("import_report", args=[job.pk])).status_code == 404  # not finished yet
+
+
+@pytest.mark.embedded
+def test_a_real_worker_runs_an_uploaded_import_to_the_end(client, admin_user, celery_worker_process):
+    client.force_login(admin_user)
+    lines = [{"problem": f"What is {n} * 3?", "ground_truth_answer": str(3 * n),
+              "steps": [f"{n} * 3 = {3 * n + n % 2}.", f"# Answer\n\n{3 * n + n % 2}"]} for n in range(40)]
+    response = upload(client, jsonl(lines))
+    job = ImportJob.objects.get()
+    assert response.status_code == 302
+
+    def finished():
+        job.refresh_from_db()
+        return job.state in (JobState.SUCCEEDED, JobState.FAILED)
+
+    wait_for(finished, timeout=90)
+    assert (job.state, job.created, job.errors) == (JobState.SUCCEEDED, 40, 0), job.error
+    assert Solution.objects.filter(is_correct=True).count() == 20
+    assert Solution.objects.filter(is_correct=False).count() == 20
+    page = client.get(reverse("import_detail", args=[job.pk])).content.decode()
+    assert "succeeded" in page and reverse("import_report", args=[job.pk]) in page
