@@ -1,0 +1,68 @@
+"""Admin for the model side, with a "rescore with this version" action."""
+from django.contrib import admin, messages
+
+from . import registry, scoring
+from .models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore, TrainingRun
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "status", "is_current", "parent", "created_at"]
+    list_filter = ["kind", "status", "is_current"]
+    search_fields = ["name", "path"]
+    readonly_fields = ["weights_sha256", "config", "created_at"]
+    actions = ["rescore_with_version", "make_current"]
+
+    @admin.action(description="Rescore the pool with this version")
+    def rescore_with_version(self, request, queryset):
+        for version in queryset:
+            try:
+                job = scoring.start_rescore(model_version=version, created_by=request.user)
+            except registry.ModelIntegrityError as error:
+                self.message_user(request, str(error), messages.ERROR)
+                continue
+            self.message_user(request, f"Rescore job {job.pk} queued for {version.name}.", messages.SUCCESS)
+
+    @admin.action(description="Make this the current version")
+    def make_current(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Choose exactly one version.", messages.ERROR)
+            return
+        registry.make_current_version(queryset.get())
+
+
+@admin.register(StepScore)
+class StepScoreAdmin(admin.ModelAdmin):
+    list_display = ["step", "model_version", "p", "mean", "sigma"]
+    list_filter = ["model_version"]
+    raw_id_fields = ["step"]
+    list_select_related = ["step", "model_version"]
+
+
+@admin.register(SolutionScore)
+class SolutionScoreAdmin(admin.ModelAdmin):
+    list_display = ["solution", "model_version", "product", "min", "last", "mean", "sigma"]
+    list_filter = ["model_version"]
+    raw_id_fields = ["solution"]
+    list_select_related = ["solution", "model_version"]
+
+
+class RescoreChunkInline(admin.TabularInline):
+    model = RescoreChunk
+    fields = ["index", "state", "finished_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(RescoreJob)
+class RescoreJobAdmin(admin.ModelAdmin):
+    list_display = ["pk", "model_version", "state", "done", "total", "chunks_done", "chunks_total", "generation", "created_at"]
+    list_filter = ["state"]
+    inlines = [RescoreChunkInline]
+
+
+@admin.register(TrainingRun)
+class TrainingRunAdmin(admin.ModelAdmin):
+    list_display = ["pk", "state", "parent", "result", "n_labels", "created_at"]
+    list_filter = ["state"]

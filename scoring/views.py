@@ -1,0 +1,67 @@
+"""Model pages: versions with a Rescore button, a rescore job's live progress, and the queue.
+
+Thin views: parse, one call into scoring.scoring / a query, render. The job page polls its
+own `progress` partial with htmx while the job runs; without JavaScript it is a plain page.
+"""
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from annotate import roles
+from annotate.export_views import admin_only
+from annotate.models import Generation, QueueItem
+
+from . import registry, scoring
+from .models import ModelVersion, RescoreJob
+
+
+@login_required
+def model_list(request: HttpRequest) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied("Models are for reviewers and admins.")
+    versions = ModelVersion.objects.select_related("parent")
+    jobs = RescoreJob.objects.select_related("model_version")[:20]
+    return render(request, "scoring/model_list.html", {"versions": versions, "jobs": jobs,
+                                                       "can_rescore": roles.is_admin(request.user)})
+
+
+@require_POST
+@admin_only
+def rescore(request: HttpRequest, version_id: int) -> HttpResponse:
+    version = get_object_or_404(ModelVersion, pk=version_id)
+    try:
+        job = scoring.start_rescore(model_version=version, created_by=request.user)
+    except registry.ModelIntegrityError as error:
+        messages.error(request, str(error))
+        return redirect("scoring:models")
+    return redirect("scoring:rescore-job", job_id=job.pk)
+
+
+@login_required
+@vary_on_headers("HX-Request")
+def rescore_job(request: HttpRequest, job_id: int) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied("Rescore jobs are for reviewers and admins.")
+    job = get_object_or_404(RescoreJob.objects.select_related("model_version"), pk=job_id)
+    template = "scoring/rescore_job.html#progress" if request.htmx and not request.htmx.history_restore_request else "scoring/rescore_job.html"
+    return render(request, template, {"job": job})
+
+
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
+    if not roles.is_reviewer(request.user):
+        raise PermissionDenied("The queue is for reviewers and admins.")
+    generation = request.GET.get("generation", "")
+    number = int(generation) if generation.lstrip("-").isdigit() else Generation.objects.current_number()
+    items = (
+        QueueItem.objects.filter(generation=number, status__in=[QueueItem.Status.AVAILABLE, QueueItem.Status.LEASED])
+        .select_related("solution__problem").order_by("-priority", "id")
+    )
+    page = Paginator(items, 50).get_page(request.GET.get("page"))
+    generations = Generation.objects.filter(number__gte=0)
+    return render(request, "scoring/queue.html", {"page": page, "number": number, "generations": generations})

@@ -1,0 +1,86 @@
+"""Model pages: list with Rescore (admins), live job progress (htmx partial), the queue."""
+import pytest
+from django.urls import reverse
+
+from annotate.models import Generation, QueueItem
+from annotate.models.jobs import JobState
+from scoring import registry
+from scoring.models import ModelVersion, RescoreJob
+from tests.factories import SolutionFactory
+from tests.scoring.tiny_model import build_tiny_prm
+
+
+@pytest.fixture
+def version(db, tmp_path):
+    return registry.register_model_version(name="tiny-v", path=build_tiny_prm(tmp_path / "m"), make_current=True)
+
+
+def test_anonymous_users_are_sent_to_login(client, db):
+    response = client.get(reverse("scoring:models"))
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+@pytest.mark.parametrize("name", ["scoring:models", "scoring:queue"])
+def test_annotators_may_not_see_models_or_the_queue(client, annotator, name):
+    client.force_login(annotator)
+    assert client.get(reverse(name)).status_code == 403
+
+
+def test_reviewers_see_versions_but_no_rescore_button(client, reviewer, version):
+    client.force_login(reviewer)
+    page = client.get(reverse("scoring:models")).content.decode()
+    assert "tiny-v" in page and "Rescore</button>" not in page
+    assert client.post(reverse("scoring:rescore", args=[version.pk])).status_code == 403
+    assert not RescoreJob.objects.exists()
+
+
+def test_admin_rescore_button_starts_a_job_and_shows_its_page(client, admin_user, version):
+    client.force_login(admin_user)
+    assert "Rescore</button>" in client.get(reverse("scoring:models")).content.decode()
+    response = client.post(reverse("scoring:rescore", args=[version.pk]))
+    job = RescoreJob.objects.get()
+    assert (job.model_version, job.created_by, job.state) == (version, admin_user, JobState.PENDING)
+    assert response["Location"] == reverse("scoring:rescore-job", args=[job.pk])
+
+
+def test_rescore_needs_post_and_csrf(admin_user, version):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    assert client.get(reverse("scoring:rescore", args=[version.pk])).status_code == 405
+    assert client.post(reverse("scoring:rescore", args=[version.pk])).status_code == 403
+
+
+def test_a_changed_model_is_refused_with_a_message(client, admin_user, version):
+    from scoring.prm import StepHead
+
+    StepHead(32).save(version.path)
+    client.force_login(admin_user)
+    response = client.post(reverse("scoring:rescore", args=[version.pk]), follow=True)
+    assert "changed" in response.content.decode() and not RescoreJob.objects.exists()
+
+
+def test_job_progress_partial_polls_while_running_and_stops_when_done(client, reviewer, version):
+    job = RescoreJob.objects.create(model_version=version, state=JobState.RUNNING, total=40, done=10,
+                                    chunks_total=4, chunks_done=1)
+    client.force_login(reviewer)
+    url = reverse("scoring:rescore-job", args=[job.pk])
+    partial = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert partial.lstrip().startswith('<div id="progress"') and "<html" not in partial
+    assert 'hx-trigger="every 1s"' in partial and 'value="25"' in partial
+    RescoreJob.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED, done=40, chunks_done=4, generation=3)
+    done = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "hx-trigger" not in done and "generation 3" in done
+    assert "<html" in client.get(url).content.decode()
+
+
+def test_queue_page_shows_reason_and_score_in_serving_order(client, reviewer, db):
+    Generation.objects.create(number=2, model_version_name="tiny-v")
+    low, high = SolutionFactory(), SolutionFactory(is_correct=False)
+    QueueItem.objects.create(solution=low, generation=2, priority=1, reason="random", score_at_selection=0.2)
+    QueueItem.objects.create(solution=high, generation=2, priority=9, reason="convincing_wrong", score_at_selection=0.91)
+    client.force_login(reviewer)
+    page = client.get(reverse("scoring:queue")).content.decode()
+    assert page.index("convincing_wrong") < page.index(">random<")
+    assert "0.910" in page and "wrong" in page
