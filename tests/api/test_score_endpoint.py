@@ -1,0 +1,93 @@
+"""POST /api/score: per-step probabilities from the current or a named model, bounded batches."""
+import pytest
+from rest_framework.test import APIClient
+
+from scoring import registry, scoring
+from scoring.api.serializers import MAX_ITEMS
+from tests.scoring.tiny_model import build_tiny_prm
+
+PROBLEM = "What is 12 + 7?"
+STEPS = ["First add the ones: 2 + 7 = 9.", "Then the tens: 10. So 12 + 7 = 19.", "# Answer\n\n19"]
+
+
+@pytest.fixture
+def tiny_models(db, tmp_path, settings):
+    """A distributional (beta) head as the current model and a point head by name."""
+    settings.STEPWISE_SCORING_DTYPE = "float32"
+    registry.forget_loaded()
+    beta = registry.register_model_version(
+        name="tiny-beta", path=build_tiny_prm(tmp_path / "beta", kind="head", head_type="beta"), make_current=True
+    )
+    point = registry.register_model_version(
+        name="tiny-point", path=build_tiny_prm(tmp_path / "point", kind="head", head_type="point", seed=3)
+    )
+    yield beta, point
+    registry.forget_loaded()
+
+
+@pytest.fixture
+def client(reviewer):
+    api = APIClient()
+    api.force_login(reviewer)
+    return api
+
+
+def test_one_solution_gets_p_mean_and_sigma_per_step_from_the_current_model(client, tiny_models):
+    beta, _ = tiny_models
+    response = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["model"] == "tiny-beta" and len(body["steps"]) == len(STEPS)
+    direct = scoring.score_texts(items=[(PROBLEM, STEPS)], model_version=beta)[0]
+    assert body["steps"] == pytest.approx(direct)
+    for step in body["steps"]:
+        assert 0.0 <= step["p"] <= 1.0 and step["sigma"] is not None and step["sigma"] > 0
+
+
+def test_a_batch_is_scored_in_order_by_the_named_model(client, tiny_models):
+    _, point = tiny_models
+    items = [{"problem": PROBLEM, "steps": STEPS[:n]} for n in (1, 3, 2)]
+    body = client.post("/api/score", {"items": items, "model": "tiny-point"}, format="json").json()
+    assert body["model"] == "tiny-point"
+    assert [len(item["steps"]) for item in body["items"]] == [1, 3, 2]
+    direct = scoring.score_texts(items=[(i["problem"], i["steps"]) for i in items], model_version=point)
+    assert [item["steps"] for item in body["items"]] == [pytest.approx(d) for d in direct]
+    assert all(step["sigma"] is None for item in body["items"] for step in item["steps"])
+
+
+def test_a_batch_beyond_the_limit_is_refused_with_a_clear_400(client, tiny_models):
+    items = [{"problem": PROBLEM, "steps": STEPS}] * (MAX_ITEMS + 1)
+    response = client.post("/api/score", {"items": items}, format="json")
+    assert response.status_code == 400
+    assert f"no more than {MAX_ITEMS}" in str(response.json()["items"])
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"problem": PROBLEM}, "steps"),
+    ({"problem": PROBLEM, "steps": []}, "steps"),
+    ({"problem": "   ", "steps": STEPS}, "problem"),
+    ({"problem": PROBLEM, "steps": ["ok", " "]}, "steps"),
+    ({"problem": PROBLEM, "steps": STEPS, "model": "no-such-model"}, "model"),
+    ({"items": [{"problem": PROBLEM}]}, "items"),
+])
+def test_bad_requests_name_the_field(client, tiny_models, body, field):
+    response = client.post("/api/score", body, format="json")
+    assert response.status_code == 400
+    assert field in response.json()
+
+
+def test_both_single_and_batch_forms_at_once_are_refused(client, tiny_models):
+    response = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS, "items": []}, format="json")
+    assert response.status_code == 400
+
+
+@pytest.mark.django_db
+def test_without_any_model_the_endpoint_answers_503(client):
+    response = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json")
+    assert response.status_code == 503 and "model" in response.json()["detail"]
+
+
+def test_annotators_may_not_score(annotator, tiny_models):
+    api = APIClient()
+    api.force_login(annotator)
+    assert api.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json").status_code == 403
