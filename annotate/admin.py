@@ -1,0 +1,209 @@
+"""Django admin for every model of the labeling side: search, filters, inlines.
+
+The pool runs to hundreds of thousands of rows, so foreign keys are raw ids (no giant
+<select>), lists select their related rows, and exact counts are skipped on big tables.
+"""
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from .answers import strip_calculator_annotations
+from .models import (
+    Annotation,
+    Completion,
+    ExportJob,
+    Generation,
+    ImportJob,
+    LabelingConfig,
+    Problem,
+    QueueItem,
+    RatingOverride,
+    Solution,
+    Step,
+    StepLabel,
+)
+
+
+class StepInline(admin.TabularInline):
+    model = Step
+    extra = 0
+    fields = ("index", "text", "gold_rating")
+    ordering = ("index",)
+
+
+class SolutionInline(admin.TabularInline):
+    model = Solution
+    extra = 0
+    fields = ("final_answer", "is_correct", "is_reference", "source", "generator")
+    readonly_fields = fields
+    show_change_link = True
+    can_delete = False
+    max_num = 0  # solutions are made by imports, not typed in here
+
+
+@admin.register(Problem)
+class ProblemAdmin(admin.ModelAdmin):
+    list_display = ("id", "short_statement", "ground_truth_answer", "source", "split", "created_at")
+    list_filter = ("source", "split")
+    search_fields = ("statement", "ground_truth_answer", "=content_hash")
+    readonly_fields = ("content_hash", "created_at")
+    inlines = [SolutionInline]
+    show_full_result_count = False
+
+    @admin.display(description="statement")
+    def short_statement(self, problem: Problem) -> str:
+        return problem.statement[:100]
+
+
+@admin.register(Solution)
+class SolutionAdmin(admin.ModelAdmin):
+    list_display = ("id", "problem_id", "final_answer", "is_correct", "is_reference", "is_gold", "source",
+                    "generator", "pre_generated_verifier_score", "created_at")
+    list_filter = ("is_correct", "is_reference", "is_gold", "source", "generator")
+    search_fields = ("=id", "problem__statement", "final_answer", "=content_hash")
+    raw_id_fields = ("problem",)
+    readonly_fields = ("content_hash", "created_at", "steps_as_displayed")
+    inlines = [StepInline]
+    show_full_result_count = False
+
+    @admin.display(description="steps as annotators see them")
+    def steps_as_displayed(self, solution: Solution) -> str:
+        items = format_html_join("", "<li>{}</li>", ((strip_calculator_annotations(s.text),) for s in solution.steps.all()))
+        return format_html("<ol>{}</ol>", items)
+
+
+@admin.register(Step)
+class StepAdmin(admin.ModelAdmin):
+    list_display = ("id", "solution_id", "index", "short_text", "gold_rating")
+    list_filter = ("gold_rating",)
+    search_fields = ("=solution__id", "text")
+    raw_id_fields = ("solution",)
+    show_full_result_count = False
+
+    @admin.display(description="text")
+    def short_text(self, step: Step) -> str:
+        return step.text[:100]
+
+
+class StepLabelInline(admin.TabularInline):
+    model = StepLabel
+    extra = 0
+    fields = ("index", "chosen_completion", "human_completion", "time_ms", "ratings")
+    readonly_fields = ("ratings",)
+    show_change_link = True
+    ordering = ("index",)
+
+    @admin.display(description="ratings of completions")
+    def ratings(self, step_label: StepLabel) -> str:
+        return ", ".join(str(c.rating) for c in step_label.completions.all())
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("completions")
+
+
+@admin.register(Annotation)
+class AnnotationAdmin(admin.ModelAdmin):
+    list_display = ("id", "solution_id", "labeler", "annotator", "status", "finish_reason", "generation",
+                    "is_quality_control", "is_initial_screening", "total_time_ms", "timestamp")
+    list_filter = ("status", "finish_reason", "generation", "is_quality_control", "is_initial_screening")
+    search_fields = ("=id", "labeler", "annotator__username", "=solution__id")
+    list_select_related = ("annotator",)
+    raw_id_fields = ("solution", "annotator", "queue_item")
+    readonly_fields = ("created_at", "updated_at")
+    date_hierarchy = "created_at"
+    inlines = [StepLabelInline]
+    show_full_result_count = False
+
+
+class CompletionInline(admin.TabularInline):
+    model = Completion
+    extra = 0
+    fields = ("index", "text", "rating", "flagged", "extra")
+    ordering = ("index",)
+
+
+@admin.register(StepLabel)
+class StepLabelAdmin(admin.ModelAdmin):
+    list_display = ("id", "annotation_id", "index", "chosen_completion", "time_ms")
+    search_fields = ("=annotation__id", "annotation__labeler")
+    raw_id_fields = ("annotation",)
+    inlines = [CompletionInline]
+    show_full_result_count = False
+
+
+@admin.register(Completion)
+class CompletionAdmin(admin.ModelAdmin):
+    list_display = ("id", "step_label_id", "index", "short_text", "rating", "flagged")
+    list_filter = ("rating", "flagged")
+    search_fields = ("text", "=step_label__annotation__id")
+    raw_id_fields = ("step_label",)
+    show_full_result_count = False
+
+    @admin.display(description="text")
+    def short_text(self, completion: Completion) -> str:
+        return completion.text[:100]
+
+
+@admin.register(RatingOverride)
+class RatingOverrideAdmin(admin.ModelAdmin):
+    list_display = ("id", "completion_id", "reviewer", "previous_rating", "new_rating", "created_at")
+    list_filter = ("new_rating",)
+    search_fields = ("note", "reviewer__username", "=completion__id")
+    list_select_related = ("reviewer",)
+    raw_id_fields = ("completion", "reviewer")
+
+
+@admin.register(Generation)
+class GenerationAdmin(admin.ModelAdmin):
+    list_display = ("number", "model_version_name", "started_at")
+    search_fields = ("model_version_name", "note")
+
+
+@admin.register(QueueItem)
+class QueueItemAdmin(admin.ModelAdmin):
+    list_display = ("id", "solution_id", "generation", "slot", "status", "priority", "reason",
+                    "score_at_selection", "is_quality_control", "is_initial_screening", "leased_to",
+                    "lease_expires_at")
+    list_filter = ("status", "generation", "reason", "is_quality_control", "is_initial_screening")
+    search_fields = ("=solution__id", "reason", "model_version_name", "leased_to__username")
+    list_select_related = ("leased_to",)
+    raw_id_fields = ("solution", "leased_to")
+    show_full_result_count = False
+
+
+class JobAdmin(admin.ModelAdmin):
+    list_filter = ("state",)
+    list_select_related = ("created_by",)
+    raw_id_fields = ("created_by",)
+    readonly_fields = ("created_at", "finished_at")
+
+
+@admin.register(ImportJob)
+class ImportJobAdmin(JobAdmin):
+    list_display = ("id", "original_name", "format", "state", "done", "total", "created", "duplicates", "errors",
+                    "created_by", "created_at", "page")
+    list_filter = ("state", "format", "atomic")
+    search_fields = ("original_name", "source", "path")
+
+    @admin.display(description="progress page")
+    def page(self, job: ImportJob) -> str:
+        return format_html('<a href="{}">open</a>', reverse("import_detail", args=[job.pk]))
+
+
+@admin.register(ExportJob)
+class ExportJobAdmin(JobAdmin):
+    list_display = ("id", "format", "state", "done", "total", "lines", "created_by", "created_at")
+    list_filter = ("state", "format")
+    search_fields = ("path",)
+
+
+@admin.register(LabelingConfig)
+class LabelingConfigAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "stop_at_first_error", "overlap_k", "qc_rate", "screening_required")
+
+    def has_add_permission(self, request) -> bool:
+        # One row, made on first read (LabelingConfig.get()).
+        return not LabelingConfig.objects.exists()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
