@@ -24,6 +24,16 @@ from .models import (
 )
 
 
+def _shortened(field: str):
+    """A list column with the first 100 characters of a long text field."""
+
+    @admin.display(description=field)
+    def column(self, obj) -> str:
+        return getattr(obj, field)[:100]
+
+    return column
+
+
 class StepInline(admin.TabularInline):
     model = Step
     extra = 0
@@ -49,10 +59,7 @@ class ProblemAdmin(admin.ModelAdmin):
     readonly_fields = ("content_hash", "created_at")
     inlines = [SolutionInline]
     show_full_result_count = False
-
-    @admin.display(description="statement")
-    def short_statement(self, problem: Problem) -> str:
-        return problem.statement[:100]
+    short_statement = _shortened("statement")
 
 
 @admin.register(Solution)
@@ -79,10 +86,7 @@ class StepAdmin(admin.ModelAdmin):
     search_fields = ("=solution__id", "text")
     raw_id_fields = ("solution",)
     show_full_result_count = False
-
-    @admin.display(description="text")
-    def short_text(self, step: Step) -> str:
-        return step.text[:100]
+    short_text = _shortened("text")
 
 
 class StepLabelInline(admin.TabularInline):
@@ -138,10 +142,7 @@ class CompletionAdmin(admin.ModelAdmin):
     search_fields = ("text", "=step_label__annotation__id")
     raw_id_fields = ("step_label",)
     show_full_result_count = False
-
-    @admin.display(description="text")
-    def short_text(self, completion: Completion) -> str:
-        return completion.text[:100]
+    short_text = _shortened("text")
 
 
 @admin.register(RatingOverride)
