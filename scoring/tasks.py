@@ -40,3 +40,23 @@ def resume_rescores_task() -> list[int]:
     for job_id in job_ids:
         rescore_task.delay(job_id)
     return job_ids
+
+
+# --- retraining (scoring/retraining.py) ------------------------------------------------------
+
+
+@shared_task(acks_late=True)
+def train_prm_task(run_id: int) -> str:
+    """Run one pending training run; a redelivered task finds it claimed and does nothing."""
+    from scoring import retraining
+
+    return retraining.run_training(run_id=run_id).state
+
+
+@shared_task
+def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None) -> int | None:
+    """Beat's entry: start a run when enough labels are new; returns the run id or None."""
+    from scoring import retraining
+
+    run = retraining.scheduled_retrain(min_new_labels=min_new_labels, options=options)
+    return run.pk if run else None

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import training_views, views
 
 app_name = "scoring"
 urlpatterns: list = [
@@ -8,4 +8,11 @@ urlpatterns: list = [
     path("<int:version_id>/rescore/", views.rescore, name="rescore"),
     path("rescore/<int:job_id>/", views.rescore_job, name="rescore-job"),
     path("queue/", views.queue, name="queue"),
+]
+
+# Retraining loop (training_views.py)
+urlpatterns += [
+    path("training/", training_views.training_runs, name="training-runs"),
+    path("training/<int:run_id>/", training_views.training_run, name="training-run"),
+    path("versions/<int:version_id>/evaluation/", training_views.model_evaluation, name="evaluation"),
 ]

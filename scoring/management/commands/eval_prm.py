@@ -1,0 +1,46 @@
+"""`manage.py eval_prm [--model VERSION] [--json] [--save]`: evaluate a model on held-out labels.
+
+The held-out set is the one training uses: labeled solutions of validation problems (split
+by problem), plus graded solutions of held-out problems for best-of-N.
+"""
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from scoring import retraining
+from scoring.models import ModelVersion
+
+
+class Command(BaseCommand):
+    help = "Step AUC, paired AUC, ProcessBench F1, best-of-N and calibration of a model version."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--model", help="version name (default: the current one)")
+        parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+        parser.add_argument("--save", action="store_true", help="store them on the version (metrics.eval)")
+        parser.add_argument("--val-fraction", type=float, default=0.2)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--threshold", type=float, default=0.5, help="ProcessBench first-error threshold")
+
+    def handle(self, *args, **options):
+        if options["model"]:
+            version = ModelVersion.objects.filter(name=options["model"]).first()
+            if version is None:
+                raise CommandError(f"--model {options['model']!r}: no such model version")
+        else:
+            version = ModelVersion.objects.current()
+            if version is None:
+                raise CommandError("no current model version; run `manage.py init_default_model`")
+        metrics = retraining.evaluate_version(version=version, val_fraction=options["val_fraction"],
+                                              seed=options["seed"], threshold=options["threshold"])
+        if options["save"]:
+            version.metrics = version.metrics | {"eval": metrics}
+            version.save(update_fields=["metrics"])
+        if options["json"]:
+            self.stdout.write(json.dumps({"model": version.name, **metrics}, indent=2))
+            return
+        pb = metrics["processbench"]
+        self.stdout.write(f"{version.name}: {metrics['n_solutions']} held-out solutions, {metrics['n_steps']} labeled steps")
+        for label, value in (("step AUC", metrics["step_auc"]), ("paired AUC", metrics["paired_auc"]),
+                             ("ProcessBench F1", pb["f1"]), ("ECE", metrics["calibration"]["ece"])):
+            self.stdout.write(f"  {label:16} {'-' if value is None else f'{value:.4f}'}")

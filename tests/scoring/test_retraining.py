@@ -1,0 +1,306 @@
+"""The retraining loop: labels from the real labeling code -> run -> gate -> promotion -> rescore."""
+import datetime as dt
+import threading
+
+import pytest
+import torch
+from django.db import IntegrityError, connection, transaction
+from django.urls import reverse
+from django.utils import timezone
+from django_celery_beat.models import PeriodicTask
+
+from annotate import labeling, queueing
+from annotate.models import Annotation, Generation
+from annotate.models.jobs import JobState
+from scoring import evaluation, registry, retraining
+from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
+from scoring.prm import StepHead, save_head_model
+from scoring.tasks import scheduled_retrain_task
+from tests.annotations import annotate
+from tests.conftest import wait_for
+from tests.factories import ProblemFactory, SolutionFactory, UserFactory, user_with_role
+from tests.scoring.tiny_model import build_tiny_backbone
+
+WRONG = "so the answer is wrong"
+FAST = {"train": {"epochs": 60, "lr": 0.03, "val_fraction": 0.25}, "bon_max_problems": 8}
+
+
+@pytest.fixture(autouse=True)
+def fresh_model_cache():
+    # Primary keys can be reused between tests (SQLite rolls back its sequence); a model
+    # cached under a reused pk would be the wrong one.
+    registry.forget_loaded()
+    yield
+    registry.forget_loaded()
+
+
+@pytest.fixture
+def constant_current(db, tmp_path):
+    """A current model whose head says 0.5 for every step: step AUC exactly 0.5."""
+    backbone = build_tiny_backbone(tmp_path / "backbone")
+    head = StepHead(32, "point")
+    with torch.no_grad():
+        head.mu.weight.zero_()
+        head.mu.bias.zero_()
+    folder = save_head_model(tmp_path / "constant", head=head, backbone=str(backbone.resolve()), layer=1)
+    return registry.register_model_version(name="constant", path=folder, make_current=True)
+
+
+def make_pool(problems: int = 16, per_problem: int = 3):
+    """Solutions whose step saying 'wrong' is the first error (and the answer is then wrong)."""
+    for p in range(problems):
+        problem = ProblemFactory(statement=f"Problem {p}: add the numbers.")
+        for s in range(per_problem):
+            bad = (p + s) % per_problem  # the last index means: no wrong step
+            steps = [WRONG if i == bad and bad < 2 else f"add {i} and {p}" for i in range(3)]
+            SolutionFactory(problem=problem, steps=steps, is_correct=WRONG not in steps,
+                            final_answer="1" if WRONG not in steps else str(2 + s))
+
+
+def label_everything(annotator) -> int:
+    """Label the queue through the real labeling code, as the page does: rate in order, submit."""
+    queueing.ensure_default_queue()
+    done = 0
+    while (task := queueing.claim_next(annotator=annotator)) is not None:
+        for step in task.solution.steps.order_by("index"):
+            wrong = step.text == WRONG
+            labeling.rate(annotation=task, index=step.index, rating=-1 if wrong else 1)
+            if wrong:
+                break
+        labeling.submit(annotation=task)
+        done += 1
+    return done
+
+
+# --- labels ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.embedded
+def test_rows_hold_one_rating_list_per_annotator_up_to_the_first_error(db):
+    solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
+    annotate(solution, [1, -1], labeler="one")
+    annotate(solution, [1, 0, 1], labeler="two")
+    annotate(solution, [1, 1, 1], labeler="three", finish_reason="bad_problem")  # not used
+    annotate(solution, [1, 1, 1], labeler="four", status=Annotation.Status.IN_PROGRESS)  # not used
+    [row] = retraining.gather_rows()
+    assert row.steps == ("a", "b", "c")
+    assert sorted(row.ratings) == [(1, -1, None), (1, 0, 1)]
+
+
+@pytest.mark.embedded
+def test_labels_from_a_skewed_selection_are_reweighted_to_the_pool_mix(db, annotator):
+    problem = ProblemFactory()
+    right = [SolutionFactory(problem=problem, is_correct=True) for _ in range(5)]
+    wrong = [SolutionFactory(problem=problem, is_correct=False) for _ in range(5)]
+    for solution in right[:1] + wrong:  # selection served 5 wrong answers to 1 right one
+        annotate(solution, [1, 1, 1], labeler=f"l{solution.pk}")
+    weights = {r.solution_id: r.weight for r in retraining.gather_rows()}
+    assert weights[right[0].pk] == pytest.approx(0.5 / (1 / 6))
+    assert weights[wrong[0].pk] == pytest.approx(0.5 / (5 / 6))
+
+
+# --- the single-run lock --------------------------------------------------------------------------
+
+
+@pytest.mark.embedded
+def test_the_database_refuses_a_second_active_run(db):
+    TrainingRun.objects.create()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        TrainingRun.objects.create(state=JobState.RUNNING)
+
+
+@pytest.mark.embedded
+def test_a_finished_run_must_give_back_the_slot(db):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        TrainingRun.objects.create(state=JobState.SUCCEEDED)  # still holding slot 1
+
+
+@pytest.mark.embedded
+def test_two_concurrent_starts_make_exactly_one_run(transactional_db):
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def start():
+        try:
+            barrier.wait()
+            outcomes.append(retraining.start_training_run(options=FAST, enqueue=False).pk)
+        except retraining.TrainingAlreadyActive as error:
+            outcomes.append(str(error))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    runs = list(TrainingRun.objects.all())
+    assert len(runs) == 1
+    assert sorted(outcomes, key=str) == sorted([runs[0].pk, f"training run #{runs[0].pk} (pending) is still active"], key=str)
+
+
+@pytest.mark.embedded
+def test_finishing_a_run_frees_the_slot_for_the_next(db):
+    first = retraining.start_training_run(options=FAST, enqueue=False)
+    with pytest.raises(retraining.TrainingAlreadyActive):
+        retraining.start_training_run(options=FAST, enqueue=False)
+    retraining.finish_run(first, state=JobState.FAILED, error="stopped")
+    second = retraining.start_training_run(options=FAST, enqueue=False)
+    assert second.active_slot == 1 and TrainingRun.objects.get(pk=first.pk).active_slot is None
+
+
+@pytest.mark.embedded
+def test_a_run_whose_worker_died_is_failed_after_the_time_limit(db):
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    TrainingRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - dt.timedelta(days=1))
+    assert retraining.fail_stale_runs() == 1
+    assert TrainingRun.objects.get(pk=run.pk).state == JobState.FAILED
+
+
+def test_bad_options_fail_the_start_not_the_worker(db):
+    with pytest.raises(ValueError, match="mode='lorax'"):
+        retraining.start_training_run(options={"train": {"mode": "lorax"}}, enqueue=False)
+    with pytest.raises(ValueError, match="gate_metric"):
+        retraining.start_training_run(options={"gate_metric": "accuracy"}, enqueue=False)
+    assert not TrainingRun.objects.exists()
+
+
+# --- schedule -------------------------------------------------------------------------------------
+
+
+@pytest.mark.embedded
+def test_the_schedule_retrains_only_when_enough_new_labels_exist(db):
+    solutions = [SolutionFactory() for _ in range(4)]
+    for solution in solutions[:2]:
+        annotate(solution, [1, 1, 1], labeler=f"l{solution.pk}")
+    assert scheduled_retrain_task(min_new_labels=3) is None
+    annotate(solutions[2], [1, -1], labeler="x")
+    run_id = scheduled_retrain_task(min_new_labels=3, options=FAST)
+    run = TrainingRun.objects.get(pk=run_id)
+    assert run.trigger == TrainingRun.Trigger.SCHEDULE and run.state == JobState.PENDING
+    assert scheduled_retrain_task(min_new_labels=1) is None  # one run at a time
+    retraining.finish_run(run, state=JobState.SUCCEEDED)
+    assert retraining.new_label_count() == 0
+    assert scheduled_retrain_task(min_new_labels=1) is None  # nothing new since that run
+    annotate(solutions[3], [1, 1, 1], labeler="y")
+    assert scheduled_retrain_task(min_new_labels=1) is not None
+
+
+@pytest.mark.embedded
+def test_ensure_schedule_creates_the_periodic_task_once_and_keeps_admin_edits(db):
+    task = retraining.ensure_schedule(every_minutes=15, min_new_labels=20)
+    assert task.task == "scoring.tasks.scheduled_retrain_task" and task.queue == "ml"
+    PeriodicTask.objects.filter(pk=task.pk).update(kwargs='{"min_new_labels": 5}')
+    again = retraining.ensure_schedule(every_minutes=15, min_new_labels=20)
+    assert again.pk == task.pk and PeriodicTask.objects.filter(name=retraining.SCHEDULE_NAME).count() == 1
+    assert again.kwargs == '{"min_new_labels": 5}'
+
+
+# --- runs, the gate and promotion -----------------------------------------------------------------
+
+
+def test_a_model_not_better_by_the_demanded_margin_is_registered_but_not_promoted(constant_current, annotator):
+    make_pool()
+    label_everything(annotator)
+    run = retraining.start_training_run(options=FAST | {"tolerance": -0.6}, enqueue=False)
+    run = retraining.run_training(run_id=run.pk)
+    assert run.state == JobState.SUCCEEDED and run.active_slot is None
+    assert run.gate["promoted"] is False and run.gate["current"] == 0.5
+    assert run.result.status == ModelVersion.Status.REJECTED
+    assert ModelVersion.objects.current() == constant_current
+    assert not RescoreJob.objects.exists()
+    assert run.loss_curve and "gate on step_auc" in run.log
+    # A rerun of the same (finished) run does nothing.
+    assert retraining.run_training(run_id=run.pk).result == run.result
+    assert ModelVersion.objects.count() == 2
+
+
+def test_a_failed_run_frees_the_slot_and_says_why(constant_current):
+    # No labels at all: the run fails with a clear message.
+    SolutionFactory()
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    with pytest.raises(ValueError, match="no labeled steps"):
+        retraining.run_training(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.state == JobState.FAILED and "no labeled steps" in run.error and run.active_slot is None
+    assert retraining.start_training_run(options=FAST, enqueue=False).active_slot == 1
+
+
+@pytest.mark.slow
+def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(constant_current, celery_worker_process):
+    make_pool()
+    annotator = user_with_role("trainer-ann", "annotator")
+    assert label_everything(annotator) == 48
+    run = retraining.start_training_run(options=FAST)  # queued on ml, run by the real worker
+    wait_for(lambda: TrainingRun.objects.get(pk=run.pk).state in (JobState.SUCCEEDED, JobState.FAILED), timeout=180)
+    run.refresh_from_db()
+    assert run.state == JobState.SUCCEEDED, run.error + run.log
+    new = run.result
+    assert run.gate["promoted"] and run.gate["new"] > 0.5 == run.gate["current"]
+    assert ModelVersion.objects.current() == new and new.parent == constant_current
+    assert new.metrics["eval"]["best_of_n"]["by_n"]["1"]["problems"] >= 1
+    assert new.metrics["compared_eval"]["step_auc"] == 0.5
+    # Promotion started a rescore by the new model, then a new queue generation.
+    job = wait_for(lambda: RescoreJob.objects.filter(model_version=new, state=JobState.SUCCEEDED).first(), timeout=120)
+    assert SolutionScore.objects.filter(model_version=new).count() == 48
+    assert Generation.objects.filter(number=job.generation, model_version_name=new.name).exists()
+    wrong_steps = SolutionScore.objects.filter(model_version=new, solution__is_correct=False)
+    right_steps = SolutionScore.objects.filter(model_version=new, solution__is_correct=True)
+    assert max(s.min for s in wrong_steps) < max(s.min for s in right_steps)
+
+
+# --- pages ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.embedded
+def test_training_pages_are_for_admins_only(client, annotator):
+    url = reverse("scoring:training-runs")
+    assert client.get(url).status_code == 302  # to the login page
+    client.force_login(annotator)
+    assert client.get(url).status_code == 403
+    assert client.post(url, {"head": "point", "mode": "head", "epochs": 3, "gate_metric": "step_auc"}).status_code == 403
+    assert not TrainingRun.objects.exists()
+
+
+@pytest.mark.embedded
+def test_admin_starts_a_run_and_a_second_start_is_refused(client, admin_user):
+    client.force_login(admin_user)
+    form = {"head": "beta", "mode": "head", "epochs": 3, "gate_metric": "processbench_f1"}
+    response = client.post(reverse("scoring:training-runs"), form)
+    run = TrainingRun.objects.get()
+    assert response.status_code == 302 and response.url == reverse("scoring:training-run", args=[run.pk])
+    assert run.config["train"]["head"] == "beta" and run.config["gate_metric"] == "processbench_f1"
+    response = client.post(reverse("scoring:training-runs"), form, follow=True)
+    assert TrainingRun.objects.count() == 1
+    assert f"training run #{run.pk} (pending) is still active" in response.content.decode()
+
+
+@pytest.mark.embedded
+def test_run_page_polls_a_partial_with_the_loss_curve_until_finished(client, admin_user):
+    run = TrainingRun.objects.create(state=JobState.RUNNING, done=2, total=4, log="epoch 1\n",
+                                     loss_curve=[{"epoch": 1, "train_loss": 0.7, "val_loss": 0.8},
+                                                 {"epoch": 2, "train_loss": 0.5, "val_loss": 0.6}])
+    client.force_login(admin_user)
+    url = reverse("scoring:training-run", args=[run.pk])
+    page = client.get(url).content.decode()
+    assert "<html" in page and 'hx-trigger="every 2s"' in page and "<polyline" in page
+    partial = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in partial and 'id="run-progress"' in partial and "50" in partial
+    retraining.finish_run(run, state=JobState.SUCCEEDED)
+    assert "hx-trigger" not in client.get(url, headers={"HX-Request": "true"}).content.decode()
+
+
+@pytest.mark.embedded
+def test_evaluation_page_shows_the_version_next_to_the_previous_one(client, admin_user):
+    samples = [evaluation.LabeledSample(1, [0.9, 0.2], [1, 0], 1), evaluation.LabeledSample(2, [0.7, 0.6], [1, 1], -1)]
+    worse = [evaluation.LabeledSample(1, [0.5, 0.6], [1, 0], 1), evaluation.LabeledSample(2, [0.7, 0.6], [1, 1], -1)]
+    problems = [[evaluation.Candidate([0.9], True, "1"), evaluation.Candidate([0.2], False, "2")]]
+    version = ModelVersion.objects.create(name="run7-beta-head", path="/x", weights_sha256="0" * 64, metrics={
+        "eval": evaluation.evaluate(samples, problems), "compared_with": "old-model",
+        "compared_eval": evaluation.evaluate(worse, problems),
+        "gate": {"metric": "step_auc", "new": 1.0, "current": 0.5, "promoted": True}})
+    client.force_login(admin_user)
+    page = client.get(reverse("scoring:evaluation", args=[version.pk])).content.decode()
+    assert "run7-beta-head" in page and "old-model" in page
+    assert "Reliability diagram" in page and page.count("<svg") == 2
+    assert "1.0000" in page and "0.5000" in page  # step AUC of each
