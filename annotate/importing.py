@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from . import prm800k
@@ -375,16 +375,28 @@ def write_batch(records: list[Record]) -> list[Outcome]:
     """Grade and write one batch in one transaction; one outcome per record, in order."""
     for record in records:
         record.is_correct = grade(answer=record.final_answer, truth=record.ground_truth_answer)
-    for attempt in range(2):
+    return _write_atomically(records)
+
+
+def _write_atomically(records: list[Record]) -> list[Outcome]:
+    try:
+        with transaction.atomic():
+            return _write(records)
+    except IntegrityError:
+        # Usually another import wrote the same content between our look-up and insert:
+        # looking up again finds it as a duplicate. Otherwise one line is at fault.
+        pass
+    except DatabaseError as error:
+        if len(records) == 1:
+            return [Outcome(line_no=records[0].line_no, status="error", error=f"rejected by the database: {error}")]
+    if len(records) == 1:
         try:
             with transaction.atomic():
                 return _write(records)
-        except IntegrityError:
-            # Another import wrote the same content between our look-up and insert:
-            # look up again, which now finds it as a duplicate.
-            if attempt == 1:
-                raise
-    raise AssertionError("unreachable")
+        except DatabaseError as error:
+            return [Outcome(line_no=records[0].line_no, status="error", error=f"rejected by the database: {error}")]
+    # Line by line, so that only the line the database rejects is reported and skipped.
+    return [outcome for record in records for outcome in _write_atomically([record])]
 
 
 def _write(records: list[Record]) -> list[Outcome]:

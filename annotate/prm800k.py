@@ -156,12 +156,12 @@ def parse_line(obj: Any, line_no: int) -> ParsedLine:
         line_no=line_no,
         labeler=_require_str(obj["labeler"], "labeler", max_length=100, allow_empty=False),
         timestamp=timestamp,
-        generation=_optional_int(obj["generation"], "generation"),
+        generation=_optional_int(obj["generation"], "generation", minimum=-(2**31), maximum=2**31 - 1),
         is_quality_control=_require_bool(obj["is_quality_control_question"], "is_quality_control_question"),
         is_initial_screening=_require_bool(obj["is_initial_screening_question"], "is_initial_screening_question"),
         question=question,
         steps=parsed_steps,
-        total_time_ms=_optional_int(label["total_time"], "label.total_time", minimum=0),
+        total_time_ms=_optional_int(label["total_time"], "label.total_time", minimum=0, maximum=2**63 - 1),
         finish_reason=_parse_finish_reason(label["finish_reason"]),
         extra=extra,
     )
@@ -195,7 +195,7 @@ def _parse_step(step: Any, where: str) -> ParsedStep:
         _parse_completion(c, f"{where}.completions[{j}]")
         for j, c in enumerate(_require_list(step["completions"], f"{where}.completions"))
     ]
-    chosen = _optional_int(step.get("chosen_completion"), f"{where}.chosen_completion", minimum=0)
+    chosen = _optional_int(step.get("chosen_completion"), f"{where}.chosen_completion", minimum=0, maximum=2**31 - 1)
     if chosen is not None and chosen >= len(completions):
         raise LineError(f"{where}.chosen_completion", f"is {chosen} but the step has {len(completions)} completions")
     human = step.get("human_completion")
@@ -300,13 +300,15 @@ def _require_bool(value: Any, where: str) -> bool:
     return value
 
 
-def _optional_int(value: Any, where: str, *, minimum: int | None = None) -> int | None:
+def _optional_int(value: Any, where: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise LineError(where, f"must be an integer or null, got {_type(value)}")
     if minimum is not None and value < minimum:
         raise LineError(where, f"must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise LineError(where, f"must be at most {maximum}, got {value}")
     return value
 
 

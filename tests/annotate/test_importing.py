@@ -228,3 +228,16 @@ def test_the_command_prints_a_summary_and_fails_when_a_line_fails(tmp_path, caps
         call_command("import_pool", str(bad), "--format", "generic", "--atomic")
     assert "line 2: field 'line': is not valid JSON" in capsys.readouterr().err
     assert Solution.objects.count() == 1
+
+
+def test_a_line_the_database_rejects_is_reported_and_the_rest_of_its_batch_imports(tmp_path):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite stores NUL characters; PostgreSQL text cannot")
+    report_path = tmp_path / "r.jsonl"
+    lines = [generic(1), generic(2, problem="What is 2 + 2?\u0000"), generic(3)]
+    summary = importing.import_pool(path=write(tmp_path, lines), report_path=report_path)
+    statuses = [(e["status"], (e["error"] or "")[:26]) for e in read_report(report_path)]
+    assert statuses == [("created", ""), ("error", "rejected by the database: "), ("created", "")]
+    assert summary.created == 2 and Solution.objects.count() == 2

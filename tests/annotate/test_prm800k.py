@@ -244,6 +244,7 @@ def _broken(path: str, value):
         ("label.steps.0.chosen_completion", 3, "field 'label.steps[0].chosen_completion': is 3 but the step has 1"),
         ("label.steps.2.human_completion", 7, "field 'label.steps[2].human_completion'"),
         ("label.total_time", -5, "field 'label.total_time': must be at least 0"),
+        ("generation", 2**40, "field 'generation': must be at most 2147483647"),
     ],
 )
 def test_bad_fields_are_named_in_the_error(field, value, message):
