@@ -236,6 +236,16 @@ STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2)
 STEPWISE_SELECTION_SHARES = env_str(
     "STEPWISE_SELECTION_SHARES", "convincing_wrong=0.4,convincing=0.2,uncertain=0.1,random=0.3"
 )
+# Rescore jobs with no chunk done for this long get their missing chunks re-dispatched
+# (a worker killed mid-job; Redis redelivers only after its visibility timeout).
+STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900)
+CELERY_BEAT_SCHEDULE = {
+    "resume-stalled-rescores": {
+        "task": "scoring.tasks.resume_rescores_task",
+        "schedule": 300.0,
+        "kwargs": {"idle_seconds": STEPWISE_RESCORE_STALL_SECONDS},
+    },
+}
 
 LOGGING = {
     "version": 1,

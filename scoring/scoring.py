@@ -8,6 +8,7 @@ the same model costs no forward pass at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -175,6 +176,10 @@ def fail(*, job: RescoreJob, error: str) -> None:
     )
 
 
-def stalled_jobs() -> list[RescoreJob]:
-    """Running jobs: after a worker crash their missing chunks can be dispatched again."""
-    return list(RescoreJob.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING]).select_related("model_version"))
+def stalled_jobs(*, idle_seconds: float = 0) -> list[RescoreJob]:
+    """Unfinished jobs with no chunk done for idle_seconds: a worker died under them, or the
+    broker lost their messages. Dispatching their pending chunks again is safe (incremental)."""
+    since = timezone.now() - timedelta(seconds=idle_seconds)
+    jobs = RescoreJob.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING], created_at__lte=since)
+    busy = RescoreChunk.objects.filter(finished_at__gt=since).values("job_id")
+    return list(jobs.exclude(pk__in=busy).select_related("model_version"))

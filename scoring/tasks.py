@@ -32,11 +32,11 @@ def rescore_chunk_task(job_id: int, chunk_id: int) -> int:
 
 
 @shared_task(acks_late=True)
-def resume_rescores_task() -> list[int]:
-    """Re-dispatch the missing chunks of unfinished jobs (after a crash); safe to run any time."""
+def resume_rescores_task(idle_seconds: float = 0) -> list[int]:
+    """Re-dispatch the missing chunks of jobs idle that long (after a crash); safe to run any time."""
     from scoring import scoring
 
-    job_ids = [job.pk for job in scoring.stalled_jobs()]
+    job_ids = [job.pk for job in scoring.stalled_jobs(idle_seconds=idle_seconds)]
     for job_id in job_ids:
         rescore_task.delay(job_id)
     return job_ids

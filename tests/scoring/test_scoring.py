@@ -135,3 +135,18 @@ def test_register_refuses_remote_code_unless_allowed(db, tmp_path, settings):
 def test_aggregate_refuses_a_solution_without_steps():
     with pytest.raises(ValueError):
         aggregate([])
+
+
+def test_only_jobs_idle_long_enough_count_as_stalled(tiny_version, pool):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
+    first, _ = scoring.plan_chunks(job=job, chunk_size=4)
+    scoring.run_chunk(chunk_id=first.pk)
+    assert scoring.stalled_jobs(idle_seconds=0) == [job]
+    RescoreJob.objects.filter(pk=job.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    assert scoring.stalled_jobs(idle_seconds=600) == []  # a chunk finished just now
+    RescoreChunk.objects.filter(pk=first.pk).update(finished_at=timezone.now() - timedelta(minutes=20))
+    assert scoring.stalled_jobs(idle_seconds=600) == [job]
