@@ -211,6 +211,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Process supervision: pool, labels, scores, models and exports.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and Swagger UI need a login (session) or a token, like the rest of the site.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     # One name for a choice set used by several fields (else drf-spectacular warns).
     "ENUM_NAME_OVERRIDES": {"FinishReasonEnum": "annotate.models.labels.FinishReason"},
 }
