@@ -1,0 +1,67 @@
+"""The admin export page: form -> ExportJob -> worker -> progress partial -> download."""
+import json
+
+import pytest
+
+from annotate import exporting
+from annotate.models import ExportJob, JobState
+from tests.annotations import annotate
+from tests.conftest import wait_for
+from tests.factories import SolutionFactory
+
+
+@pytest.mark.django_db
+def test_only_admins_reach_the_export_pages(client, annotator, reviewer, admin_user):
+    assert client.get("/exports/").status_code == 302  # to the login page
+    for user in (annotator, reviewer):
+        client.force_login(user)
+        assert client.get("/exports/").status_code == 403
+        assert client.post("/exports/", {"format": "trl"}).status_code == 403
+    client.force_login(admin_user)
+    page = client.get("/exports/")
+    assert page.status_code == 200 and b"Start export" in page.content
+
+
+@pytest.mark.django_db
+def test_bad_form_input_names_the_field_and_starts_nothing(client, admin_user):
+    client.force_login(admin_user)
+    page = client.post("/exports/", {"format": "prm800k", "generations": "1, two", "neutral_is_good": "1"})
+    assert page.status_code == 200 and b"not a comma-separated list of integers" in page.content
+    assert not ExportJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_nothing_is_offered_for_download_before_the_job_succeeded(client, admin_user):
+    client.force_login(admin_user)
+    job = ExportJob.objects.create(format="prm800k", state=JobState.RUNNING, total=10, done=4)
+    partial = client.get(f"/exports/{job.pk}/", headers={"HX-Request": "true"})
+    assert b"<html" not in partial.content and b'value="40"' in partial.content
+    assert b"Download" not in partial.content and b'hx-trigger="every 1s"' in partial.content
+    assert client.get(f"/exports/{job.pk}/download").status_code == 404
+
+
+@pytest.mark.embedded
+def test_an_export_started_from_the_page_runs_on_a_real_worker_and_is_downloadable(
+    client, admin_user, celery_worker_process
+):
+    annotate(SolutionFactory(), [1, 1, 1], generation=3)
+    annotate(SolutionFactory(), [1, 0, -1], generation=3)
+    annotate(SolutionFactory(), [1, 1, 1], generation=4)
+    client.force_login(admin_user)
+    response = client.post("/exports/", {"format": "trl", "generations": "3", "neutral_is_good": "0"})
+    job = ExportJob.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/exports/{job.pk}/"
+
+    def finished_partial():
+        page = client.get(f"/exports/{job.pk}/", headers={"HX-Request": "true"})
+        return page if b"Download" in page.content else None
+
+    partial = wait_for(finished_partial, timeout=60)
+    assert b"every 1s" not in partial.content  # polling stops once finished
+    job.refresh_from_db()
+    assert (job.state, job.lines, job.percent) == (JobState.SUCCEEDED, 2, 100)
+    download = client.get(f"/exports/{job.pk}/download")
+    rows = [json.loads(line) for line in b"".join(download.streaming_content).decode().splitlines()]
+    assert [row["labels"] for row in rows] == [[True, True, True], [True, False, False]]
+    assert download["Content-Disposition"].startswith('attachment; filename="stepwise-trl-')
+    assert exporting.finished_file(job).name == f"export-{job.pk}-trl.jsonl"
