@@ -115,11 +115,12 @@ class Command(BaseCommand):
 
     def _run(self, path: Path) -> None:
         with _PeakMemory() as memory:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             summary = importing.import_pool(path=path, format="generic")
-            seconds = time.perf_counter() - started
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         self.stdout.write(
-            f"{path.name}: {summary.lines} lines in {seconds:.2f} s = {summary.lines / seconds:,.0f} lines/s; "
+            f"{path.name}: {summary.lines} lines in {seconds:.2f} s = {summary.lines / seconds:,.0f} lines/s "
+            f"({cpu:.2f} s CPU in this process; load average {os.getloadavg()[0]:.1f}); "
             f"{summary.created} created, {summary.errors} errors; "
             f"peak RSS {memory.peak / 2**20:.0f} MiB (+{(memory.peak - memory.start) / 2**20:.0f} MiB during import)"
         )
