@@ -14,7 +14,6 @@
   const HEARTBEAT_MS = 30000;
 
   let cursor = null;       // index of the step the keys act on
-  let inFlight = 0;
   const waiting = [];      // keys pressed while a request was running
   let total = 0;           // active ms on the task
   const stepMs = {};       // active ms per step index
@@ -84,24 +83,30 @@
   document.body.addEventListener("htmx:configRequest", (event) => {
     if (!event.detail.elt.closest("#task")) return;
     Object.assign(event.detail.parameters, timeFields());
-    inFlight += 1;
+    busySince = Date.now();
     const form = event.detail.elt.closest("form");
     const submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
     if (form && form.classList.contains("rate")) {
       pendingMove = { index: Number(form.elements.index.value), rating: submitter ? submitter.value : null };
     }
   });
-  document.body.addEventListener("htmx:afterRequest", (event) => {
-    const elt = event.detail.elt;
-    if (!elt || !elt.closest || !elt.closest("#task")) return;
-    inFlight = Math.max(0, inFlight - 1);
-    if (event.detail.successful) dirty.clear();
-    else if (event.detail.xhr && event.detail.xhr.status >= 400) showError(event.detail.xhr.responseText);
-    if (inFlight === 0) setTimeout(drain, 0);
-  });
+  // A swapped-out form's own events never reach the body, so a request counts as done
+  // when its answer has settled (or failed); a lost answer frees the queue after 15 s.
+  let busySince = 0;
+  const busy = () => busySince !== 0 && Date.now() - busySince < 15000;
   document.body.addEventListener("htmx:afterSettle", (event) => {
-    if (event.detail.target && event.detail.target.id === "task") afterSwap();
+    if (event.detail.target && event.detail.target.id === "task") { dirty.clear(); afterSwap(); }
+    busySince = 0;
+    setTimeout(drain, 0);
   });
+  ["htmx:responseError", "htmx:sendError"].forEach((name) => document.body.addEventListener(name, (event) => {
+    const xhr = event.detail.xhr;
+    showError(xhr && xhr.status ? xhr.responseText : "Could not reach the server: your last click was not saved.");
+    pendingMove = null;
+    busySince = 0;
+    setTimeout(drain, 0);
+  }));
+  setInterval(() => { if (waiting.length) drain(); }, 250);
 
   function afterSwap() {
     const t = task();
@@ -171,12 +176,13 @@
     const action = KEYS[event.key];
     if (!action || !task()) return;
     event.preventDefault();
+    if (action[0] === "help") return openHelp(); // needs no answer from the server
     waiting.push(action);
-    if (inFlight === 0) drain();
+    drain();
   });
 
   function drain() {
-    while (waiting.length && inFlight === 0) run(waiting.shift());
+    while (waiting.length && !busy()) run(waiting.shift());
   }
 
   function run([kind, arg]) {
@@ -185,7 +191,7 @@
     if (kind === "move") return move(arg);
     if (kind === "submit") {
       const button = document.querySelector("#submit-form button[type=submit]");
-      if (button && !button.disabled) button.click();
+      if (button && !button.disabled) press(button);
       else showError("Rate the steps first (or use Give up).");
       return;
     }
@@ -193,20 +199,26 @@
     if (!li) return;
     if (kind === "rate") {
       const button = li.querySelector('.rate button[value="' + arg + '"]');
-      if (button && !button.disabled) button.click();
+      if (button && !button.disabled) press(button);
     } else if (kind === "flag") {
       const button = li.querySelector(".flag button");
-      if (button && !button.disabled) button.click();
+      if (button && !button.disabled) press(button);
     } else if (kind === "undo") {
       const rated = t.querySelectorAll(".step.rated");
       if (!rated.length) return;
       const last = rated[rated.length - 1];
       cursor = Number(last.dataset.index);
+      busySince = Date.now();
       htmx.ajax("POST", t.dataset.undo, {
         source: last.querySelector(".rate"), target: "#task", swap: "outerHTML",
         values: { index: last.dataset.index },
       });
     }
+  }
+
+  function press(button) {
+    busySince = Date.now(); // before htmx sees the click, so the next key waits for the answer
+    button.click();
   }
 
   function move(delta) {
