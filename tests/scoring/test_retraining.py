@@ -227,6 +227,7 @@ def test_a_failed_run_frees_the_slot_and_says_why(constant_current):
 
 
 @pytest.mark.slow
+@pytest.mark.embedded
 def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(constant_current, celery_worker_process):
     make_pool()
     annotator = user_with_role("trainer-ann", "annotator")
