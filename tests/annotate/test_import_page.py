@@ -88,6 +88,9 @@ def test_the_job_runs_the_import_and_the_page_shows_progress_and_the_report(clie
     lines = [json.loads(line) for line in b"".join(report.streaming_content).decode().splitlines()]
     assert [line["status"] for line in lines] == ["created", "created", "error"]
 
+    listing = client.get(reverse("import_upload")).content.decode()
+    assert reverse("import_detail", args=[job.pk]) in listing and "gsm8k-sample.jsonl" in listing
+
     # Running the task again (a redelivery) changes nothing.
     import_pool_task(job.pk)
     assert Solution.objects.count() == 2
