@@ -1,16 +1,25 @@
-"""`manage.py init_default_model`: build generation 0 (SmolLM2 + untrained head) offline, once."""
+"""`manage.py init_default_model [--rescore]`: build generation 0 (SmolLM2 + untrained head) offline, once."""
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import default_model
+from scoring import default_model, scoring
 
 
 class Command(BaseCommand):
     help = "Convert the bundled SmolLM2-135M-Instruct GGUF to safetensors and register it (idempotent)."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument("--rescore", action="store_true",
+                            help="then queue an (incremental) rescore of the pool with the current model")
+
+    def handle(self, *args, rescore=False, **options):
         try:
             version = default_model.ensure_default_model()
         except FileNotFoundError as error:
             raise CommandError(str(error)) from None
         current = " (current)" if version.is_current else ""
         self.stdout.write(self.style.SUCCESS(f"Default model {version.name}{current} at {version.path}"))
+        if rescore:
+            from scoring.registry import current_model_version
+
+            job = scoring.start_rescore(model_version=current_model_version() or version)
+            self.stdout.write(f"Rescore job {job.pk} queued; workers on the ml queue will run it.")
