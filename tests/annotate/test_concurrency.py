@@ -1,0 +1,89 @@
+"""Many annotators claiming at the same instant on PostgreSQL: never one solution twice."""
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection, connections
+
+from annotate import labeling, queueing
+from annotate.models import Annotation, LabelingConfig, QueueItem
+from tests.factories import SolutionFactory, user_with_role
+
+pytestmark = pytest.mark.django_db(transaction=True)
+CLIENTS = 20
+
+
+@pytest.fixture(autouse=True)
+def postgres_only():
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrent claims need a server database (set DATABASE_URL to PostgreSQL)")
+
+
+def run_clients(users, work):
+    """Run work(user) in one thread per user, all released at once; re-raise any error."""
+    barrier = threading.Barrier(len(users))
+    errors = []
+
+    def client(user):
+        try:
+            barrier.wait()
+            work(user)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=client, args=(user,)) for user in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+
+
+def test_twenty_clients_claiming_at_once_get_twenty_different_solutions():
+    SolutionFactory.create_batch(30, steps=["a", "b"])
+    queueing.ensure_default_queue()
+    users = [user_with_role(f"c{i}", "annotator") for i in range(CLIENTS)]
+    run_clients(users, lambda user: queueing.claim_next(annotator=user))
+    leased = QueueItem.objects.filter(status=QueueItem.Status.LEASED)
+    assert leased.count() == CLIENTS
+    assert len(set(leased.values_list("solution_id", flat=True))) == CLIENTS
+    assert len(set(leased.values_list("leased_to_id", flat=True))) == CLIENTS
+    assert Annotation.objects.count() == CLIENTS
+
+
+def test_clients_racing_over_a_small_pool_never_share_a_solution():
+    SolutionFactory.create_batch(25, steps=["a"])
+    queueing.ensure_default_queue()
+    users = [user_with_role(f"r{i}", "annotator") for i in range(CLIENTS)]
+
+    def label_until_empty(user):
+        while (task := queueing.claim_next(annotator=user)) is not None:
+            labeling.rate(annotation=task, index=0, rating=1)
+            labeling.submit(annotation=task)
+
+    run_clients(users, label_until_empty)
+    per_solution = Counter(Annotation.objects.values_list("solution_id", flat=True))
+    assert len(per_solution) == 25 and set(per_solution.values()) == {1}
+    assert QueueItem.objects.filter(status=QueueItem.Status.DONE).count() == 25
+
+
+def test_with_overlap_each_solution_gets_exactly_k_different_annotators():
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"overlap_k": 3})
+    SolutionFactory.create_batch(5, steps=["a"])
+    queueing.ensure_default_queue()
+    users = [user_with_role(f"o{i}", "annotator") for i in range(CLIENTS)]
+    run_clients(users, lambda user: queueing.claim_next(annotator=user))
+    pairs = list(Annotation.objects.values_list("solution_id", "annotator_id"))
+    assert len(pairs) == 15 and len(set(pairs)) == 15
+    assert set(Counter(s for s, _ in pairs).values()) == {3}
+
+
+def test_one_annotator_double_clicking_start_opens_one_task():
+    SolutionFactory.create_batch(5, steps=["a"])
+    queueing.ensure_default_queue()
+    user = user_with_role("clicker", "annotator")
+    run_clients([user] * 8, lambda u: queueing.claim_next(annotator=u))
+    assert Annotation.objects.filter(annotator=user).count() == 1
+    assert QueueItem.objects.filter(status=QueueItem.Status.LEASED).count() == 1
