@@ -1,28 +1,16 @@
 """Admin pages to take datasets out: a form that starts an export job, its progress, its file."""
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django import forms
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
-from django import forms
 
-from annotate import exporting, roles
+from annotate import exporting
 from annotate.models import ExportJob, FinishReason, JobState
+from annotate.views import admin_required
 
-
-def admin_only(view):
-    """Login first; then a 403 (not a login loop) for users who are not admins."""
-
-    @login_required
-    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not roles.is_admin(request.user):
-            raise PermissionDenied("Exports are for admins.")
-        return view(request, *args, **kwargs)
-
-    wrapped.__name__ = view.__name__
-    wrapped.__doc__ = view.__doc__
-    return wrapped
+# The one role check of the pages, under the name scoring's pages import from here.
+admin_only = admin_required
 
 
 class ExportForm(forms.Form):

@@ -23,7 +23,16 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from annotate.models import (
-    Annotation, Completion, ExportJob, FinishReason, JobState, Problem, QueueItem, Solution, Step, StepLabel,
+    Annotation,
+    Completion,
+    ExportJob,
+    FinishReason,
+    JobState,
+    Problem,
+    QueueItem,
+    Solution,
+    Step,
+    StepLabel,
 )
 
 FORMATS = ("prm800k", "trl", "processbench", "soft")

@@ -4,40 +4,28 @@ Annotators reach only their own annotations; reviewers read everything; admins a
 and take data out (imports, exports). A user with no role gets 403 everywhere.
 """
 from django.db.models import QuerySet
-from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.permissions import BasePermission
 
 from annotate import roles
 from annotate.models import Annotation
 
 
-class IsAnnotator(BasePermission):
-    message = "You need the annotator role."
+def role_permission(role: str) -> type[BasePermission]:
+    """A DRF permission: the user has `role` (or a higher one) in annotate.roles."""
 
-    def has_permission(self, request, view) -> bool:
-        return roles.is_annotator(request.user)
+    class HasRole(BasePermission):
+        message = f"You need the {role} role."
 
+        def has_permission(self, request, view) -> bool:
+            return roles.has_role(request.user, role)
 
-class IsReviewer(BasePermission):
-    message = "You need the reviewer role."
-
-    def has_permission(self, request, view) -> bool:
-        return roles.is_reviewer(request.user)
-
-
-class IsAdmin(BasePermission):
-    message = "You need the admin role."
-
-    def has_permission(self, request, view) -> bool:
-        return roles.is_admin(request.user)
+    HasRole.__name__ = HasRole.__qualname__ = f"Is{role.title()}"
+    return HasRole
 
 
-class ReviewerReadsAdminWrites(BasePermission):
-    message = "Reviewers may read; only admins may change this."
-
-    def has_permission(self, request, view) -> bool:
-        if request.method in SAFE_METHODS:
-            return roles.is_reviewer(request.user)
-        return roles.is_admin(request.user)
+IsAnnotator = role_permission(roles.ANNOTATOR)
+IsReviewer = role_permission(roles.REVIEWER)
+IsAdmin = role_permission(roles.ADMIN)
 
 
 class OwnAnnotationOrReviewer(BasePermission):

@@ -76,7 +76,9 @@ class ScoreRequestSerializer(serializers.Serializer):
     problem = text(required=False)
     steps = step_texts(required=False)
     items = ScoreItemSerializer(many=True, required=False, min_length=1, max_length=MAX_ITEMS)
-    model = serializers.CharField(max_length=200, required=False, help_text="A model version name; default the current one")
+    model = serializers.CharField(
+        max_length=200, required=False, help_text="A model version name; default the current one"
+    )
 
     def validate(self, data: dict) -> dict:
         single = "problem" in data or "steps" in data

@@ -42,7 +42,9 @@ class SolutionScoreViewSet(viewsets.ReadOnlyModelViewSet):
 class StepScoreViewSet(viewsets.ReadOnlyModelViewSet):
     """Stored per-step scores; filter by `solution` to get one solution's steps in order."""
 
-    queryset = StepScore.objects.select_related("model_version", "step").order_by("step__solution_id", "step__index", "id")
+    queryset = StepScore.objects.select_related("model_version", "step").order_by(
+        "step__solution_id", "step__index", "id"
+    )
     serializer_class = serializers.StepScoreSerializer
     permission_classes = [IsReviewer]
     filterset_fields = {"step__solution": ["exact"], "model_version": ["exact"]}

@@ -74,7 +74,7 @@ def test_annotators_see_only_their_own_annotations_and_cannot_reach_others_by_id
     assert [a["id"] for a in listed["results"]] == [mine.pk]
     assert client.get(f"/api/annotations/{mine.pk}").json()["step_labels"][0]["completions"][0]["rating"] == 1
     assert client.get(f"/api/annotations/{theirs.pk}").status_code == 404
-    assert client.get(f"/api/annotations?labeler=other").json()["count"] == 0
+    assert client.get("/api/annotations?labeler=other").json()["count"] == 0
     assert client_for(reviewer).get(f"/api/annotations/{theirs.pk}").status_code == 200
 
 
@@ -114,7 +114,7 @@ def test_lists_are_paginated_and_filter_only_on_allowlisted_fields(reviewer):
     page = client.get("/api/solutions").json()
     assert set(page) == {"count", "next", "previous", "results"} and page["count"] == 2
     assert [s["id"] for s in client.get("/api/solutions?is_correct=false").json()["results"]] == [wrong.pk]
-    assert [s["steps"][0]["text"] for s in client.get(f"/api/solutions?generator=g1").json()["results"]] == [
+    assert [s["steps"][0]["text"] for s in client.get("/api/solutions?generator=g1").json()["results"]] == [
         "First step."
     ]
     assert right.pk

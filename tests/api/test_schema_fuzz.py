@@ -2,12 +2,12 @@
 operation gets generated requests (valid and not), and none may end in a server error."""
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
-
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from rest_framework.authtoken.models import Token
+
 from scoring import registry
 from tests.annotations import annotate
 from tests.factories import SolutionFactory
