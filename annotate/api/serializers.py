@@ -1,7 +1,8 @@
 """Read shapes of the pool, labels and jobs for machine clients, and the export request."""
+from django.urls import reverse
 from rest_framework import serializers
 
-from annotate import exporting
+from annotate import exporting, importing
 from annotate.models import (
     Annotation,
     Completion,
@@ -104,8 +105,17 @@ class ExportJobSerializer(serializers.ModelSerializer):
         if exporting.finished_file(job) is None:
             return None
         request = self.context.get("request")
-        url = f"/api/exports/{job.pk}/download"
+        url = reverse("export-download", kwargs={"pk": job.pk})
         return request.build_absolute_uri(url) if request else url
+
+
+class ImportRequestSerializer(serializers.Serializer):
+    """A JSONL file to import in the background (see annotate.importing for the formats)."""
+
+    file = serializers.FileField()
+    format = serializers.ChoiceField(choices=importing.FORMATS, default="auto")
+    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    atomic = serializers.BooleanField(default=False, help_text="One bad line and nothing is imported")
 
 
 class ExportRequestSerializer(serializers.Serializer):

@@ -10,11 +10,12 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotate import exporting
+from annotate import exporting, importing
 from annotate.models import Annotation, ExportJob, FinishReason, Generation, ImportJob, Problem, QueueItem, Solution
 
 from . import serializers
@@ -80,13 +81,32 @@ class QueueStatsView(APIView):
         return Response(serializers.QueueStatsSerializer(data).data)
 
 
-class ImportJobViewSet(viewsets.ReadOnlyModelViewSet):
+@extend_schema_view(
+    create=extend_schema(
+        request={"multipart/form-data": serializers.ImportRequestSerializer},
+        responses={201: serializers.ImportJobSerializer},
+        summary="Upload a JSONL file and import it in the background; poll the job for counts",
+    )
+)
+class ImportJobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Import jobs and their counts (admins)."""
 
     queryset = ImportJob.objects.select_related("created_by").order_by("-id")
     serializer_class = serializers.ImportJobSerializer
     permission_classes = [IsAdmin]
+    parser_classes = [MultiPartParser]
     filterset_fields = ["state", "format"]
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        body = serializers.ImportRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        upload = body.validated_data["file"]
+        path = importing.save_upload(chunks=upload.chunks(), original_name=upload.name)
+        job = importing.create_import_job(
+            path=path, original_name=upload.name, format=body.validated_data["format"],
+            source=body.validated_data["source"], atomic=body.validated_data["atomic"], user=request.user,
+        )
+        return Response(self.get_serializer(job).data, status=status.HTTP_201_CREATED)
 
 
 @extend_schema_view(

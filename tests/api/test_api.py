@@ -3,6 +3,7 @@ object-level rules, filters, export jobs and the streamed export."""
 import json
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -52,13 +53,15 @@ def test_permission_matrix_for_reads(users, role):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("role, export_status, score_status", [
-    ("anonymous", 401, 401), ("norole", 403, 403), ("annotator", 403, 403), ("reviewer", 403, 400),
-    ("admin", 201, 400),
+@pytest.mark.parametrize("role, export_status, import_status, score_status", [
+    ("anonymous", 401, 401, 401), ("norole", 403, 403, 403), ("annotator", 403, 403, 403),
+    ("reviewer", 403, 403, 400), ("admin", 201, 400, 400),
 ])
-def test_permission_matrix_for_writes(users, role, export_status, score_status):
+def test_permission_matrix_for_writes(users, role, export_status, import_status, score_status):
     client = client_for(users[role])
     assert client.post("/api/exports", {"format": "trl"}, format="json").status_code == export_status
+    # Admins get a 400 for an upload without a file; nobody else gets that far.
+    assert client.post("/api/imports", {}, format="multipart").status_code == import_status
     # An empty body is a 400 for those allowed to score: the permission check comes first.
     assert client.post("/api/score", {}, format="json").status_code == score_status
     assert client.delete("/api/problems/1").status_code in {401, 403, 405}
@@ -173,3 +176,22 @@ def test_export_job_via_the_api_offers_its_file_only_once_succeeded(admin_user):
     assert ExportJob.objects.get().created_by == admin_user
     bad = client.post("/api/exports", {"format": "csv", "since": "soon"}, format="json")
     assert bad.status_code == 400 and set(bad.json()) == {"format", "since"}
+
+
+@pytest.mark.django_db
+def test_an_uploaded_prm800k_file_is_imported_by_its_job_and_its_labels_are_readable(admin_user):
+    from annotate import importing
+    from tests.annotate.test_exporting import PHASE2_LINE
+
+    client = client_for(admin_user)
+    upload = SimpleUploadedFile("phase2_train.jsonl", (json.dumps(PHASE2_LINE) + "\n").encode())
+    created = client.post("/api/imports", {"file": upload, "format": "prm800k"}, format="multipart")
+    assert created.status_code == 201 and created.json()["state"] == "pending"
+    importing.run_import_job(job_id=created.json()["id"])
+    job = client.get(f"/api/imports/{created.json()['id']}").json()
+    assert (job["state"], job["created"], job["errors"]) == ("succeeded", 1, 0)
+    (annotation,) = client.get("/api/annotations?generation=9").json()["results"]
+    assert annotation["labeler"] == PHASE2_LINE["labeler"] and annotation["finish_reason"] == "found_error"
+    assert [s["completions"][0]["rating"] for s in annotation["step_labels"]] == [1, 0, -1]
+    bad = client.post("/api/imports", {"file": upload, "format": "csv"}, format="multipart")
+    assert bad.status_code == 400 and "format" in bad.json()
