@@ -75,7 +75,8 @@ class SolutionAdmin(admin.ModelAdmin):
 
     @admin.display(description="steps as annotators see them")
     def steps_as_displayed(self, solution: Solution) -> str:
-        items = format_html_join("", "<li>{}</li>", ((strip_calculator_annotations(s.text),) for s in solution.steps.all()))
+        texts = ((strip_calculator_annotations(step.text),) for step in solution.steps.all())
+        items = format_html_join("", "<li>{}</li>", texts)
         return format_html("<ol>{}</ol>", items)
 
 

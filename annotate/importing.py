@@ -265,7 +265,8 @@ def _parser(format: str, *, source: str | None, split: str, split_mode: SplitMod
         if not isinstance(obj, dict):
             raise LineError("line", f"must be a JSON object, got {prm800k._type(obj)}")
         if format == "auto":
-            raise LineError("line", "format not recognised (no line of the file matches prm800k, gsm8k, math or generic)")
+            raise LineError("line", "format not recognised (no line of the file matches prm800k, gsm8k, math "
+                                    "or generic)")
         record = PARSERS[format](obj, line_no, split_mode=split_mode)
         record.source = source or record.source or format
         record.split = record.split or split
@@ -485,7 +486,8 @@ def _insert_solutions(solutions: list[Solution]) -> None:
         values[SOLUTION_COLUMNS.index("created_at")] = connection.ops.adapt_datetimefield_value(now)
         rows.append(values)
     insert_rows(Solution, SOLUTION_COLUMNS, rows)
-    ids = dict(Solution.objects.filter(content_hash__in=[s.content_hash for s in solutions]).values_list("content_hash", "id"))
+    hashes = [solution.content_hash for solution in solutions]
+    ids = dict(Solution.objects.filter(content_hash__in=hashes).values_list("content_hash", "id"))
     for solution in solutions:
         solution.pk = ids[solution.content_hash]
         solution._state.adding = False

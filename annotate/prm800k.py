@@ -224,7 +224,8 @@ def _parse_completion(completion: Any, where: str) -> ParsedCompletion:
     absent = [key for key in ("rating", "flagged") if key not in completion]
     if absent:
         extra[ABSENT] = absent
-    return ParsedCompletion(text=_require_str(completion["text"], f"{where}.text"), rating=rating, flagged=flagged, extra=extra)
+    text = _require_str(completion["text"], f"{where}.text")
+    return ParsedCompletion(text=text, rating=rating, flagged=flagged, extra=extra)
 
 
 def _parse_timestamp(value: Any) -> tuple[datetime | None, dict]:

@@ -70,7 +70,8 @@ def test_gsm8k_reference_becomes_ground_truth_and_a_known_correct_solution(tmp_p
 def test_a_reference_solution_with_one_wrong_step_is_graded_wrong(tmp_path):
     # Made by perturbing a real GSM8K reference: the second step and the final answer go wrong.
     right = {"question": "Weng earns $12 an hour. She worked 50 minutes. How much did she earn?",
-             "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nShe earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"}
+             "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\n"
+                       "She earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"}
     wrong = {"problem": right["question"], "ground_truth_answer": "10",
              "solution": "Weng earns 12/60 = $0.2 per minute.\nShe earned 0.2 x 60 = $12.\n#### 12"}
     importing.import_pool(path=write(tmp_path, [right], "a.jsonl"))
@@ -84,12 +85,16 @@ def test_a_reference_solution_with_one_wrong_step_is_graded_wrong(tmp_path):
 
 def test_math_lines_take_the_answer_from_boxed_or_the_answer_line(tmp_path):
     lines = [
-        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{4}$.", "solution": "We get $\\frac{2}{4}+\\frac14$.\n\nSo $\\boxed{\\frac{3}{4}}$."},
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{4}$.",
+         "solution": "We get $\\frac{2}{4}+\\frac14$.\n\nSo $\\boxed{\\frac{3}{4}}$."},
         {"question": "What is $2^{10}$?", "answer": "$2^{10} = 1024$.\n\nThe answer is: 1,\\!024"},
         {"problem": "Solve $x+1=3$.", "solution": "Subtract: $x=\\boxed{2}$.", "answer": "2", "level": "Level 1"},
     ]
     importing.import_pool(path=write(tmp_path, lines), format="math")
-    got = {s.problem.ground_truth_answer: (s.final_answer, s.is_correct, s.steps.count()) for s in Solution.objects.all()}
+    got = {
+        s.problem.ground_truth_answer: (s.final_answer, s.is_correct, s.steps.count())
+        for s in Solution.objects.select_related("problem")
+    }
     assert got == {"\\frac{3}{4}": ("\\frac{3}{4}", True, 2), "1,\\!024": ("1,\\!024", True, 2), "2": ("2", True, 1)}
     assert Solution.objects.get(problem__ground_truth_answer="2").meta == {"level": "Level 1"}
 
@@ -97,8 +102,8 @@ def test_math_lines_take_the_answer_from_boxed_or_the_answer_line(tmp_path):
 def test_generic_lines_take_steps_or_split_solution_text_and_grade_answers(tmp_path):
     lines = [
         generic(1),
-        generic(2, steps=None, solution="2 + 2 = 5.\n\nSo it is 5.\n\n# Answer\n\n5", source="model-a", generator="llama",
-                meta={"sample": 3}),
+        generic(2, steps=None, solution="2 + 2 = 5.\n\nSo it is 5.\n\n# Answer\n\n5", source="model-a",
+                generator="llama", meta={"sample": 3}),
         generic(3, steps=["I guess."], answer="6.0"),
         generic(4, steps=["I give up."]),
     ]
@@ -143,7 +148,8 @@ def test_report_has_one_entry_per_line_in_the_documented_shape(tmp_path):
     solution = Solution.objects.get()
     assert created == {"line": 1, "status": "created", "solution": solution.pk, "answer": "2",
                        "is_correct": True, "n_steps": 2, "error": None}
-    assert error["status"] == "error" and error["solution"] is None and error["error"].startswith("field 'line': is not valid JSON")
+    assert error["status"] == "error" and error["solution"] is None
+    assert error["error"].startswith("field 'line': is not valid JSON")
     assert duplicate == {**created, "line": 3, "status": "duplicate"}
 
 

@@ -55,7 +55,10 @@ def write_pool(path: Path, *, solutions: int, per_problem: int = 8, seed: int = 
             n = s // per_problem
             truth, right, wrong = _answer_pair(random.Random(n), n)
             answer = right if rng.random() < 0.6 else wrong
-            steps = [f"Step {i + 1} of attempt {s} (seed {seed}): we simplify the expression for problem {n}." for i in range(rng.randint(3, 9))]
+            steps = [
+                f"Step {i + 1} of attempt {s} (seed {seed}): we simplify the expression for problem {n}."
+                for i in range(rng.randint(3, 9))
+            ]
             steps.append(f"So the result is ${answer}$.\n\n# Answer\n\n{answer}")
             line = {"problem": f"Benchmark problem {n}: compute the quantity.", "ground_truth_answer": truth,
                     "steps": steps, "source": "bench", "generator": "bench-model"}
@@ -107,7 +110,9 @@ class Command(BaseCommand):
                         self._run(path)
                     graded = Solution.objects.filter(source="bench").values_list("is_correct", flat=True)
                     verdicts = {v: list(graded).count(v) for v in (True, False, None)}
-                    self.stdout.write(f"graded: {verdicts[True]} correct, {verdicts[False]} wrong, {verdicts[None]} unknown")
+                    self.stdout.write(
+                        f"graded: {verdicts[True]} correct, {verdicts[False]} wrong, {verdicts[None]} unknown"
+                    )
                     if not options["keep"]:
                         raise _Rollback
             except _Rollback:
