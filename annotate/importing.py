@@ -379,6 +379,17 @@ def write_batch(records: list[Record]) -> list[Outcome]:
     return _write_atomically(records)
 
 
+def grading_note(record: Record) -> str:
+    """Why a solution's grade is unknown, for the admin; empty when it is known."""
+    if record.is_correct is not None:
+        return ""
+    if not record.final_answer:
+        return "no final answer found in the solution"
+    if not record.ground_truth_answer:
+        return "the problem has no ground-truth answer"
+    return "math-verify could not decide (unreadable or too slow)"
+
+
 def _write_atomically(records: list[Record]) -> list[Outcome]:
     try:
         with transaction.atomic():
@@ -448,6 +459,7 @@ def _solutions_for(records: list[Record], problems: dict[str, Problem]) -> tuple
     new = [
         Solution(
             problem=problems[_problem_hash(r)], final_answer=r.final_answer, is_correct=r.is_correct,
+            grading_note=grading_note(r),
             source=r.source, generator=r.generator, is_reference=r.is_reference, meta=r.meta,
             pre_generated_answer=r.pre_generated_answer,
             pre_generated_verifier_score=r.pre_generated_verifier_score, content_hash=h,

@@ -115,6 +115,8 @@ def test_generic_lines_take_steps_or_split_solution_text_and_grade_answers(tmp_p
     assert [(e["answer"], e["is_correct"], e["n_steps"]) for e in report] == [
         ("2", True, 2), ("5", False, 2), ("6.0", True, 1), (None, None, 1),
     ]
+    assert Solution.objects.get(pk=report[3]["solution"]).grading_note == "no final answer found in the solution"
+    assert Solution.objects.get(pk=report[0]["solution"]).grading_note == ""
     second = Solution.objects.get(pk=report[1]["solution"])
     assert (second.source, second.generator, second.meta) == ("model-a", "llama", {"sample": 3})
     assert Solution.objects.get(pk=report[0]["solution"]).source == "generic"
