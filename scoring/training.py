@@ -70,21 +70,29 @@ class StepTensors:
 
 
 def step_tensors(examples: Sequence[Example], config: TrainConfig) -> StepTensors:
+    """Flatten the labeled steps, with the selection-bias weights the config asks for.
+
+    importance: each step carries its solution's weight. class: one weight for positives
+    and one for negatives, moving the base rate to `target_base_rate` or, when unset, to
+    the importance-weighted rate (the pool's rate as the labels estimate it).
+    """
     k, n, w = [], [], []
     for e in examples:
-        importance = e.row.weight if config.bias_correction == "importance" else 1.0
         for kk, nn_ in zip(e.k, e.n):
             if nn_ > 0:
                 k.append(kk)
                 n.append(nn_)
-                w.append(importance)
+                w.append(e.row.weight)
     kt, nt, wt = (torch.tensor(v, dtype=torch.float32) for v in (k, n, w))
-    w_pos, w_neg = 1.0, 1.0
-    if config.bias_correction == "class":
-        estimated = float((wt * kt).sum() / (wt * nt).sum()) if len(k) else 0.5
+    if config.bias_correction == "importance":
+        return StepTensors(k=kt, n=nt, pos_weight=wt, neg_weight=wt.clone())
+    ones = torch.ones_like(kt)
+    if config.bias_correction == "class" and len(k):
+        estimated = float((wt * kt).sum() / (wt * nt).sum())
         target = config.target_base_rate if config.target_base_rate is not None else estimated
         w_pos, w_neg = class_weights(float(kt.sum()), float(nt.sum()), target)
-    return StepTensors(k=kt, n=nt, pos_weight=wt * w_pos, neg_weight=wt * w_neg)
+        return StepTensors(k=kt, n=nt, pos_weight=ones * w_pos, neg_weight=ones * w_neg)
+    return StepTensors(k=kt, n=nt, pos_weight=ones, neg_weight=ones.clone())
 
 
 # --- losses ---------------------------------------------------------------------------------

@@ -305,3 +305,35 @@ def test_evaluation_page_shows_the_version_next_to_the_previous_one(client, admi
     assert "run7-beta-head" in page and "old-model" in page
     assert "Reliability diagram" in page and page.count("<svg") == 2
     assert "1.0000" in page and "0.5000" in page  # step AUC of each
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def test_train_prm_inline_then_eval_prm_json(constant_current, annotator, capsys):
+    import json
+
+    from django.core.management import call_command
+
+    make_pool()
+    label_everything(annotator)
+    call_command("train_prm", "--inline", "--head", "beta", "--epochs", "40", "--set", "lr=0.03",
+                 "--set", "val_fraction=0.25")
+    out = capsys.readouterr().out
+    run = TrainingRun.objects.get()
+    assert f"run {run.pk} succeeded" in out and run.config["train"]["head"] == "beta"
+    assert run.result.config["head"]["type"] == "beta"
+    call_command("eval_prm", "--model", run.result.name, "--json", "--val-fraction", "0.25")
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == run.result.name
+    assert report["step_auc"] == pytest.approx(run.result.metrics["eval"]["step_auc"])
+
+
+def test_train_prm_refuses_bad_options_and_a_second_run(db):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="unknown training option"):
+        call_command("train_prm", "--set", "epoch=3")
+    retraining.start_training_run(options=FAST, enqueue=False)
+    with pytest.raises(CommandError, match="still active"):
+        call_command("train_prm")

@@ -256,3 +256,25 @@ def test_truncating_layers_reads_the_same_hidden_state(tiny_backbone):
     assert read_at is None
     assert torch.allclose(full, short, atol=1e-5)
     assert len(training.decoder_layers_owner(backbone.model).layers) == 2  # restored
+
+
+def test_importance_weighting_keeps_the_pool_base_rate_under_skewed_selection(tiny_backbone, tmp_path):
+    # Selection served 18 wrong-answer solutions for 2 right ones; the pool is half and half.
+    # Every solution reads the same, so the head can only learn a base rate: the labeled
+    # one (2/20 = 0.1) without correction, the pool's (hand-computed 0.5) with it.
+    strata = [i < 2 for i in range(20)]
+    weights = stratum_weights(strata, {True: 100, False: 100})
+    rows = [LabeledRow(solution_id=i, problem_id=i, problem="Same problem", steps=("same step",),
+                       ratings=((1 if right else -1,),), weight=w) for i, (right, w) in enumerate(zip(strata, weights))]
+    backbone = training.load_backbone(tiny_backbone, device="cpu", dtype=torch.float32)
+    cache = training.FeatureCache(tmp_path / "cache")
+    [h] = cache.features(backbone, [("Same problem", ["same step"])], layer=1, backbone_id="b")
+
+    def learned_rate(correction: str) -> float:
+        config = TrainConfig(bias_correction=correction, epochs=100, lr=0.05, val_fraction=0.0, layer=1)
+        head = training.train(rows, backbone=backbone, config=config, cache=cache, backbone_id="b").head
+        return head.probabilities(h)[0].p
+
+    assert learned_rate("importance") == pytest.approx(0.5, abs=0.02)
+    assert learned_rate("none") == pytest.approx(0.1, abs=0.02)
+    assert learned_rate("class") == pytest.approx(0.5, abs=0.02)  # target = the importance-weighted rate
