@@ -202,7 +202,7 @@ def _renew(annotation: Annotation, now: dt.datetime) -> int:
 def renew_lease(*, annotation: Annotation, now: dt.datetime | None = None) -> None:
     """Keep the task's item leased (called on every action). Raises LeaseLost."""
     if _renew(annotation, now or timezone.now()) != 1:
-        raise LeaseLost("this task's lease lapsed and it was given to someone else")
+        raise LeaseLost("this task was idle too long and went to someone else: go to the next task")
 
 
 def finish_item(*, annotation: Annotation) -> None:
