@@ -56,6 +56,9 @@ STRATEGIES = ("random", "convincing_wrong", "uncertainty", "mix")
 POOLS = ("gsm8k", "synthetic")
 # The curve metrics, as (name, where it lives in a round's metrics); higher is better for all.
 METRICS = ("paired_auc", "step_auc", "solution_auc", "processbench_f1", "best_of_n")
+TITLES = {"paired_auc": "paired AUC (vs reference step)", "step_auc": "step AUC", "solution_auc": "solution AUC (product)",
+          "processbench_f1": "ProcessBench F1", "best_of_n": "best-of-N accuracy (product)",
+          "wrong_share": "share of labeled solutions with a wrong answer"}
 CALCULATION_NOTE = re.compile(r"<<[^<>]*>>")
 
 
@@ -311,6 +314,9 @@ def curve_point(report: dict) -> dict:
         "solution_auc": report["solution_auc"],
         "processbench_f1": report["processbench"]["f1"],
         "best_of_n": top.get("product"),
+        # Same subsets, other pickers: majority vote by answer and the last step's score (outcome-like).
+        "best_of_n_majority": top.get("majority"),
+        "best_of_n_last": top.get("last"),
         "best_of_n_n": int(max(bon, key=int)) if bon else None,
         "ece": report["calibration"]["ece"],
     }
@@ -357,9 +363,9 @@ def baselines(pool: Sequence[PoolProblem], held_out: HeldOut) -> dict:
 
 @dataclass
 class Settings:
-    rounds: int = 8
-    batch: int = 50
-    initial: int = 50
+    rounds: int = 5
+    batch: int = 20
+    initial: int = 20
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 7)
     strategies: tuple[str, ...] = STRATEGIES
     epochs: int = 30
@@ -391,31 +397,53 @@ class Context:
     log: Callable[[str], None] = field(default=lambda message: None)
 
 
-def run_strategy(ctx: Context, *, strategy: str, seed: int) -> list[dict]:
-    """One learning curve; everything it writes is rolled back at the end."""
+def run_seed(ctx: Context, *, seed: int) -> dict[str, list[dict]]:
+    """One learning curve per strategy for a seed; everything written is rolled back.
+
+    The first, random pick is labeled and trained on once and shared by every strategy
+    (a paired comparison, and the labeling is the slow part); each strategy then continues
+    from it in a savepoint of its own.
+    """
+    curves: dict[str, list[dict]] = {}
+    with transaction.atomic():
+        annotator = get_user_model().objects.create(username=f"simulated-annotator-{seed}")
+        first = policy_for("random", size=ctx.settings.initial, seed=seed)
+        head, start = one_round(ctx, annotator=annotator, head=untrained_head(ctx.backbone, seed), policy=first,
+                                seed=seed, name=f"sim-{seed}-0")
+        for strategy in ctx.settings.strategies:
+            with transaction.atomic():
+                points, strategy_head = [start], head
+                for round_number in range(1, ctx.settings.rounds + 1):
+                    policy = policy_for(strategy, size=ctx.settings.batch, seed=seed * 1000 + round_number)
+                    strategy_head, point = one_round(ctx, annotator=annotator, head=strategy_head, policy=policy,
+                                                     seed=seed, name=f"sim-{seed}-{strategy}-{round_number}")
+                    points.append(point)
+                curves[strategy] = points
+                transaction.set_rollback(True)
+            ctx.log(f"seed {seed} {strategy}: paired AUC {_f(start['paired_auc'])} -> {_f(points[-1]['paired_auc'])}")
+        transaction.set_rollback(True)
+    return curves
+
+
+def one_round(ctx: Context, *, annotator, head: prm.StepHead, policy: selection.Policy, seed: int,
+              name: str) -> tuple[prm.StepHead, dict]:
+    """Rescore the pool with `head`, queue the policy's picks, label them, retrain, evaluate."""
     from . import training
 
-    points: list[dict] = []
-    with transaction.atomic():
-        annotator = get_user_model().objects.create(username=f"simulated-{strategy}-{seed}")
-        head = untrained_head(ctx.backbone, seed)
-        policy = policy_for("random", size=ctx.settings.initial, seed=seed)  # the same first pick for all
-        for round_number in range(ctx.settings.rounds + 1):
-            version = record_version(f"sim-{strategy}-{seed}-{round_number}", ctx.backbone, head)
-            loaded = ctx.backbone.with_head(head)
-            scoring.score_solutions(model_version=version, solution_ids=ctx.pool_ids,
-                                    prm=CachedScorer(ctx.backbone, loaded))
-            selection.rebuild_queue(model_version=version, policy=policy)
-            label_queue(annotator=annotator, limit=policy.size)
-            rows = retraining.gather_rows()
-            config = TrainConfig(head="beta", mode="head", layer=ctx.backbone.layer, epochs=ctx.settings.epochs, seed=seed)
-            result = training.train(rows, backbone=ctx.backbone.loaded, config=config, cache=ctx.backbone.cache,
-                                    backbone_id=ctx.backbone.backbone_id)
-            head = result.head
-            points.append(measure_round(ctx, head, rows))
-            policy = policy_for(strategy, size=ctx.settings.batch, seed=seed * 1000 + round_number + 1)
-        transaction.set_rollback(True)
-    return points
+    version = record_version(name, ctx.backbone, head)
+    scoring.score_solutions(model_version=version, solution_ids=ctx.pool_ids,
+                            prm=CachedScorer(ctx.backbone, ctx.backbone.with_head(head)))
+    selection.rebuild_queue(model_version=version, policy=policy)
+    label_queue(annotator=annotator, limit=policy.size)
+    rows = retraining.gather_rows()
+    config = TrainConfig(head="beta", mode="head", layer=ctx.backbone.layer, epochs=ctx.settings.epochs, seed=seed)
+    result = training.train(rows, backbone=ctx.backbone.loaded, config=config, cache=ctx.backbone.cache,
+                            backbone_id=ctx.backbone.backbone_id)
+    return result.head, measure_round(ctx, result.head, rows)
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def measure_round(ctx: Context, head: prm.StepHead, rows) -> dict:
@@ -447,9 +475,8 @@ def simulate(*, backbone: Backbone, pool: Sequence[PoolProblem], held_out: Seque
     curves: dict[str, list[list[dict]]] = {s: [] for s in sim.strategies}
     loop_started = time.perf_counter()
     for seed in sim.seeds:
-        for strategy in sim.strategies:
-            curves[strategy].append(run_strategy(ctx, strategy=strategy, seed=seed))
-            log(f"seed {seed} {strategy}: paired AUC {curves[strategy][-1][-1]['paired_auc']}")
+        for strategy, points in run_seed(ctx, seed=seed).items():
+            curves[strategy].append(points)
     return {
         "settings": dataclasses.asdict(sim) | {"layer": backbone.layer},
         "pool": describe(pool),
@@ -574,8 +601,10 @@ def plot(result: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(4.2 * len(METRICS), 3.8))
-    for ax, metric in zip(axes, METRICS):
+    panels = (*METRICS, "wrong_share")
+    fig, grid = plt.subplots(2, 3, figsize=(13, 7.5))
+    axes = grid.ravel()
+    for ax, metric in zip(axes, panels):
         for strategy, summary in result["strategies"].items():
             mean, std = summary[metric]["mean"], summary[metric]["std"]
             xs = [x for x, m in zip(summary["labels"], mean) if m is not None]
@@ -584,11 +613,15 @@ def plot(result: dict, path: Path) -> Path:
             ax.plot(xs, ms, marker="o", markersize=3, label=strategy)
             ax.fill_between(xs, [m - s for m, s in zip(ms, ss)], [m + s for m, s in zip(ms, ss)], alpha=0.15)
         for (name, values), style in zip(result["baselines"].items(), (":", "--")):
-            if values.get(metric) is not None:
+            if metric in METRICS and values.get(metric) is not None:
                 ax.axhline(values[metric], color="grey", linestyle=style, label=name.replace("_", "-"))
-        ax.set_title(metric.replace("_", " "))
+        ax.set_title(TITLES.get(metric, metric), fontsize=10)
         ax.set_xlabel("labeled solutions")
     axes[0].legend(fontsize=7)
+    run = result["settings"]
+    fig.suptitle(f"{run.get('pool', 'pool')}: {result['pool']['solutions']} solutions, held-out "
+                 f"{result['held_out']['solutions']}; mean ± std over {len(run['seeds'])} seeds; "
+                 f"backbone {Path(str(run.get('backbone', '?'))).name}, layer {run['layer']}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -23,14 +23,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="print the full result as JSON")
-        parser.add_argument("--rounds", type=int, default=8, help="selection rounds after the first pick")
-        parser.add_argument("--batch", type=int, default=50, help="solutions labeled per round (B)")
-        parser.add_argument("--initial", type=int, default=50, help="random first pick, shared by all strategies")
+        parser.add_argument("--rounds", type=int, default=5, help="selection rounds after the first pick")
+        parser.add_argument("--batch", type=int, default=20, help="solutions labeled per round (B)")
+        parser.add_argument("--initial", type=int, default=20, help="random first pick, shared by all strategies")
         parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
         parser.add_argument("--strategies", nargs="+", default=None, help="subset of random convincing_wrong uncertainty mix")
         parser.add_argument("--pool", default="gsm8k", help="gsm8k (real problems, needs --data) or synthetic")
-        parser.add_argument("--problems", type=int, default=320, help="pool problems")
-        parser.add_argument("--heldout", type=int, default=80, help="held-out problems for evaluation")
+        parser.add_argument("--problems", type=int, default=150, help="pool problems")
+        parser.add_argument("--heldout", type=int, default=40, help="held-out problems for evaluation")
         parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with gsm8k/{train,test}.jsonl")
         parser.add_argument("--backbone", type=Path, default=None,
                             help="transformers folder (default: the SmolLM2-135M default model's backbone)")
