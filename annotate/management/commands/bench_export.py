@@ -46,6 +46,10 @@ class Command(BaseCommand):
         parser.add_argument("--steps", type=int, default=5, help="Steps per solution, all labeled")
         parser.add_argument("--format", action="append", choices=exporting.FORMATS, help="Default: all")
         parser.add_argument("--cleanup", action="store_true", help="Delete the benchmark rows afterwards")
+        parser.add_argument(
+            "--compare", action="store_true",
+            help="Also export PRM800K the plain ORM way (model instances + prefetch_related), for the ratio",
+        )
         parser.add_argument("--child", help="internal: export one format in this process and print JSON")
 
     def handle(self, *args, **opts) -> None:
@@ -59,8 +63,9 @@ class Command(BaseCommand):
         self.stdout.write(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         self.stdout.write(f"{'format':<13} {'lines':>7} {'seconds':>8} {'cpu s':>6} {'lines/s':>8} {'MB':>7} "
                           f"{'peak RSS MB':>12} {'export +MB':>11}")
-        for format in opts["format"] or exporting.FORMATS:
-            result = json.loads(subprocess.run(
+        results = {}
+        for format in [*(opts["format"] or exporting.FORMATS), *(["orm"] if opts["compare"] else [])]:
+            results[format] = result = json.loads(subprocess.run(
                 [sys.executable, "manage.py", "bench_export", "--child", format],
                 cwd=settings.BASE_DIR, check=True, capture_output=True, text=True,
             ).stdout.strip().splitlines()[-1])
@@ -69,6 +74,10 @@ class Command(BaseCommand):
                 f"{result['lines'] / result['seconds']:>8.0f} {result['bytes'] / 1e6:>7.1f} "
                 f"{result['peak_rss_mb']:>12.1f} {result['peak_rss_mb'] - result['start_rss_mb']:>11.1f}"
             )
+        if "orm" in results and "prm800k" in results:
+            orm, ours = results["orm"], results["prm800k"]
+            self.stdout.write(f"PRM800K, plain ORM / chunk records: {orm['seconds'] / ours['seconds']:.1f}x wall, "
+                              f"{orm['cpu'] / ours['cpu']:.1f}x CPU (same bytes: {orm['bytes'] == ours['bytes']})")
         if opts["cleanup"]:
             Problem.objects.filter(source=SOURCE).delete()
 
@@ -79,11 +88,28 @@ class Command(BaseCommand):
         with tempfile.TemporaryDirectory(dir=settings.EXPORTS_DIR) as folder:
             path = Path(folder) / f"bench.{format}.jsonl"
             started, cpu_started = time.perf_counter(), time.process_time()
-            lines = exporting.write_export(path=path, format=format, options=options)
+            if format == "orm":
+                lines = self.export_with_model_instances(path, options)
+            else:
+                lines = exporting.write_export(path=path, format=format, options=options)
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             size = path.stat().st_size
         return {"lines": lines, "seconds": seconds, "cpu": cpu, "bytes": size, "start_rss_mb": start_rss,
                 "peak_rss_mb": peak_rss_mb()}
+
+    @staticmethod
+    def export_with_model_instances(path: Path, options: exporting.ExportOptions) -> int:
+        """The straightforward way, for comparison: instances, prefetch_related, iterator()."""
+        from annotate import prm800k
+
+        qs = exporting.submitted_annotations(options=options).select_related("solution__problem", "queue_item")
+        qs = qs.prefetch_related("solution__steps", "step_labels__completions")
+        lines = 0
+        with path.open("w", encoding="utf-8") as out:
+            for annotation in qs.iterator(chunk_size=exporting.CHUNK_SIZE):
+                out.write(json.dumps(prm800k.line_for_annotation(annotation), ensure_ascii=False) + "\n")
+                lines += 1
+        return lines
 
     def ensure_data(self, n: int, n_steps: int) -> None:
         have = Annotation.objects.filter(generation=BENCH_GENERATION).count()
