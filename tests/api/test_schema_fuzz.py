@@ -3,6 +3,7 @@ operation gets generated requests (valid and not), and none may end in a server 
 import pytest
 import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
+from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
@@ -60,6 +61,13 @@ def test_schema_needs_a_login(client, admin_user):
     client.force_login(admin_user)
     assert client.get("/api/schema/").status_code == 200
     assert client.get("/api/docs/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_schema_generates_without_warnings_and_validates(tmp_path):
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    text = (tmp_path / "schema.yaml").read_text()
+    assert "/api/score:" in text and "curl -X POST" in text
 
 
 @pytest.mark.django_db
