@@ -188,12 +188,28 @@ def test_the_schedule_retrains_only_when_enough_new_labels_exist(db):
 
 @pytest.mark.embedded
 def test_ensure_schedule_creates_the_periodic_task_once_and_keeps_admin_edits(db):
+    PeriodicTask.objects.filter(name=retraining.SCHEDULE_NAME).delete()  # made by the migration
     task = retraining.ensure_schedule(every_minutes=15, min_new_labels=20)
     assert task.task == "scoring.tasks.scheduled_retrain_task" and task.queue == "ml"
     PeriodicTask.objects.filter(pk=task.pk).update(kwargs='{"min_new_labels": 5}')
     again = retraining.ensure_schedule(every_minutes=15, min_new_labels=20)
     assert again.pk == task.pk and PeriodicTask.objects.filter(name=retraining.SCHEDULE_NAME).count() == 1
     assert again.kwargs == '{"min_new_labels": 5}'
+
+
+@pytest.mark.embedded
+def test_the_data_migration_installs_the_same_schedule_once(db):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("scoring.migrations.0004_tr_retrain_schedule")
+    PeriodicTask.objects.filter(name=retraining.SCHEDULE_NAME).delete()
+    migration.create_schedule(apps, None)
+    migration.create_schedule(apps, None)
+    task = PeriodicTask.objects.get(name=retraining.SCHEDULE_NAME)
+    assert task.task == retraining.SCHEDULE_TASK and task.enabled and task.interval.every == 30
+    assert retraining.ensure_schedule().pk == task.pk  # the start script's call finds it
 
 
 # --- runs, the gate and promotion -----------------------------------------------------------------
