@@ -16,6 +16,7 @@ database holding other solutions unless --force, since its clients would label t
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from collections import Counter
 
@@ -58,9 +59,10 @@ class Command(BaseCommand):
         try:
             pool = Solution.objects.filter(source=SOURCE).count()
             self.stdout.write(f"Stepwise workspace benchmark on {connection.vendor} "
-                              f"({pool:,} solutions in the pool{', built in %.1f s' % built if built else ''})")
+                              f"({pool:,} solutions in the pool{', built in %.1f s' % built if built else ''}); "
+                              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
             self.stdout.write(f"{'clients':>7} {'tasks':>6} {'next p50':>9} {'next p95':>9} {'claim p95':>9} "
-                              f"{'save p50':>9} {'save p95':>9} {'dup':>4}  (ms)")
+                              f"{'save p50':>9} {'save p95':>9} {'dup':>4} {'tasks/s':>8}  (ms)")
             for n in runs:
                 self.run_clients(n, max(n, tasks // n * n))
         finally:
@@ -107,9 +109,11 @@ class Command(BaseCommand):
         ctx = multiprocessing.get_context("fork")
         barrier, queue = ctx.Barrier(n), ctx.Queue()
         processes = [ctx.Process(target=_client, args=(user.pk, tasks // n, barrier, queue)) for user in users]
+        started = time.perf_counter()
         for process in processes:
             process.start()
         results = [queue.get(timeout=1800) for _ in processes]
+        elapsed = time.perf_counter() - started
         for process in processes:
             process.join()
         if any("error" in r for r in results):
@@ -125,7 +129,7 @@ class Command(BaseCommand):
         db_dups = sum(1 for c in Counter(a["solution_id"] for a in in_db).values() if c > 1)
         self.stdout.write(
             f"{n:>7} {len(claimed):>6} {_pct(nxt, 50):>9.1f} {_pct(nxt, 95):>9.1f} {_pct(claim, 95):>9.1f} "
-            f"{_pct(save, 50):>9.1f} {_pct(save, 95):>9.1f} {max(duplicates, db_dups):>4}"
+            f"{_pct(save, 50):>9.1f} {_pct(save, 95):>9.1f} {max(duplicates, db_dups):>4} {len(claimed) / elapsed:>8.1f}"
         )
 
 
