@@ -274,13 +274,13 @@ def metric_value(metrics: dict, name: str) -> float | None:
 def not_worse(new: dict, current: dict, metric: str, tolerance: float = 0.0) -> bool:
     """The promotion gate: the new model's metric is at least the current one's.
 
-    A model without a value for the metric (e.g. no labeled held-out steps) is never
-    better than one with a value; when neither has one the new model passes.
+    Without a value for the new model (e.g. the held-out steps are all good, so no AUC)
+    there is no evidence it is not worse, and it does not pass.
     """
     _, higher_is_better = GATE_METRICS[metric]
     a, b = metric_value(new, metric), metric_value(current, metric)
-    if b is None:
-        return True
     if a is None:
         return False
+    if b is None:
+        return True
     return a >= b - tolerance if higher_is_better else a <= b + tolerance

@@ -398,7 +398,7 @@ def _evaluate_and_gate(run: TrainingRun, version: ModelVersion, result: training
     version.save(update_fields=["metrics"])
     TrainingRun.objects.filter(pk=run.pk).update(gate=decision)
     _log(run, f"gate on {decision['metric']}: new {decision['new']} vs current {decision['current']} -> "
-              f"{'promoted' if decision['promoted'] else 'rejected'}")
+              f"{'promoted' if decision['promoted'] else 'rejected'} ({decision['reason']})")
     if decision["promoted"]:
         promote(version)
     else:
@@ -408,8 +408,16 @@ def _evaluate_and_gate(run: TrainingRun, version: ModelVersion, result: training
 def gate(*, new: dict, current: dict | None, metric: str, tolerance: float = 0.0) -> dict:
     """The promotion decision, with both values, so the page can show why."""
     promoted = current is None or evaluation.not_worse(new, current, metric, tolerance)
-    return {"metric": metric, "tolerance": tolerance, "new": evaluation.metric_value(new, metric),
-            "current": evaluation.metric_value(current, metric) if current else None, "promoted": promoted}
+    value = evaluation.metric_value(new, metric)
+    if current is None:
+        reason = "no current model"
+    elif value is None:
+        reason = f"{metric} cannot be measured on the held-out labels yet (need good and bad steps)"
+    else:
+        reason = "not worse than the current model" if promoted else "worse than the current model"
+    return {"metric": metric, "tolerance": tolerance, "new": value,
+            "current": evaluation.metric_value(current, metric) if current else None, "promoted": promoted,
+            "reason": reason}
 
 
 def promote(version: ModelVersion) -> None:

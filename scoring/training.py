@@ -143,7 +143,9 @@ def new_head(hidden_size: int, config: TrainConfig, base_rate: float) -> prm.Ste
     """A head starting at the data's base rate and, for beta, at kappa = kappa_init."""
     head = prm.StepHead(hidden_size, config.head)
     with torch.no_grad():
-        head.mu.weight.normal_(0.0, 0.01)
+        # Zero weights: a linear head's loss is convex, so no symmetry needs breaking, and
+        # hidden-state scales (outlier dimensions) cannot blow up the first logits.
+        head.mu.weight.zero_()
         head.mu.bias.fill_(math.log(base_rate / (1 - base_rate)))
         if head.kappa is not None:
             head.kappa.weight.zero_()

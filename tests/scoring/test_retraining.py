@@ -353,3 +353,9 @@ def test_train_prm_refuses_bad_options_and_a_second_run(db):
     retraining.start_training_run(options=FAST, enqueue=False)
     with pytest.raises(CommandError, match="still active"):
         call_command("train_prm")
+
+
+def test_without_measurable_held_out_labels_the_current_model_stays():
+    decision = retraining.gate(new={"step_auc": None}, current={"step_auc": None}, metric="step_auc")
+    assert decision["promoted"] is False and "cannot be measured" in decision["reason"]
+    assert retraining.gate(new={"step_auc": None}, current=None, metric="step_auc")["promoted"] is True
