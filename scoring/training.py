@@ -413,11 +413,15 @@ def _train_head_only(result: TrainResult, backbone: prm.LoadedPRM, cache: Featur
         monitored = val_loss if val_loss is not None else point["train_loss"]
         if monitored < best[0]:
             best = (monitored, _copy_state(head))
-        notify(epoch + 1, config.epochs, f"epoch {epoch + 1}: train {point['train_loss']:.4f} val {val_loss}", point)
+        notify(epoch + 1, config.epochs, f"epoch {epoch + 1}: train {point['train_loss']:.4f} val {_fmt(val_loss)}", point)
     head.load_state_dict(best[1])
     _scale_head(head, center, scale, inverse=False)
     head.eval()
     result.metrics = {"best_loss": best[0], "train_steps": len(x_train), "val_steps": len(x_val)}
+
+
+def _fmt(loss: float | None) -> str:
+    return "-" if loss is None else f"{loss:.4f}"
 
 
 def _scale_head(head: prm.StepHead, center: torch.Tensor, scale: torch.Tensor, *, inverse: bool) -> None:
@@ -487,7 +491,7 @@ def _train_backbone(result: TrainResult, backbone: prm.LoadedPRM, train_t: StepT
         val_loss = _backbone_val_loss(backbone, model, head, result, encoded, val_t)
         point = {"epoch": epoch + 1, "train_loss": epoch_loss / max(seen, 1), "val_loss": val_loss}
         result.loss_curve.append(point)
-        notify(done, total_batches, f"epoch {epoch + 1}: train {point['train_loss']:.4f} val {val_loss}", point)
+        notify(done, total_batches, f"epoch {epoch + 1}: train {point['train_loss']:.4f} val {_fmt(val_loss)}", point)
     model.eval()
     head.eval()
     if config.mode == "lora":

@@ -104,8 +104,15 @@ def dotted(data: dict | None, path: str):
     return data
 
 
-def metric_rows(columns: list[dict | None]) -> list[tuple[str, list]]:
-    return [(label, [dotted(m, path) for m in columns]) for label, path in METRIC_ROWS]
+def metric_rows(columns: list[dict | None]) -> list[tuple[str, list[str]]]:
+    return [(label, [number(dotted(m, path)) for m in columns]) for label, path in METRIC_ROWS]
+
+
+def number(value, digits: int = 4) -> str:
+    """Counts as integers, rates with `digits` decimals, a dash when not measured."""
+    if value is None:
+        return "—"
+    return str(value) if isinstance(value, int) else f"{value:.{digits}f}"
 
 
 def best_of_n_rows(columns: list[tuple[str, dict | None]]) -> list[tuple[str, str, list]]:
@@ -114,7 +121,7 @@ def best_of_n_rows(columns: list[tuple[str, dict | None]]) -> list[tuple[str, st
     for name, metrics in columns:
         table = dotted(metrics, "best_of_n.by_n") or {}
         for n, row in table.items():
-            rows.append((name, n, [row.get(m) for m in BON_METHODS]))
+            rows.append((name, n, [number(row.get(m), 3) for m in BON_METHODS]))
     return rows
 
 
@@ -125,15 +132,21 @@ BON_METHODS = ("product", "min", "last", "mean", "risk", "majority", "oracle")
 
 
 def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, x_label: str, y_label: str,
-               y_range: tuple[float, float] | None = None, diagonal: bool = False,
-               width: int = 460, height: int = 260) -> SafeString:
-    """A small multi-series line chart as inline SVG (labels escaped, numbers formatted)."""
+               x_range: tuple[float, float] | None = None, y_range: tuple[float, float] | None = None,
+               diagonal: bool = False, width: int = 480, height: int = 240) -> SafeString:
+    """A small multi-series line chart as inline SVG (labels escaped, numbers formatted).
+
+    The legend sits under the plot, one line per series, so long version names never
+    cover the data.
+    """
     points = [p for _, pts in series for p in pts if p[1] is not None]
     if not points:
         return mark_safe("")
-    left, right, top, bottom = 48, 12, 12, 36
+    plot_height = height
+    height += 16 * len(series)
+    left, right, top, bottom = 48, 12, 12, 36 + 16 * len(series)
     xs = [p[0] for p in points]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    x0, x1 = x_range or (min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1)
     y0, y1 = y_range or (min(p[1] for p in points), max(p[1] for p in points))
     if y1 <= y0:
         y0, y1 = y0 - 0.5, y1 + 0.5
@@ -150,9 +163,10 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, x_label: 
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#999"/>']
     for y in (y0, (y0 + y1) / 2, y1):
         parts.append(f'<text x="{left - 4}" y="{sy(y) + 4:.1f}" font-size="10" text-anchor="end">{y:.3g}</text>')
-    for x in sorted(set(xs))[:: max(1, len(set(xs)) // 8)]:
-        parts.append(f'<text x="{sx(x):.1f}" y="{height - bottom + 14}" font-size="10" text-anchor="middle">{x:g}</text>')
-    parts.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" font-size="11" text-anchor="middle">{escape(x_label)}</text>')
+    ticks = (x0, (x0 + x1) / 2, x1) if x_range else sorted(set(xs))[:: max(1, len(set(xs)) // 8)]
+    for x in ticks:
+        parts.append(f'<text x="{sx(x):.1f}" y="{height - bottom + 14}" font-size="10" text-anchor="middle">{x:.3g}</text>')
+    parts.append(f'<text x="{(left + width - right) / 2}" y="{plot_height - 6}" font-size="11" text-anchor="middle">{escape(x_label)}</text>')
     parts.append(f'<text x="12" y="{(top + height - bottom) / 2}" font-size="11" text-anchor="middle" '
                  f'transform="rotate(-90 12 {(top + height - bottom) / 2})">{escape(y_label)}</text>')
     if diagonal:
@@ -163,8 +177,9 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, x_label: 
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts if y is not None)
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"><title>{escape(name)}</title></polyline>')
         parts.extend(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}"/>' for x, y in pts if y is not None)
-        parts.append(f'<text x="{width - right - 4}" y="{top + 12 + 13 * i}" font-size="11" text-anchor="end" '
-                     f'fill="{color}">{escape(name)}</text>')
+        legend_y = plot_height + 12 + 16 * i
+        parts.append(f'<line x1="{left}" y1="{legend_y - 4}" x2="{left + 18}" y2="{legend_y - 4}" stroke="{color}" stroke-width="2"/>'
+                     f'<text x="{left + 24}" y="{legend_y}" font-size="11" fill="{color}">{escape(name)}</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))
 
@@ -178,7 +193,8 @@ def loss_chart(curve: list[dict]) -> SafeString:
 def reliability_chart(columns: list[tuple[str, dict | None]]) -> SafeString:
     series = [(name, [(b["confidence"], b["accuracy"]) for b in dotted(m, "calibration.bins") or []])
               for name, m in columns]
-    return line_chart(series, x_label="predicted p", y_label="fraction good", y_range=(0.0, 1.0), diagonal=True)
+    return line_chart(series, x_label="predicted p (bin mean)", y_label="fraction good", x_range=(0.0, 1.0),
+                      y_range=(0.0, 1.0), diagonal=True)
 
 
 def best_of_n_chart(columns: list[tuple[str, dict | None]]) -> SafeString:
