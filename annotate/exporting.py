@@ -172,11 +172,13 @@ def _decode(text: str | None) -> object:
     return {} if text == "{}" else json.loads(text)
 
 
-def _records(qs: QuerySet, record: type) -> Iterator[Any]:
+def _records(qs: QuerySet, record: type, limit: int | None = None) -> Iterator[Any]:
     columns = record.columns
     positions = [i for i, f in enumerate(columns) if f in JSON_FIELDS]
     qs = qs.annotate(**{f"{columns[i]}_text": Cast(columns[i], TextField()) for i in positions})
     rows = qs.values_list(*(f"{f}_text" if f in JSON_FIELDS else f for f in columns))
+    if limit is not None:
+        rows = rows[:limit]
     if not positions:
         yield from (record(*row) for row in rows)
         return
@@ -194,30 +196,36 @@ def _group(parents: dict, children: Iterable, key: str, attr: str) -> None:
         getattr(parents[getattr(child, key)], attr).append(child)
 
 
-def load_chunk(annotations: QuerySet[Annotation]) -> list[AnnotationRecord]:
-    """One chunk of annotations with the rows every format reads, in seven queries.
+def load_chunk(annotations: QuerySet[Annotation], limit: int | None = None) -> list[AnnotationRecord]:
+    """One chunk of annotations (the first `limit`) with the rows every format reads.
 
     Attribute names are the models' (`annotation.solution.problem.statement`,
     `annotation.step_labels.all()`), so `prm800k.line_for_annotation` reads these records
     as it reads prefetched instances, at a fraction of the cost of building model objects
-    (about a million of them for 50k annotations). Related rows are selected with
-    subqueries on `annotations`, not lists of thousands of ids.
+    (about a million of them for 50k annotations). Related rows are selected by the ids in
+    hand: an IN list is planned as index lookups whatever the table statistics say, where a
+    subquery repeating the filters was planned as a scan of every annotation per chunk.
     """
-    rows = {a.id: a for a in _records(annotations, AnnotationRecord)}
-    solution_ids = annotations.values("solution_id")
+    rows = {a.id: a for a in _records(annotations, AnnotationRecord, limit)}
+    if not rows:
+        return []
+    solution_ids = {a.solution_id for a in rows.values()}
     solutions = {s.id: s for s in _records(Solution.objects.filter(id__in=solution_ids), SolutionRecord)}
-    problem_ids = Solution.objects.filter(id__in=solution_ids).values("problem_id")
+    problem_ids = {s.problem_id for s in solutions.values()}
     problems = {p.id: p for p in _records(Problem.objects.filter(id__in=problem_ids), ProblemRecord)}
-    queue_ids = annotations.filter(queue_item_id__isnull=False).values("queue_item_id")
+    queue_ids = {a.queue_item_id for a in rows.values()} - {None}
     queue_items = {q.id: q for q in _records(QueueItem.objects.filter(id__in=queue_ids), QueueItemRecord)}
     steps = Step.objects.filter(solution_id__in=solution_ids).order_by("solution_id", "index")
     _group(solutions, _records(steps, StepRecord), "solution_id", "steps")
-    annotation_ids = annotations.values("id")
-    step_labels = StepLabel.objects.filter(annotation_id__in=annotation_ids).order_by("annotation_id", "index")
+    step_labels = StepLabel.objects.filter(annotation_id__in=rows).order_by("annotation_id", "index")
     labels = {label.id: label for label in _records(step_labels, StepLabelRecord)}
-    completions = Completion.objects.filter(step_label__annotation_id__in=annotation_ids)
-    _group(labels, _records(completions.order_by("step_label_id", "index"), CompletionRecord), "step_label_id",
-           "completions")
+    completions = Completion.objects.filter(step_label__annotation_id__in=rows)
+    if labels:
+        # A redundant range on the indexed column: without it the join was planned as a scan
+        # of every completion per chunk.
+        completions = completions.filter(step_label_id__gte=min(labels), step_label_id__lte=max(labels))
+    completions = completions.order_by("step_label_id", "index")
+    _group(labels, _records(completions, CompletionRecord), "step_label_id", "completions")
     _group(rows, labels.values(), "annotation_id", "step_labels")
     for solution in solutions.values():
         solution.problem = problems[solution.problem_id]
@@ -231,18 +239,9 @@ def annotation_chunks(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -
     """The filtered annotations in id order, a chunk at a time (keyset pages, no open cursor)."""
     qs = submitted_annotations(options=options)
     last = 0
-    while True:
-        rest = qs.filter(id__gt=last)
-        # The chunk is an id range, so related rows can be fetched by subquery.
-        upper = rest.values_list("id", flat=True)[chunk_size - 1 : chunk_size].first()
-        chunk = rest if upper is None else rest.filter(id__lte=upper)
-        rows = load_chunk(chunk)
-        if not rows:
-            return
+    while rows := load_chunk(qs.filter(id__gt=last), limit=chunk_size):
         yield rows
-        if upper is None:
-            return
-        last = upper
+        last = rows[-1].id
 
 
 def annotations(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[AnnotationRecord]:
@@ -344,7 +343,7 @@ def soft_label_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> 
             return
         by_solution: dict[int, list[AnnotationRecord]] = {}
         upper = solution_ids[-1]
-        for annotation in load_chunk(qs.filter(solution_id__gt=last, solution_id__lte=upper)):
+        for annotation in load_chunk(qs.filter(solution_id__in=solution_ids)):
             by_solution.setdefault(annotation.solution_id, []).append(annotation)
         for solution_id in solution_ids:
             yield _soft_labels(by_solution[solution_id], neutral_is_good=options.neutral_is_good)
