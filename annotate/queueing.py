@@ -84,7 +84,8 @@ def claim_next(*, annotator, now: dt.datetime | None = None) -> Annotation | Non
     with transaction.atomic():
         # One claim at a time per annotator (a double click must not open two tasks).
         # SQLite's IMMEDIATE transactions already serialize every writer.
-        get_user_model().objects.select_for_update().filter(pk=annotator.pk).first()
+        if connection.features.has_select_for_update:
+            get_user_model().objects.select_for_update().filter(pk=annotator.pk).first()
         task = current_task(annotator=annotator)
         if task is not None:
             if _renew(task, now) == 1:
@@ -103,15 +104,15 @@ def _new_task(annotator, now: dt.datetime) -> Annotation | None:
         if status == quality.Screening.PENDING:
             item = _next_screening_item(annotator)
             if item is not None:
-                return _start(annotator, item.solution, Generation.SCREENING, queue_item=item, screening=True)
+                return _start(annotator, item.solution_id, Generation.SCREENING, queue_item=item, screening=True)
     if _qc_due(annotator, generation, config.qc_rate):
         gold = _next_gold(annotator)
         if gold is not None:
-            return _start(annotator, gold, generation, quality_control=True)
+            return _start(annotator, gold.pk, generation, quality_control=True)
     item = _lease_next(annotator, now, config.lease_duration)
     if item is None:
         return None
-    return _start(annotator, item.solution, item.generation, queue_item=item)
+    return _start(annotator, item.solution_id, item.generation, queue_item=item)
 
 
 def _not_seen_by(annotator) -> Exists:
@@ -121,7 +122,7 @@ def _not_seen_by(annotator) -> Exists:
 def _next_screening_item(annotator) -> QueueItem | None:
     return (
         QueueItem.objects.filter(generation=Generation.SCREENING).exclude(status=QueueItem.Status.RETIRED)
-        .exclude(_not_seen_by(annotator)).select_related("solution").order_by("-priority", "id").first()
+        .exclude(_not_seen_by(annotator)).order_by("-priority", "id").first()
     )
 
 
@@ -168,13 +169,13 @@ def _lease_next(annotator, now: dt.datetime, seconds: int) -> QueueItem | None:
     return None
 
 
-def _start(annotator, solution: Solution, generation: int, *, queue_item: QueueItem | None = None,
+def _start(annotator, solution_id: int, generation: int, *, queue_item: QueueItem | None = None,
            quality_control: bool = False, screening: bool = False) -> Annotation:
     annotation = Annotation.objects.create(
-        solution=solution, annotator=annotator, labeler=labeler_id(annotator), generation=generation,
+        solution_id=solution_id, annotator=annotator, labeler=labeler_id(annotator), generation=generation,
         queue_item=queue_item, is_quality_control=quality_control, is_initial_screening=screening,
     )
-    steps = list(Step.objects.filter(solution=solution).order_by("index").values_list("index", "text"))
+    steps = list(Step.objects.filter(solution_id=solution_id).order_by("index").values_list("index", "text"))
     labels = StepLabel.objects.bulk_create(StepLabel(annotation=annotation, index=i) for i, _ in steps)
     Completion.objects.bulk_create(
         Completion(step_label=label, index=0, text=text) for label, (_, text) in zip(labels, steps)
