@@ -195,15 +195,15 @@ def run_training(*, run_id: int) -> TrainingRun:
     run = TrainingRun.objects.select_related("parent").get(pk=run_id)
     if not claimed:
         return run
-    folder = None
+    folder = settings.MODELS_DIR / version_name(run)
     try:
-        folder, version, result = _train_and_register(run)
+        version, result = _train_and_register(run, folder)
         _evaluate_and_gate(run, version, result)
         finish_run(run, state=JobState.SUCCEEDED)
     except Exception as error:
         _log(run, f"failed: {type(error).__name__}: {error}")
         finish_run(run, state=JobState.FAILED, error=f"{type(error).__name__}: {error}")
-        if folder is not None and not ModelVersion.objects.filter(path=str(Path(folder).resolve())).exists():
+        if not ModelVersion.objects.filter(name=folder.name).exists():
             shutil.rmtree(folder, ignore_errors=True)  # nothing half-written stays behind
         raise
     run.refresh_from_db()
@@ -232,7 +232,13 @@ def _parent_backbone(parent: ModelVersion | None) -> tuple[Path, str, dict]:
     return prm.backbone_folder(parent.path, config), config.get("separator", prm.DEFAULT_SEPARATOR), config.get("head") or {}
 
 
-def _train_and_register(run: TrainingRun) -> tuple[Path, ModelVersion, training.TrainResult]:
+def version_name(run: TrainingRun) -> str:
+    """The new version's name, also its folder: unique because the run id is."""
+    train = run.config.get("train", {})
+    return f"run{run.pk}-{train.get('head', 'point')}-{train.get('mode', 'head')}"
+
+
+def _train_and_register(run: TrainingRun, folder: Path) -> tuple[ModelVersion, training.TrainResult]:
     import torch
 
     from . import registry, training
@@ -254,15 +260,13 @@ def _train_and_register(run: TrainingRun) -> tuple[Path, ModelVersion, training.
     result = training.train(rows, backbone=backbone, config=config, cache=feature_cache(),
                             backbone_id=training.backbone_fingerprint(backbone_folder), progress=progress)
     progress.flush()
-    name = f"run{run.pk}-{config.head}-{config.mode}-{timezone.now():%Y%m%d-%H%M%S}"
-    folder = settings.MODELS_DIR / name
     training.save_checkpoint(result, folder, parent_backbone=backbone_folder, tokenizer=backbone.tokenizer,
                              separator=separator, extra_meta={"run_id": run.pk})
-    version = registry.register_model_version(name=name, path=folder, parent=run.parent,
+    version = registry.register_model_version(name=folder.name, path=folder, parent=run.parent,
                                               metrics={"training": result.metrics})
-    TrainingRun.objects.filter(pk=run.pk).update(result=version, n_labels=len(rows), config=run.config | {"train": asdict(config)})
-    _log(run, f"trained in {result.seconds:.1f}s ({result.tokens} backbone tokens); registered {name}")
-    return folder, version, result
+    TrainingRun.objects.filter(pk=run.pk).update(result=version, config=run.config | {"train": asdict(config)})
+    _log(run, f"trained in {result.seconds:.1f}s ({result.tokens} backbone tokens); registered {folder.name}")
+    return version, result
 
 
 class _ProgressWriter:
