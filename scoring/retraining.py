@@ -91,6 +91,7 @@ def start_training_run(*, options: dict | None = None, created_by=None,
     from .tasks import train_prm_task
 
     parsed = RunOptions.parse(options)
+    fail_stale_runs()  # a run whose worker was killed must not hold the slot forever
     try:
         with transaction.atomic():
             run = TrainingRun.objects.create(
