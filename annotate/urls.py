@@ -17,6 +17,7 @@ urlpatterns = [
     path("review/<int:pk>/", views.review_detail, name="review-detail"),
     path("review/<int:pk>/override", views.review_override, name="review-override"),
     path("review/<int:pk>/make-gold", views.review_make_gold, name="review-make-gold"),
+    path("review/<int:pk>/screening", views.review_add_to_screening, name="review-add-to-screening"),
     path("quality/", views.quality_report, name="quality"),
     path("quality/<int:user_id>/reset-screening", views.quality_reset_screening, name="quality-reset-screening"),
     path("imports/", pool_views.import_upload, name="import_upload"),

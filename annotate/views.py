@@ -274,6 +274,18 @@ def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("review-detail", pk=pk)
 
 
+@require_POST
+@admin_required
+def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
+    annotation = get_object_or_404(Annotation, pk=pk, status=Annotation.Status.SUBMITTED)
+    if not annotation.solution.is_gold:
+        messages.error(request, "Make the solution gold first: screening is graded against gold labels.")
+    else:
+        quality.add_to_screening(solution=annotation.solution)
+        messages.success(request, "Added to the screening set: every annotator labels it before real tasks.")
+    return redirect("review-detail", pk=pk)
+
+
 @require_GET
 @reviewer_required
 def quality_report(request: HttpRequest) -> HttpResponse:

@@ -244,3 +244,18 @@ def test_home_shows_progress_and_median_time(annotator, task):
     labeling.submit(annotation=task)
     page = client_for(annotator).get(reverse("home")).content.decode()
     assert "42 s" in page and "Start labeling" in page
+
+
+def test_admin_puts_a_gold_solution_in_the_screening_set(admin_user, annotator, task):
+    labeling.rate(annotation=task, index=0, rating=-1)
+    labeling.submit(annotation=task)
+    client = client_for(admin_user)
+    client.post(reverse("review-add-to-screening", args=[task.pk]))
+    assert not QueueItem.objects.filter(generation=-1).exists()  # Not gold yet: refused.
+    client.post(reverse("review-make-gold", args=[task.pk]))
+    client.post(reverse("review-add-to-screening", args=[task.pk]))
+    item = QueueItem.objects.get(generation=-1)
+    assert item.is_initial_screening and item.solution_id == task.solution_id
+    newcomer = user_with_role("newcomer", "annotator")
+    assert queueing.claim_next(annotator=newcomer).is_initial_screening
+    assert client_for(annotator).post(reverse("review-add-to-screening", args=[task.pk])).status_code == 403
