@@ -105,7 +105,7 @@ class ExportJobSerializer(serializers.ModelSerializer):
         if exporting.finished_file(job) is None:
             return None
         request = self.context.get("request")
-        url = reverse("export-download", kwargs={"pk": job.pk})
+        url = reverse("api-export-download", kwargs={"pk": job.pk})
         return request.build_absolute_uri(url) if request else url
 
 

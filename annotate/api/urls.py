@@ -4,11 +4,11 @@ from rest_framework.routers import DefaultRouter
 from . import views
 
 router = DefaultRouter(trailing_slash=False)
-router.register("problems", views.ProblemViewSet, basename="problem")
-router.register("solutions", views.SolutionViewSet, basename="solution")
-router.register("annotations", views.AnnotationViewSet, basename="annotation")
-router.register("imports", views.ImportJobViewSet, basename="import")
-router.register("exports", views.ExportJobViewSet, basename="export")
+router.register("problems", views.ProblemViewSet, basename="api-problem")
+router.register("solutions", views.SolutionViewSet, basename="api-solution")
+router.register("annotations", views.AnnotationViewSet, basename="api-annotation")
+router.register("imports", views.ImportJobViewSet, basename="api-import")
+router.register("exports", views.ExportJobViewSet, basename="api-export")
 
 urlpatterns = [
     path("queue/stats", views.QueueStatsView.as_view(), name="api-queue-stats"),

@@ -5,10 +5,10 @@ from . import views
 
 # SimpleRouter: the API root view comes from annotate.api's DefaultRouter.
 router = SimpleRouter(trailing_slash=False)
-router.register("model-versions", views.ModelVersionViewSet, basename="model-version")
-router.register("training-runs", views.TrainingRunViewSet, basename="training-run")
-router.register("solution-scores", views.SolutionScoreViewSet, basename="solution-score")
-router.register("step-scores", views.StepScoreViewSet, basename="step-score")
+router.register("model-versions", views.ModelVersionViewSet, basename="api-model-version")
+router.register("training-runs", views.TrainingRunViewSet, basename="api-training-run")
+router.register("solution-scores", views.SolutionScoreViewSet, basename="api-solution-score")
+router.register("step-scores", views.StepScoreViewSet, basename="api-step-score")
 
 urlpatterns = [
     path("score", views.ScoreView.as_view(), name="api-score"),
