@@ -175,3 +175,56 @@ def _format(value: float) -> str:
 def _normal(text: str) -> str:
     number = _to_number(text.strip())
     return _format(number) if number is not None else text.strip()
+
+
+# --- MATH-style solutions: a wrong value in the step that states the final \boxed{} answer -------
+# MATH references have no calculator notes to recompute from, so the corrupted step is the one
+# holding the boxed answer: its value changes (one number in it), it now contradicts the steps
+# before it, and the final answer is wrong. The first error is that step.
+
+BOXED = "\\boxed{"
+MATH_KINDS = ("arithmetic_slip", "off_by_one", "digit_swap")
+
+
+def math_steps(answer_text: str) -> tuple[list[str], str | None]:
+    """Split a MATH reference (steps between blank lines, `The answer is: X` last) into steps and answer."""
+    body, said, final = answer_text.rpartition("The answer is:")
+    if not said:
+        body, final = answer_text, ""
+    steps = [block.strip() for block in re.split(r"\n\s*\n", body.strip()) if block.strip()]
+    span = boxed_span(body)
+    answer = final.strip() or (body[span[0]:span[1]] if span else None)
+    return steps, answer
+
+
+def boxed_span(text: str) -> tuple[int, int] | None:
+    """(start, end) of the content of the last `\\boxed{...}`, braces balanced; None if absent."""
+    start = text.rfind(BOXED)
+    if start < 0:
+        return None
+    depth, i = 1, start + len(BOXED)
+    while i < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    return (start + len(BOXED), i - 1) if depth == 0 else None
+
+
+def corrupt_boxed(steps: list[str], rng: random.Random, *, kind: str | None = None) -> CorruptedSolution | None:
+    """Change one number of the last boxed answer; None when there is no number to change."""
+    index = next((i for i in range(len(steps) - 1, -1, -1) if BOXED in steps[i]), None)
+    span = boxed_span(steps[index]) if index is not None else None
+    if span is None:
+        return None
+    content = steps[index][span[0]:span[1]]
+    numbers = list(NUMBER.finditer(content))
+    if not numbers:
+        return None
+    kind = kind or rng.choice(MATH_KINDS)
+    number = rng.choice(numbers)
+    wrong = _wrong_value(number.group(0), kind, rng)
+    if wrong is None or _normal(wrong) == _normal(number.group(0)):
+        return None
+    new_content = content[:number.start()] + wrong + content[number.end():]
+    new_steps = list(steps)
+    new_steps[index] = steps[index][:span[0]] + new_content + steps[index][span[1]:]
+    return CorruptedSolution(steps=new_steps, answer=new_content, first_error=index, kind=kind)
