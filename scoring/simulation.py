@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from . import prm, training
 
 STRATEGIES = ("random", "convincing_wrong", "uncertainty", "mix")
-POOLS = ("gsm8k", "synthetic")
+POOLS = ("gsm8k", "math500", "synthetic")
 # The curve metrics, as (name, where it lives in a round's metrics); higher is better for all.
 METRICS = ("paired_auc", "step_auc", "solution_auc", "processbench_f1", "best_of_n")
 TITLES = {"paired_auc": "paired AUC (vs reference step)", "step_auc": "step AUC", "solution_auc": "solution AUC (product)",
@@ -109,6 +109,28 @@ def gsm8k_problems(path: Path, *, n: int, variants: int, seed: int) -> list[Pool
     return problems
 
 
+def math500_problems(path: Path, *, n: int, skip: int, variants: int, seed: int) -> list[PoolProblem]:
+    """MATH-500 problems: the reference plus copies whose boxed-answer step states a wrong value."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    random.Random(seed).shuffle(lines)
+    rng = random.Random(seed + 1)
+    problems = []
+    for obj in lines[skip:]:
+        if len(problems) >= n:
+            break
+        steps, answer = corruption.math_steps(obj["answer"])
+        if answer is None:
+            continue
+        solutions = [PoolSolution([*steps, f"# Answer\n\n{answer}"], answer, None)]
+        for kind in rng.sample(corruption.MATH_KINDS, k=min(variants, len(corruption.MATH_KINDS))):
+            bad = corruption.corrupt_boxed(steps, rng, kind=kind)
+            if bad is not None:
+                solutions.append(PoolSolution([*bad.steps, f"# Answer\n\n{bad.answer}"], bad.answer, bad.first_error, kind))
+        if len(solutions) > 1:
+            problems.append(PoolProblem(obj["question"].strip(), answer, solutions))
+    return problems
+
+
 def visible(steps: Sequence[str], answer: str) -> list[str]:
     return [CALCULATION_NOTE.sub("", step).strip() for step in steps] + [f"# Answer\n\n{answer}"]
 
@@ -138,6 +160,15 @@ def make_problems(*, pool: str, data: Path | None, n_pool: int, n_heldout: int,
                 raise ValueError(f"--data: {data / 'gsm8k' / f'{name}.jsonl'} does not exist")
         pool_problems = distinct(gsm8k_problems(data / "gsm8k" / "train.jsonl", n=n_pool, variants=2, seed=seed))
         held_out = gsm8k_problems(data / "gsm8k" / "test.jsonl", n=n_heldout, variants=3, seed=seed)
+        return pool_problems, distinct(held_out, exclude=pool_problems)
+    if pool == "math500":
+        path = (data or Path("-")) / "math500" / "test.jsonl"
+        if not path.exists():
+            raise ValueError(f"--data: {path} does not exist")
+        # MATH-500 has one split: the first problems (after a seeded shuffle) are the pool, the next held out.
+        pool_problems = distinct(math500_problems(path, n=n_pool, skip=0, variants=2, seed=seed))
+        # Building the pool skips a few lines (no number to corrupt); distinct() drops any overlap left.
+        held_out = math500_problems(path, n=n_heldout, skip=len(pool_problems) + 30, variants=3, seed=seed)
         return pool_problems, distinct(held_out, exclude=pool_problems)
     raise ValueError(f"--pool {pool!r}: expected one of {', '.join(POOLS)}")
 
@@ -368,7 +399,8 @@ class Settings:
     initial: int = 20
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 7)
     strategies: tuple[str, ...] = STRATEGIES
-    epochs: int = 30
+    epochs: int = 30  # TrainConfig's defaults: the production head training
+    lr: float = 1e-3
 
     def validate(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -436,7 +468,8 @@ def one_round(ctx: Context, *, annotator, head: prm.StepHead, policy: selection.
     selection.rebuild_queue(model_version=version, policy=policy)
     label_queue(annotator=annotator, limit=policy.size)
     rows = retraining.gather_rows()
-    config = TrainConfig(head="beta", mode="head", layer=ctx.backbone.layer, epochs=ctx.settings.epochs, seed=seed)
+    config = TrainConfig(head="beta", mode="head", layer=ctx.backbone.layer, epochs=ctx.settings.epochs,
+                         lr=ctx.settings.lr, seed=seed)
     result = training.train(rows, backbone=ctx.backbone.loaded, config=config, cache=ctx.backbone.cache,
                             backbone_id=ctx.backbone.backbone_id)
     return result.head, measure_round(ctx, result.head, rows)

@@ -130,3 +130,17 @@ def test_efficiency_is_labels_random_needs_over_labels_the_strategy_needs():
 def test_unknown_pool_is_refused_naming_the_option(db):
     with pytest.raises(CommandError, match="--pool 'nope'"):
         call_command("simulate_active_learning", "--pool", "nope")
+
+
+def test_math_corruption_changes_the_boxed_step_and_the_final_answer():
+    import random
+
+    from annotate import corruption
+
+    text = "We have $2 + 3 = 5$.\n\nSo the total is $5 \\cdot 4 = \\boxed{20}$.The answer is: 20"
+    steps, answer = corruption.math_steps(text)
+    assert steps == ["We have $2 + 3 = 5$.", "So the total is $5 \\cdot 4 = \\boxed{20}$."] and answer == "20"
+    bad = corruption.corrupt_boxed(steps, random.Random(0), kind="off_by_one")
+    assert bad.first_error == 1 and bad.steps[0] == steps[0]
+    assert bad.answer in ("19", "21") and f"\\boxed{{{bad.answer}}}" in bad.steps[1]
+    assert corruption.corrupt_boxed(["No boxed answer here."], random.Random(0)) is None

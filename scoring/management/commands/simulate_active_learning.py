@@ -35,7 +35,10 @@ class Command(BaseCommand):
         parser.add_argument("--backbone", type=Path, default=None,
                             help="transformers folder (default: the SmolLM2-135M default model's backbone)")
         parser.add_argument("--layer", type=int, default=None, help="hidden state read by the head (default ~60%% depth)")
-        parser.add_argument("--epochs", type=int, default=30)
+        parser.add_argument("--epochs", type=int, default=30, help="head training epochs (production default 30)")
+        parser.add_argument("--lr", type=float, default=1e-3, help="head learning rate (production default 1e-3)")
+        parser.add_argument("--cache-dir", type=Path, default=None,
+                            help="feature cache (default: the product's, <data dir>/models/feature-cache)")
         parser.add_argument("--plot", type=Path, default=None, help="PNG of the curves (default: data dir)")
         parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
 
@@ -45,7 +48,7 @@ class Command(BaseCommand):
         from scoring import simulation
 
         sim = simulation.Settings(rounds=options["rounds"], batch=options["batch"], initial=options["initial"],
-                                  seeds=tuple(options["seeds"]), epochs=options["epochs"],
+                                  seeds=tuple(options["seeds"]), epochs=options["epochs"], lr=options["lr"],
                                   strategies=tuple(options["strategies"] or simulation.STRATEGIES))
         try:
             sim.validate()
@@ -54,7 +57,8 @@ class Command(BaseCommand):
         except ValueError as error:
             raise CommandError(str(error)) from None
         backbone = simulation.load_backbone(options["backbone"] or default_backbone(),
-                                            cache_dir=settings.MODELS_DIR / "feature-cache", layer=options["layer"])
+                                            cache_dir=options["cache_dir"] or settings.MODELS_DIR / "feature-cache",
+                                            layer=options["layer"])
         with simulation.scratch_database():
             result = simulation.simulate(backbone=backbone, pool=pool, held_out=held_out, sim=sim,
                                          source=options["pool"], log=simulation.stderr_log)
