@@ -238,3 +238,44 @@ def test_export_with_prefetching_makes_a_fixed_number_of_queries(django_assert_m
         annotate(SolutionFactory(), [1, 0, -1])
     with django_assert_max_num_queries(8):
         assert len(rows("prm800k")) == 30
+
+
+@pytest.mark.django_db
+def test_chunk_records_give_the_same_lines_as_model_instances(tmp_path):
+    """The fast loader feeds prm800k.line_for_annotation what a prefetched instance would."""
+    from annotate import prm800k
+    from annotate.models import QueueItem
+
+    import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
+    solution = SolutionFactory(pre_generated_verifier_score=0.9)
+    item = QueueItem.objects.create(solution=solution, generation=4, score_at_selection=0.42)
+    local = annotate(solution, [1, 0, -1], generation=4)
+    Annotation.objects.filter(pk=local.pk).update(queue_item=item)
+    instances = Annotation.objects.order_by("id").select_related("solution__problem", "queue_item")
+    instances = instances.prefetch_related("solution__steps", "step_labels__completions")
+    expected = [prm800k.line_for_annotation(a) for a in instances]
+    assert rows("prm800k") == expected
+    # A locally labeled item exports the score it had when selection served it.
+    assert expected[-1]["question"]["pre_generated_verifier_score"] == 0.42
+
+
+@pytest.mark.django_db
+def test_export_memory_does_not_grow_with_the_number_of_lines():
+    import tracemalloc
+
+    from annotate.management.commands.bench_export import BENCH_GENERATION, SOURCE, Command
+    from annotate.models import Problem
+
+    def peak_bytes(n: int) -> int:
+        Command().create_batch(range(n), 3)
+        options = ExportOptions(generations=(BENCH_GENERATION,))
+        tracemalloc.start()
+        lines = sum(1 for _ in exporting.iter_jsonl(format="prm800k", options=options, chunk_size=100))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert lines == n
+        Problem.objects.filter(source=SOURCE).delete()
+        return peak
+
+    small, large = peak_bytes(200), peak_bytes(1600)
+    assert large < 1.5 * small, (small, large)
