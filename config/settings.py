@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "annotate",
     "scoring",
@@ -213,6 +214,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # The schema and Swagger UI need a login (session) or a token, like the rest of the site.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Swagger UI's files ship with the app (drf-spectacular-sidecar): no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # One name for a choice set used by several fields (else drf-spectacular warns).
     "ENUM_NAME_OVERRIDES": {"FinishReasonEnum": "annotate.models.labels.FinishReason"},
 }
