@@ -7,6 +7,7 @@ from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 MAX_ITEMS = 64
 MAX_STEPS = 128
 MAX_TEXT = 20_000
+MAX_TOTAL_TEXT = 400_000
 
 
 class ModelVersionSerializer(serializers.ModelSerializer):
@@ -86,6 +87,12 @@ class ScoreRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError("Send either `problem` and `steps`, or `items` (not both, not neither).")
         if single and not ("problem" in data and "steps" in data):
             raise serializers.ValidationError({"steps" if "problem" in data else "problem": "This field is required."})
+        items = data.get("items") or [data]
+        total = sum(len(item["problem"]) + sum(map(len, item["steps"])) for item in items)
+        if total > MAX_TOTAL_TEXT:
+            raise serializers.ValidationError(
+                f"The request holds {total} characters of text; at most {MAX_TOTAL_TEXT} are scored in one call."
+            )
         return data
 
     def pairs(self) -> list[tuple[str, list[str]]]:

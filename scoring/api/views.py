@@ -55,7 +55,8 @@ Per-step probabilities that each step is correct, from the current PRM version o
 named in `model`: a dense reward source for RL trainers (one reward per step).
 
 Send one solution as `{{"problem": ..., "steps": [...]}}` or up to {serializers.MAX_ITEMS} as
-`{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`; larger batches get a 400. Distributional
+`{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`, at most {serializers.MAX_TOTAL_TEXT} characters of
+text in all; larger requests get a 400 naming the limit. Distributional
 models also return each step's `mean` and `sigma`.
 
 ```

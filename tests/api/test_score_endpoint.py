@@ -62,6 +62,14 @@ def test_a_batch_beyond_the_limit_is_refused_with_a_clear_400(client, tiny_model
     assert f"no more than {MAX_ITEMS}" in str(response.json()["items"])
 
 
+def test_too_much_text_in_one_call_is_refused(client, tiny_models):
+    from scoring.api.serializers import MAX_TEXT, MAX_TOTAL_TEXT
+
+    items = [{"problem": PROBLEM, "steps": ["x" * MAX_TEXT] * 10}] * (MAX_TOTAL_TEXT // (10 * MAX_TEXT) + 1)
+    response = client.post("/api/score", {"items": items}, format="json")
+    assert response.status_code == 400 and f"at most {MAX_TOTAL_TEXT}" in str(response.json())
+
+
 @pytest.mark.parametrize("body, field", [
     ({"problem": PROBLEM}, "steps"),
     ({"problem": PROBLEM, "steps": []}, "steps"),
