@@ -181,6 +181,9 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         locked = _open(annotation)
         _check_reachable(_ratings(locked), index, config)
         _completion(locked, index).update(rating=rating)
+        if rating != -1 and config.allow_human_completion:
+            # A corrected step is not wrong any more, so its rewrite no longer applies.
+            StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=None)
         _record_time(locked, times)
 
 

@@ -139,6 +139,16 @@ def test_human_completion_after_a_wrong_step_when_the_project_allows_it(task):
     assert StepLabel.objects.get(annotation=task, index=0).human_completion["source"] == "human"
 
 
+def test_correcting_a_wrong_step_drops_its_rewrite(task):
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"allow_human_completion": True})
+    labeling.rate(annotation=task, index=0, rating=-1)
+    labeling.write_completion(annotation=task, index=0, text="Better step.")
+    labeling.rate(annotation=task, index=0, rating=1)
+    assert StepLabel.objects.get(annotation=task, index=0).human_completion is None
+    with pytest.raises(LabelingError, match="not rated -1"):
+        labeling.write_completion(annotation=task, index=0, text="Better step.")
+
+
 def test_active_time_only_grows_and_is_kept_per_step(task):
     labeling.rate(annotation=task, index=0, rating=1, times=ActiveTime(total_ms=4000, steps={0: 3500}))
     labeling.rate(annotation=task, index=0, rating=1, times=ActiveTime(total_ms=3000, steps={0: 1000}))
