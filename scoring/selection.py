@@ -97,7 +97,12 @@ def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candi
 def select(pool: list[Candidate], policy: Policy) -> list[Pick]:
     """The picks in serving order. Pure: no database, so the policy is easy to test and tune."""
     rng = random.Random(policy.seed)
-    size = min(policy.size, len(pool))
+    # What the cap per problem lets through, so shares are shares of what can really be queued.
+    per_problem_counts: dict[int, int] = {}
+    for candidate in pool:
+        per_problem_counts[candidate.problem_id] = per_problem_counts.get(candidate.problem_id, 0) + 1
+    capacity = sum(min(n, policy.per_problem) for n in per_problem_counts.values())
+    size = min(policy.size, capacity)
     quotas = {r: round(policy.shares.get(r, 0) * size) for r in REASONS if policy.shares.get(r, 0) > 0}
     chosen: dict[int, str] = {}
     per_problem: dict[int, int] = {}

@@ -125,3 +125,17 @@ def test_bad_shares_are_reported_by_name():
     with pytest.raises(ValueError, match="'abc' is not a number"):
         selection.parse_shares("random=abc")
     assert selection.parse_shares("random=1,convincing=3") == {"random": 0.25, "convincing": 0.75}
+
+
+def test_shares_apply_to_what_the_cap_per_problem_lets_through(version):
+    """Ten problems with four solutions each and a cap of two: 20 items, 40 % of them convincing wrong."""
+    for n in range(10):
+        problem = ProblemFactory()
+        for k in range(4):
+            scored(version, score=0.5 + n / 100 + k / 1000, is_correct=k % 2 == 0, problem=problem)
+    policy = selection.Policy(size=100, per_problem=2, seed=9,
+                              shares=selection.parse_shares("convincing_wrong=0.4,convincing=0.2,random=0.4"))
+    generation = selection.rebuild_queue(model_version=version, policy=policy)
+    counts = Counter(item.reason for item in served_order(generation))
+    assert sum(counts.values()) == 20
+    assert counts["convincing_wrong"] == 8
