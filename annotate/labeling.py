@@ -140,12 +140,12 @@ def _finish_reason(ratings: list[int | None], config: LabelingConfig) -> str | N
     return FinishReason.FOUND_ERROR if first_error is not None else FinishReason.SOLUTION
 
 
-def _open(annotation: Annotation) -> Annotation:
+def _open(annotation: Annotation, config: LabelingConfig | None = None) -> Annotation:
     """Lock the annotation for a change; refuse if submitted; renew its lease."""
     locked = Annotation.objects.select_for_update().get(pk=annotation.pk)
     if locked.status == Annotation.Status.SUBMITTED:
         raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
-    queueing.renew_lease(annotation=locked)
+    queueing.renew_lease(annotation=locked, seconds=config.lease_duration if config else None)
     return locked
 
 
@@ -178,7 +178,7 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked = _open(annotation)
+        locked = _open(annotation, config)
         _check_reachable(_ratings(locked), index, config)
         _completion(locked, index).update(rating=rating)
         if rating != -1 and config.allow_human_completion:
@@ -191,7 +191,7 @@ def flag(*, annotation: Annotation, index: int, flagged: bool, times: ActiveTime
     """Mark step `index` as unsure (or not)."""
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked = _open(annotation)
+        locked = _open(annotation, config)
         _check_reachable(_ratings(locked), index, config)
         _completion(locked, index).update(flagged=flagged)
         _record_time(locked, times)
@@ -220,7 +220,7 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
     if not text or len(text) > MAX_COMPLETION_CHARS:
         raise LabelingError(f"text: write the corrected step (1 to {MAX_COMPLETION_CHARS} characters)")
     with transaction.atomic():
-        locked = _open(annotation)
+        locked = _open(annotation, config)
         ratings = _ratings(locked)
         if not 0 <= index < len(ratings) or ratings[index] != -1:
             raise LabelingError(f"step {index + 1} is not rated -1: only a wrong step can be rewritten")
@@ -259,7 +259,7 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
     """
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked = _open(annotation)
+        locked = _open(annotation, config)
         ratings = _ratings(locked)
         reason = _decide(ratings, config, finish_reason, note)
         last = _keep_steps(locked, ratings, reason, config)

@@ -188,11 +188,11 @@ def _is_leased(annotation: Annotation) -> bool:
     return item is not None and not annotation.is_initial_screening and not annotation.is_quality_control
 
 
-def _renew(annotation: Annotation, now: dt.datetime) -> int:
+def _renew(annotation: Annotation, now: dt.datetime, seconds: int | None = None) -> int:
     """Extend the lease; take the item back if it lapsed but nobody took it. 1 if held."""
     if not _is_leased(annotation):
         return 1
-    config_seconds = LabelingConfig.get().lease_duration
+    config_seconds = seconds or LabelingConfig.get().lease_duration
     mine = Q(status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id)
     return QueueItem.objects.filter(mine | Q(status=QueueItem.Status.AVAILABLE), pk=annotation.queue_item_id).update(
         status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id,
@@ -200,9 +200,9 @@ def _renew(annotation: Annotation, now: dt.datetime) -> int:
     )
 
 
-def renew_lease(*, annotation: Annotation, now: dt.datetime | None = None) -> None:
+def renew_lease(*, annotation: Annotation, now: dt.datetime | None = None, seconds: int | None = None) -> None:
     """Keep the task's item leased (called on every action). Raises LeaseLost."""
-    if _renew(annotation, now or timezone.now()) != 1:
+    if _renew(annotation, now or timezone.now(), seconds) != 1:
         raise LeaseLost("this task was idle too long and went to someone else: go to the next task")
 
 
