@@ -51,6 +51,11 @@ class StepRow:
     human_completion: str | None
     state: str  # rated | current | locked | after_error
 
+    @property
+    def inactive(self) -> bool:
+        """Greyed out: waiting for earlier steps, or past the first error."""
+        return self.state in ("locked", "after_error")
+
 
 @dataclass
 class Task:
