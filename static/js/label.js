@@ -147,14 +147,7 @@
   }
 
   function renderMath(root) {
-    if (!root || typeof window.renderMathInElement !== "function") return;
-    window.renderMathInElement(root, {
-      delimiters: [
-        { left: "$$", right: "$$", display: true }, { left: "\\[", right: "\\]", display: true },
-        { left: "$", right: "$", display: false }, { left: "\\(", right: "\\)", display: false },
-      ],
-      throwOnError: false,
-    });
+    if (window.stepwiseRenderMath) window.stepwiseRenderMath(root); // static/js/math.js
   }
 
   function showError(message) {
