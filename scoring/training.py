@@ -33,21 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from scoring import prm
-from scoring.training_data import (  # noqa: F401  (re-exported: the training API in one place)
-    BIAS_CORRECTIONS,
-    HEAD_TYPES,
-    MODES,
-    NEUTRAL_MODES,
-    Example,
-    LabeledRow,
-    TrainConfig,
-    build_examples,
-    class_weights,
-    is_validation_problem,
-    split_by_problem,
-    step_counts,
-    stratum_weights,
-)
+from scoring.training_data import Example, LabeledRow, TrainConfig, build_examples, class_weights, split_by_problem
 
 KAPPA_EPS = 1e-4  # the same epsilon as prm.StepHead
 

@@ -18,7 +18,7 @@ from scoring.prm import StepHead, save_head_model
 from scoring.tasks import scheduled_retrain_task
 from tests.annotations import annotate
 from tests.conftest import wait_for
-from tests.factories import ProblemFactory, SolutionFactory, UserFactory, user_with_role
+from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 from tests.scoring.tiny_model import build_tiny_backbone
 
 WRONG = "so the answer is wrong"
