@@ -181,15 +181,24 @@ def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
-    """Submit, then go straight on to the next task (or home, if asked or none is left)."""
+    """Submit, then go straight on to the next task (or home, if asked)."""
     annotation = _own(request, pk)
     refusal = _perform(request, annotation, lambda a, t: labeling.submit(
         annotation=a, finish_reason=request.POST.get("finish_reason", ""), note=request.POST.get("note", ""), times=t
     ))
     if refusal:
         return refusal
-    target = reverse("home") if request.POST.get("then") == "home" else reverse("label-start")
+    target = reverse("home") if request.POST.get("then") == "home" else _next_task_url(request)
     return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+
+
+def _next_task_url(request: HttpRequest) -> str:
+    """Straight on to the next task; the page between tasks says why when there is none."""
+    try:
+        task = queueing.claim_next(annotator=request.user)
+    except queueing.ScreeningFailed:
+        task = None
+    return reverse("label-task", args=[task.pk]) if task else reverse("label-start")
 
 
 @require_GET

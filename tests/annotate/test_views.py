@@ -95,7 +95,8 @@ def test_plain_form_posts_work_without_javascript(annotator, task):
     response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1})
     assert response.status_code == 302 and response["Location"] == reverse("label-task", args=[task.pk])
     response = client.post(reverse("label-submit", args=[task.pk]))
-    assert response["Location"] == reverse("label-start")
+    following = Annotation.objects.get(annotator=annotator, status="in_progress")
+    assert response["Location"] == reverse("label-task", args=[following.pk])  # Straight on to the next.
     assert Annotation.objects.get(pk=task.pk).finish_reason == "found_error"
 
 
@@ -103,7 +104,19 @@ def test_submit_with_htmx_redirects_the_page_to_the_next_task(annotator, task):
     client = client_for(annotator)
     client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX)
     response = client.post(reverse("label-submit", args=[task.pk]), **HTMX)
-    assert response["HX-Redirect"] == reverse("label-start")
+    following = Annotation.objects.get(annotator=annotator, status="in_progress")
+    assert response["HX-Redirect"] == reverse("label-task", args=[following.pk])
+
+
+def test_after_the_last_task_submit_lands_on_the_page_between_tasks(annotator):
+    SolutionFactory(steps=["only"])
+    queueing.ensure_default_queue()
+    task = queueing.claim_next(annotator=annotator)
+    client = client_for(annotator)
+    client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1})
+    response = client.post(reverse("label-submit", args=[task.pk]))
+    assert response["Location"] == reverse("label-start")
+    assert "0 solutions waiting" in client.get(response["Location"]).content.decode()
 
 
 def test_a_repeated_post_changes_nothing_and_a_post_after_submit_gets_409(annotator, task):

@@ -84,8 +84,9 @@ def test_keyboard_only_labeling_of_a_whole_solution(new_page, live_server, pool,
     assert page.locator("dialog#keys").is_visible()
     page.keyboard.press("Escape")
 
-    page.keyboard.press("Enter")
-    page.wait_for_url(f"{live_server.url}/label/")
+    page.keyboard.press("Enter")  # Submit, and straight on to the next task.
+    page.wait_for_url(lambda url: re.search(r"/label/\d+/$", url) and url != f"{live_server.url}/label/{task.pk}/")
+    page.locator("#step-0.cursor").wait_for()
     task.refresh_from_db()
     assert task.status == "submitted" and task.finish_reason == "solution"
     assert ratings(task) == [0, 0, 1, 1, 1, 1]
@@ -107,7 +108,7 @@ def test_stop_at_first_error_greys_the_rest_and_submits_found_error(new_page, li
     assert page.locator(".step.after_error").count() == 4
     assert "first error" in page.inner_text("#submit-form")
     page.keyboard.press("Enter")
-    page.wait_for_url(f"{live_server.url}/label/")
+    page.wait_for_url(lambda url: url != f"{live_server.url}/label/{task.pk}/")
     task.refresh_from_db()
     assert task.finish_reason == "found_error"
     assert ratings(task) == [1, -1]
@@ -124,7 +125,7 @@ def test_give_up_requires_a_reason(new_page, live_server, pool):
     page.fill("#note", "The problem needs a figure I cannot see.")
     page.check("input[value=bad_problem]")
     page.click("text=Stop this task")
-    page.wait_for_url(f"{live_server.url}/label/")
+    page.wait_for_url(lambda url: url != f"{live_server.url}/label/{task.pk}/")
     task.refresh_from_db()
     assert (task.finish_reason, task.finish_note) == ("bad_problem", "The problem needs a figure I cannot see.")
 
