@@ -84,6 +84,8 @@
     if (!event.detail.elt.closest("#task")) return;
     Object.assign(event.detail.parameters, timeFields());
     busySince = Date.now();
+    const saved = document.getElementById("saved");
+    if (saved) { saved.textContent = "Saving…"; saved.classList.add("saving"); }
     const form = event.detail.elt.closest("form");
     const submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
     if (form && form.classList.contains("rate")) {
@@ -104,6 +106,8 @@
     showError(xhr && xhr.status ? xhr.responseText : "Could not reach the server: your last click was not saved.");
     pendingMove = null;
     busySince = 0;
+    const saved = document.getElementById("saved");
+    if (saved) { saved.textContent = "⚠ Last change not saved"; saved.classList.remove("saving"); saved.classList.add("unsaved"); }
     setTimeout(drain, 0);
   }));
   setInterval(() => { if (waiting.length) drain(); }, 250);
