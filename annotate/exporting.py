@@ -258,27 +258,30 @@ def _human_text(human_completion: object) -> str:
     return str(human_completion)
 
 
-def trajectory(annotation: Annotation) -> list[tuple[str, int | None]]:
+def trajectory(annotation: Annotation) -> list[tuple[str, int]]:
     """(text, rating) of the steps the annotator walked, ending at the first -1.
 
     At each step the chosen completion continues the path; a human completion counts as +1.
     A step with neither (PRM800K's last step of a `found_error` line) ends the path at its
-    first -1 completion.
+    first -1 completion. An unrated step ends the path before it: it has no label to give.
     """
-    path: list[tuple[str, int | None]] = []
+    path: list[tuple[str, int]] = []
     for step_label in annotation.step_labels.all():
         completions = list(step_label.completions.all())
         chosen = next((c for c in completions if c.index == step_label.chosen_completion), None)
         if chosen is not None:
-            path.append((chosen.text, chosen.rating))
+            step = (chosen.text, chosen.rating)
         elif step_label.human_completion is not None:
-            path.append((_human_text(step_label.human_completion), 1))
+            step = (_human_text(step_label.human_completion), 1)
         else:
-            last = next((c for c in completions if c.rating == -1), completions[0] if completions else None)
-            if last is not None:
-                path.append((last.text, last.rating))
+            wrong = next((c for c in completions if c.rating == -1), None)
+            if wrong is not None:
+                path.append((wrong.text, -1))
             break
-        if path[-1][1] == -1:
+        if step[1] is None:
+            break
+        path.append(step)
+        if step[1] == -1:
             break
     return path
 

@@ -279,3 +279,14 @@ def test_export_memory_does_not_grow_with_the_number_of_lines():
 
     small, large = peak_bytes(200), peak_bytes(1600)
     assert large < 1.5 * small, (small, large)
+
+
+@pytest.mark.django_db
+def test_an_unrated_step_ends_the_labeled_path_before_it():
+    from annotate.models import Completion
+
+    annotation = annotate(SolutionFactory(steps=["a", "b", "c"]), [1, 1, 1])
+    Completion.objects.filter(step_label__annotation=annotation, step_label__index=1).update(rating=None)
+    (row,) = rows("trl")
+    assert row["completions"] == ["a"] and row["labels"] == [True]
+    assert rows("processbench")[0]["label"] == -1
