@@ -1,9 +1,10 @@
 """Datasets out: PRM800K, TRL stepwise supervision, ProcessBench and per-step soft labels.
 
-Every exporter is a generator over the database with `iterator(chunk_size=...)` and a
-prefetch per chunk, so memory stays flat whatever the number of lines. Files are written
-to a hidden temporary file next to the destination and renamed into place only once
-complete: a reader (or the download link) never sees a truncated export.
+Every exporter is a generator over keyset pages of annotations (`CHUNK_SIZE` at a time),
+each loaded with its related rows in six queries as plain slotted records, so memory stays
+flat whatever the number of lines and 50k lines take seconds, not minutes. Files are
+written to a hidden temporary file next to the destination and renamed into place only
+once complete: a reader (or the download link) never sees a truncated export.
 """
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ class Related(list):
 def record_type(name: str, columns: tuple[str, ...], relations: tuple[str, ...] = ()) -> type:
     """A slotted record class: a row's columns, then relations attached after loading.
 
-    Five times cheaper to build than a AnnotationRecord, and far cheaper than a model instance.
+    Five times cheaper to build than a SimpleNamespace, and far cheaper than a model instance.
     """
     cls = make_dataclass(name, [*columns, *((r, object, None) for r in relations)], slots=True, eq=False)
     cls.columns = columns
@@ -345,12 +346,11 @@ def soft_label_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> 
         if not solution_ids:
             return
         by_solution: dict[int, list[AnnotationRecord]] = {}
-        upper = solution_ids[-1]
         for annotation in load_chunk(qs.filter(solution_id__in=solution_ids)):
             by_solution.setdefault(annotation.solution_id, []).append(annotation)
         for solution_id in solution_ids:
             yield _soft_labels(by_solution[solution_id], neutral_is_good=options.neutral_is_good)
-        last = upper
+        last = solution_ids[-1]
 
 
 def _soft_labels(annotations: list[AnnotationRecord], *, neutral_is_good: bool) -> dict:
@@ -360,7 +360,7 @@ def _soft_labels(annotations: list[AnnotationRecord], *, neutral_is_good: bool) 
     for annotation in annotations:
         for i, (text, rating) in enumerate(trajectory(annotation)[: len(steps)]):
             # A rating counts for pool step i only if the annotator rated that very text.
-            if rating is None or text.strip() != steps[i].strip():
+            if text.strip() != steps[i].strip():
                 continue
             rated[i] += 1
             good[i] += is_good(rating, neutral_is_good=neutral_is_good)
