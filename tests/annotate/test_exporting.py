@@ -219,6 +219,19 @@ def test_export_command_writes_the_chosen_format_and_filters(tmp_path):
 
 
 @pytest.mark.django_db
+def test_export_command_refuses_a_bad_date_naming_the_option_and_writes_nothing(tmp_path):
+    from django.core.management.base import CommandError
+
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(CommandError, match="since: 'yesterday'"):
+        call_command("export_prm800k", str(out), "--since", "yesterday")
+    assert not out.exists()
+    annotate(SolutionFactory(), [1, 1, 1], finish_reason="give_up")
+    call_command("export_prm800k", str(out), "--since", "2020-01-01", "--finish-reason", "give_up")
+    assert [json.loads(line)["label"]["finish_reason"] for line in out.read_text().splitlines()] == ["give_up"]
+
+
+@pytest.mark.django_db
 def test_export_job_writes_its_file_and_records_progress(settings, admin_user):
     for _ in range(5):
         annotate(SolutionFactory(), [1, 1, -1])
