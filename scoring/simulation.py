@@ -326,7 +326,9 @@ def evaluate_probs(held_out: HeldOut, probs: Sequence[Sequence[float]], sigmas=N
         by_problem.setdefault(problem_id, []).append(
             evaluation.Candidate(mu=list(p), correct=first is None, answer=answer, sigma=sigma))
     labeled = [s for s in samples if not s.is_reference]
-    report = evaluation.evaluate(samples, list(by_problem.values()))
+    # Best-of-N breaks ties by position: shuffle (seeded) so the reference is not first on ties.
+    candidate_lists = [random.Random(pid).sample(cands, len(cands)) for pid, cands in sorted(by_problem.items())]
+    report = evaluation.evaluate(samples, candidate_lists)
     # evaluate() counts each reference twice in step AUC (labeled and as pair partner): recompute on `labeled`.
     report["step_auc"] = evaluation.roc_auc(*evaluation.step_arrays(labeled))
     candidates = [c for cands in by_problem.values() for c in cands]
@@ -570,37 +572,54 @@ def labels_to_reach(labels: Sequence[int], values: Sequence[float | None], level
     return None
 
 
-def efficiency(curves: dict[str, list[list[dict]]]) -> dict:
+def efficiency(curves: dict[str, list[list[dict]]], *, resamples: int = 500, seed: int = 0) -> dict:
     """Labels random needs to reach a quality level / labels the strategy needs, per metric.
 
-    The levels are random's mean quality at each label count after the shared first pick;
-    per seed, strategy and random of that seed are compared (same first pick), the ratios
-    over the levels both reach are combined by geometric mean, and the mean and sample std
-    over seeds are reported. Levels a strategy never reaches are counted in `unreached`.
+    On the curves averaged over seeds (one seed's curve is too noisy to cross a level
+    cleanly). The levels are random's quality at each label count after the shared first
+    pick; the ratios at the levels are combined by geometric mean. A level the strategy
+    never reaches counts as reached at the last label count, which makes its ratio an upper
+    bound (`unreached` says how many). The spread comes from resampling seeds (paired:
+    random and the strategy share each seed's first pick): std and 5-95 % interval.
     """
-    random_runs = curves["random"]
-    labels = [point["labels"] for point in random_runs[0]]
+    labels = [point["labels"] for point in curves["random"][0]]
+    n_seeds = len(curves["random"])
+    rng = random.Random(seed)
+    draws = [[rng.randrange(n_seeds) for _ in range(n_seeds)] for _ in range(resamples)] if n_seeds > 1 else []
     out: dict = {}
     for strategy, runs in curves.items():
         out[strategy] = {}
         for metric in METRICS:
-            random_mean = [_mean_std([run[i][metric] for run in random_runs])[0] for i in range(len(labels))]
-            levels = [v for v in random_mean[1:] if v is not None]
-            per_seed, unreached = [], 0
-            for run, base in zip(runs, random_runs):
-                logs = []
-                for level in levels:
-                    need_r = labels_to_reach(labels, [p[metric] for p in base], level)
-                    need_s = labels_to_reach(labels, [p[metric] for p in run], level)
-                    if need_s is None:
-                        unreached += 1
-                    elif need_r is not None:
-                        logs.append(math.log(need_r / need_s))
-                per_seed.append(math.exp(sum(logs) / len(logs)) if logs else None)
-            mean, std = _mean_std(per_seed)
-            out[strategy][metric] = {"mean": mean, "std": std, "per_seed": per_seed, "levels": levels,
-                                     "unreached": unreached}
+            point = _ratio(labels, curves["random"], runs, metric, range(n_seeds))
+            spread = [r["ratio"] for d in draws if (r := _ratio(labels, curves["random"], runs, metric, d))["ratio"]]
+            spread.sort()
+            out[strategy][metric] = point | {
+                "std": _mean_std(spread)[1] if spread else 0.0,
+                "interval_90": [spread[int(0.05 * (len(spread) - 1))], spread[int(0.95 * (len(spread) - 1))]] if spread else None,
+            }
     return out
+
+
+def _ratio(labels: Sequence[int], random_runs, runs, metric: str, seeds) -> dict:
+    seeds = list(seeds)
+
+    def mean_curve(source):
+        return [_mean_std([source[k][i][metric] for k in seeds])[0] for i in range(len(labels))]
+
+    random_curve, curve = mean_curve(random_runs), mean_curve(runs)
+    levels, ratios, unreached, best = [], [], 0, -math.inf
+    for value in random_curve[1:]:
+        best = max(best, -math.inf if value is None else value)
+        if best == -math.inf:
+            continue
+        need_random = labels_to_reach(labels, random_curve, best)
+        need = labels_to_reach(labels, curve, best)
+        if need is None:
+            unreached, need = unreached + 1, float(labels[-1])
+        levels.append(best)
+        ratios.append(need_random / need)
+    ratio = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    return {"ratio": ratio, "levels": levels, "per_level": ratios, "unreached": unreached}
 
 
 # --- scratch database and plot ------------------------------------------------------------------

@@ -87,7 +87,8 @@ def test_end_to_end_result_has_curves_ratios_and_baselines(db, backbone, problem
             assert len(summary[metric]["per_seed"]) == 2
             assert all(v is None or 0.0 <= v <= 1.0 for v in summary[metric]["mean"])
     # Random against itself is exactly as efficient, in every seed.
-    assert result["efficiency_ratio"]["random"]["paired_auc"]["per_seed"] == [1.0, 1.0]
+    assert result["efficiency_ratio"]["random"]["paired_auc"]["ratio"] == 1.0
+    assert result["efficiency_ratio"]["random"]["paired_auc"]["std"] == 0.0
     # Both start from the same random pick; after it, convincing-wrong labels only wrong answers.
     random_share = result["strategies"]["random"]["wrong_share"]["per_seed"]
     cw_share = result["strategies"]["convincing_wrong"]["wrong_share"]["per_seed"]
@@ -123,7 +124,7 @@ def test_efficiency_is_labels_random_needs_over_labels_the_strategy_needs():
     ratio = simulation.efficiency({"random": [random_run], "fast": [fast_run]})["fast"]["paired_auc"]
     # Levels 0.6, 0.7, 0.8: random needs 20, 30, 40 labels; fast needs 15, 20, 30.
     expected = (20 / 15 * 30 / 20 * 40 / 30) ** (1 / 3)
-    assert ratio["per_seed"][0] == pytest.approx(expected)
+    assert ratio["ratio"] == pytest.approx(expected)
     assert ratio["unreached"] == 0
 
 
@@ -144,3 +145,13 @@ def test_math_corruption_changes_the_boxed_step_and_the_final_answer():
     assert bad.first_error == 1 and bad.steps[0] == steps[0]
     assert bad.answer in ("19", "21") and f"\\boxed{{{bad.answer}}}" in bad.steps[1]
     assert corruption.corrupt_boxed(["No boxed answer here."], random.Random(0)) is None
+
+
+def test_a_level_never_reached_counts_at_the_last_label_count_as_an_upper_bound():
+    labels = [10, 20, 30]
+    random_run = [{"labels": n, **{m: v for m in simulation.METRICS}} for n, v in zip(labels, [0.5, 0.6, 0.7])]
+    slow_run = [{"labels": n, **{m: v for m in simulation.METRICS}} for n, v in zip(labels, [0.5, 0.55, 0.6])]
+    ratio = simulation.efficiency({"random": [random_run], "slow": [slow_run]})["slow"]["paired_auc"]
+    # Level 0.6: random 20, slow 30; level 0.7: random 30, slow never (counted as 30).
+    assert ratio["per_level"] == pytest.approx([20 / 30, 1.0])
+    assert ratio["unreached"] == 1

@@ -87,7 +87,7 @@ def summary_table(result: dict) -> str:
         ratio = result["efficiency_ratio"].get(name, {}).get("paired_auc", {})
         last = {m: summary[m]["mean"][-1] for m in ("paired_auc", "step_auc", "solution_auc")}
         lines.append(f"{name:18} {_f(last['paired_auc']):>12} {_f(last['step_auc']):>10} {_f(last['solution_auc']):>13} "
-                     f"{_f(ratio.get('mean')):>12} ± {_f(ratio.get('std'))}")
+                     f"{_f(ratio.get('ratio')):>12} ± {_f(ratio.get('std'))}")
     lines.append(f"plot: {result['plot']}")
     return "\n".join(lines)
 
