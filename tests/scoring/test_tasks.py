@@ -75,7 +75,7 @@ def test_worker_rescores_the_pool_and_rebuilds_the_queue(tiny_current, worker_fa
 
 @pytest.mark.embedded
 def test_killed_worker_mid_job_leaves_every_score_exactly_once(tiny_current, worker_factory):
-    make_pool(240)
+    make_pool(120)
     worker = worker_factory()
     job = scoring.start_rescore(model_version=tiny_current)
     wait_for(lambda: RescoreJob.objects.get(pk=job.pk).chunks_done >= 1, timeout=120, interval=0.05)
@@ -90,7 +90,7 @@ def test_killed_worker_mid_job_leaves_every_score_exactly_once(tiny_current, wor
     wait_for(lambda: job_state(job.pk) in {JobState.SUCCEEDED, JobState.FAILED}, timeout=180)
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED, job.error
-    assert job.chunks_done == job.chunks_total == 60
-    assert SolutionScore.objects.filter(model_version=tiny_current).count() == 240
-    assert StepScore.objects.filter(model_version=tiny_current).count() == Step.objects.count() == 240 * 8
+    assert job.chunks_done == job.chunks_total == 30
+    assert SolutionScore.objects.filter(model_version=tiny_current).count() == 120
+    assert StepScore.objects.filter(model_version=tiny_current).count() == Step.objects.count() == 120 * 8
     assert QueueItem.objects.filter(generation=job.generation).exists()
