@@ -235,7 +235,7 @@ STEPWISE_SCORING_DTYPE = env_str("STEPWISE_SCORING_DTYPE", "auto")
 if STEPWISE_SCORING_DTYPE not in {"auto", "float32", "bfloat16", "float16"}:
     raise ImproperlyConfigured(f"STEPWISE_SCORING_DTYPE={STEPWISE_SCORING_DTYPE!r}: use auto, float32, bfloat16 or float16")
 STEPWISE_SCORING_MAX_TOKENS = env_int("STEPWISE_SCORING_MAX_TOKENS", 16384)
-STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 256)
+STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 64)
 STEPWISE_QUEUE_SIZE = env_int("STEPWISE_QUEUE_SIZE", 500)
 STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2)
 # Shares of the rebuilt queue, "reason=share,..."; a random share stays by default because
