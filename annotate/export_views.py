@@ -33,11 +33,6 @@ class ExportForm(forms.Form):
         except ValueError:
             raise forms.ValidationError(f"{text!r} is not a comma-separated list of integers") from None
 
-    def export_options(self) -> exporting.ExportOptions:
-        data = dict(self.cleaned_data)
-        data.pop("format")
-        return exporting.ExportOptions.from_dict(data)
-
 
 @admin_only
 @require_http_methods(["GET", "POST"])
@@ -45,9 +40,8 @@ def export_list(request: HttpRequest) -> HttpResponse:
     """The export form and recent jobs; a valid POST starts a job and shows its progress."""
     form = ExportForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        job = exporting.create_export_job(
-            format=form.cleaned_data["format"], options=form.export_options(), user=request.user
-        )
+        options = exporting.ExportOptions.from_dict(form.cleaned_data)
+        job = exporting.create_export_job(format=form.cleaned_data["format"], options=options, user=request.user)
         return redirect("export-detail", job_id=job.pk)
     jobs = ExportJob.objects.select_related("created_by").order_by("-id")[:20]
     return render(request, "annotate/export_list.html", {"form": form, "jobs": jobs})

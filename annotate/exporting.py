@@ -63,7 +63,7 @@ class ExportOptions:
 
     @classmethod
     def from_dict(cls, data: dict) -> ExportOptions:
-        """Options from JSON (an ExportJob row, an API body or query parameters)."""
+        """Options from a dict (an ExportJob row, an API body, a form); other keys are ignored."""
         try:
             generations = tuple(int(g) for g in data.get("generations") or ())
         except (TypeError, ValueError):

@@ -129,8 +129,3 @@ class ExportRequestSerializer(serializers.Serializer):
         child=serializers.ChoiceField(choices=FinishReason.choices), required=False, max_length=10
     )
     neutral_is_good = serializers.BooleanField(default=True)
-
-    def export_options(self) -> exporting.ExportOptions:
-        data = dict(self.validated_data)
-        data.pop("format")
-        return exporting.ExportOptions.from_dict(data)

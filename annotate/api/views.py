@@ -7,6 +7,7 @@ from django.http import FileResponse, Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
+from rest_framework import serializers as drf_serializers
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
@@ -81,6 +82,20 @@ class QueueStatsView(APIView):
         return Response(serializers.QueueStatsSerializer(data).data)
 
 
+class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Background jobs (admins): POST a request to start one, then poll it by id."""
+
+    permission_classes = [IsAdmin]
+    filterset_fields = ["state", "format"]
+    request_serializer: type[drf_serializers.Serializer]
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        body = self.request_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = self.start(body.validated_data, user=request.user)
+        return Response(self.get_serializer(job).data, status=status.HTTP_201_CREATED)
+
+
 @extend_schema_view(
     create=extend_schema(
         request={"multipart/form-data": serializers.ImportRequestSerializer},
@@ -88,25 +103,21 @@ class QueueStatsView(APIView):
         summary="Upload a JSONL file and import it in the background; poll the job for counts",
     )
 )
-class ImportJobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class ImportJobViewSet(JobViewSet):
     """Import jobs and their counts (admins)."""
 
     queryset = ImportJob.objects.select_related("created_by").order_by("-id")
     serializer_class = serializers.ImportJobSerializer
-    permission_classes = [IsAdmin]
+    request_serializer = serializers.ImportRequestSerializer
     parser_classes = [MultiPartParser]
-    filterset_fields = ["state", "format"]
 
-    def create(self, request: Request, *args, **kwargs) -> Response:
-        body = serializers.ImportRequestSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        upload = body.validated_data["file"]
+    def start(self, data: dict, *, user) -> ImportJob:
+        upload = data["file"]
         path = importing.save_upload(chunks=upload.chunks(), original_name=upload.name)
-        job = importing.create_import_job(
-            path=path, original_name=upload.name, format=body.validated_data["format"],
-            source=body.validated_data["source"], atomic=body.validated_data["atomic"], user=request.user,
+        return importing.create_import_job(
+            path=path, original_name=upload.name, format=data["format"], source=data["source"],
+            atomic=data["atomic"], user=user,
         )
-        return Response(self.get_serializer(job).data, status=status.HTTP_201_CREATED)
 
 
 @extend_schema_view(
@@ -116,22 +127,17 @@ class ImportJobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         summary="Start an export job; poll it, then download from `download_url`",
     )
 )
-class ExportJobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class ExportJobViewSet(JobViewSet):
     """Export jobs (admins): create one, poll its progress, download its file once succeeded."""
 
     queryset = ExportJob.objects.select_related("created_by").order_by("-id")
     serializer_class = serializers.ExportJobSerializer
-    permission_classes = [IsAdmin]
-    filterset_fields = ["state", "format"]
+    request_serializer = serializers.ExportRequestSerializer
 
-    def create(self, request: Request, *args, **kwargs) -> Response:
-        body = serializers.ExportRequestSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        job = exporting.create_export_job(
-            format=body.validated_data["format"], options=body.export_options(), user=request.user
-        )
-        data = self.get_serializer(job).data
-        return Response(data, status=status.HTTP_201_CREATED)
+    def start(self, data: dict, *, user) -> ExportJob:
+        # from_dict reads the option keys and ignores `format`.
+        options = exporting.ExportOptions.from_dict(data)
+        return exporting.create_export_job(format=data["format"], options=options, user=user)
 
     @extend_schema(
         responses={(200, "application/jsonl"): OpenApiTypes.BINARY, 404: OpenApiResponse(description="Not finished")},
@@ -182,7 +188,7 @@ class StreamExportView(APIView):
         })
         if not body.is_valid():
             raise ValidationError(body.errors)
-        rows = exporting.iter_jsonl(format=format, options=body.export_options())
+        rows = exporting.iter_jsonl(format=format, options=exporting.ExportOptions.from_dict(body.validated_data))
         response = StreamingHttpResponse(rows, content_type="application/jsonl; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="stepwise-{format}.jsonl"'
         return response
