@@ -138,7 +138,7 @@
   }
 
   function showCursor(focus) {
-    document.querySelectorAll(".step.cursor").forEach((li) => li.classList.remove("cursor"));
+    document.querySelectorAll(".step.cursor").forEach((li) => { li.classList.remove("cursor"); li.removeAttribute("aria-current"); });
     const li = cursor === null ? null : step(cursor);
     if (!li) return;
     li.classList.add("cursor");
