@@ -550,7 +550,7 @@ def summarize(runs: list[list[dict]]) -> dict:
     """Per metric: mean and sample std over seeds at each label count, plus the per-seed values."""
     labels = [point["labels"] for point in runs[0]]
     out: dict = {"labels": labels, "seeds": len(runs)}
-    for metric in (*METRICS, "ece", "wrong_share"):
+    for metric in (*METRICS, "ece", "wrong_share", "labeled_steps"):
         per_seed = [[point[metric] for point in run] for run in runs]
         stats = [_mean_std([seed[i] for seed in per_seed]) for i in range(len(labels))]
         out[metric] = {"mean": [m for m, _ in stats], "std": [s for _, s in stats], "per_seed": per_seed}
