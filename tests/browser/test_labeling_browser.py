@@ -1,10 +1,11 @@
 """The labeling page in a real Chromium: keyboard only, stop at first error, give up, reload, two people."""
 import re
+import time
 
 import pytest
 
 from annotate import queueing
-from annotate.models import Annotation, QueueItem, StepLabel
+from annotate.models import Annotation, LabelingConfig, QueueItem, StepLabel
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -174,3 +175,19 @@ def test_two_browsers_never_get_the_same_item(new_page, live_server, pool):
     assert leased.count() == 2
     assert len({item.solution_id for item in leased}) == 2
     assert {item.leased_to.username for item in leased} == {"one", "two"}
+
+
+def test_a_closed_tabs_item_comes_back_to_the_queue(new_page, live_server, pool):
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"lease_seconds": 2})
+    user_with_role("gone", "annotator")
+    user_with_role("next", "annotator")
+    first = new_page()
+    log_in(first, live_server, "gone")
+    abandoned = start_labeling(first, live_server)
+    first.context.close()  # The tab (and its heartbeats) go away mid-task.
+    time.sleep(2.5)  # Longer than the lease.
+    second = new_page()
+    log_in(second, live_server, "next")
+    taken = start_labeling(second, live_server)
+    assert taken.solution_id == abandoned.solution_id
+    assert QueueItem.objects.get(pk=abandoned.queue_item_id).leased_to.username == "next"
