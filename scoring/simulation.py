@@ -16,7 +16,8 @@ database. Then, per strategy and seed, rounds of the production loop run:
 
 Each (strategy, seed) run happens in a transaction that is rolled back, so every run starts
 from the same unlabeled pool; callers run the whole thing in a scratch database
-(`scratch_database`), so the real pool is never touched.
+(`scratch_database`), so the real pool is never touched. The pool is built in
+`scoring.simulation_pool`; curves, the efficiency ratio and the plot in `scoring.simulation_report`.
 
 Only two things are not the production path, both for speed, neither changing a number:
 model versions are recorded without hashing the 540 MB backbone each round (nothing is
@@ -26,13 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import math
 import random
-import re
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,179 +39,18 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 
-from annotate import corruption, labeling, queueing, synthetic
-from annotate.models import Problem, Solution, Step
+from annotate import labeling, queueing
 
 from . import evaluation, retraining, scoring, selection
 from .models import ModelVersion
+from .simulation_pool import PoolProblem, arithmetic_ok, describe, known_ratings, position_probabilities, write_problems
+from .simulation_report import efficiency, summarize
 from .training_data import TrainConfig
 
 if TYPE_CHECKING:
     from . import prm, training
 
 STRATEGIES = ("random", "convincing_wrong", "uncertainty", "mix")
-POOLS = ("gsm8k", "math500", "synthetic")
-# The curve metrics, as (name, where it lives in a round's metrics); higher is better for all.
-METRICS = ("paired_auc", "step_auc", "solution_auc", "processbench_f1", "best_of_n")
-TITLES = {"paired_auc": "paired AUC (vs reference step)", "step_auc": "step AUC", "solution_auc": "solution AUC (product)",
-          "processbench_f1": "ProcessBench F1", "best_of_n": "best-of-N accuracy (product)",
-          "wrong_share": "share of labeled solutions with a wrong answer"}
-CALCULATION_NOTE = re.compile(r"<<[^<>]*>>")
-
-
-# --- the pool -----------------------------------------------------------------------------------
-
-
-@dataclass
-class PoolSolution:
-    steps: list[str]
-    answer: str
-    first_error: int | None  # None: every step is right
-    kind: str | None = None
-
-
-@dataclass
-class PoolProblem:
-    statement: str
-    answer: str
-    solutions: list[PoolSolution]  # the correct one first
-
-
-def gsm8k_problems(path: Path, *, n: int, variants: int, seed: int) -> list[PoolProblem]:
-    """GSM8K problems with the reference plus up to `variants` corrupted copies of distinct kinds.
-
-    The calculator notes (`<<48/2=24>>`) are dropped from what the PRM and annotators see:
-    model-written solutions do not carry them. A variant whose visible text did not change
-    at the corrupted step (the error hid in a note) is discarded.
-    """
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    random.Random(seed).shuffle(lines)
-    rng = random.Random(seed + 1)
-    problems = []
-    for obj in lines:
-        if len(problems) >= n:
-            break
-        steps, answer = corruption.gsm8k_steps(obj["answer"])
-        reference = PoolSolution(visible(steps, answer), answer, None)
-        solutions = [reference]
-        for kind in rng.sample(corruption.KINDS, k=min(variants, len(corruption.KINDS))):
-            bad = corruption.corrupt(steps, answer, rng, question=obj["question"], kind=kind)
-            if bad is None:
-                continue
-            shown = visible(bad.steps, bad.answer)
-            if shown[bad.first_error] != reference.steps[bad.first_error]:
-                solutions.append(PoolSolution(shown, bad.answer, bad.first_error, bad.kind))
-        if len(solutions) > 1:
-            problems.append(PoolProblem(obj["question"].strip(), answer, solutions))
-    return problems
-
-
-def math500_problems(path: Path, *, n: int, skip: int, variants: int, seed: int) -> list[PoolProblem]:
-    """MATH-500 problems: the reference plus copies whose boxed-answer step states a wrong value."""
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    random.Random(seed).shuffle(lines)
-    rng = random.Random(seed + 1)
-    problems = []
-    for obj in lines[skip:]:
-        if len(problems) >= n:
-            break
-        steps, answer = corruption.math_steps(obj["answer"])
-        if answer is None:
-            continue
-        solutions = [PoolSolution([*steps, f"# Answer\n\n{answer}"], answer, None)]
-        for kind in rng.sample(corruption.MATH_KINDS, k=min(variants, len(corruption.MATH_KINDS))):
-            bad = corruption.corrupt_boxed(steps, rng, kind=kind)
-            if bad is not None:
-                solutions.append(PoolSolution([*bad.steps, f"# Answer\n\n{bad.answer}"], bad.answer, bad.first_error, kind))
-        if len(solutions) > 1:
-            problems.append(PoolProblem(obj["question"].strip(), answer, solutions))
-    return problems
-
-
-def visible(steps: Sequence[str], answer: str) -> list[str]:
-    return [CALCULATION_NOTE.sub("", step).strip() for step in steps] + [f"# Answer\n\n{answer}"]
-
-
-def synthetic_problems(*, n: int, variants: int, seed: int) -> list[PoolProblem]:
-    """Project-made word problems (annotate.synthetic): no third-party data needed."""
-    problems = []
-    for p in synthetic.make_pool(n_problems=n, variants_per_problem=variants, seed=seed):
-        solutions = [PoolSolution(p.correct.steps, str(p.answer), None)]
-        solutions += [PoolSolution(v.steps, str(v.answer), v.first_error, v.corruption) for v in p.variants]
-        if len(solutions) > 1:
-            problems.append(PoolProblem(p.statement, str(p.answer), solutions))
-    return problems
-
-
-def make_problems(*, pool: str, data: Path | None, n_pool: int, n_heldout: int,
-                  seed: int = 0) -> tuple[list[PoolProblem], list[PoolProblem]]:
-    """(pool problems, held-out problems). GSM8K: pool from train, held-out from test."""
-    if pool == "synthetic":
-        problems = distinct(synthetic_problems(n=n_pool + n_heldout, variants=3, seed=seed))
-        return problems[:n_pool], problems[n_pool:]
-    if pool == "gsm8k":
-        if data is None:
-            raise ValueError("--data: the folder holding gsm8k/train.jsonl and gsm8k/test.jsonl")
-        for name in ("train", "test"):
-            if not (data / "gsm8k" / f"{name}.jsonl").exists():
-                raise ValueError(f"--data: {data / 'gsm8k' / f'{name}.jsonl'} does not exist")
-        pool_problems = distinct(gsm8k_problems(data / "gsm8k" / "train.jsonl", n=n_pool, variants=2, seed=seed))
-        held_out = gsm8k_problems(data / "gsm8k" / "test.jsonl", n=n_heldout, variants=3, seed=seed)
-        return pool_problems, distinct(held_out, exclude=pool_problems)
-    if pool == "math500":
-        path = (data or Path("-")) / "math500" / "test.jsonl"
-        if not path.exists():
-            raise ValueError(f"--data: {path} does not exist")
-        # MATH-500 has one split: the first problems (after a seeded shuffle) are the pool, the next held out.
-        pool_problems = distinct(math500_problems(path, n=n_pool, skip=0, variants=2, seed=seed))
-        # Building the pool skips a few lines (no number to corrupt); distinct() drops any overlap left.
-        held_out = math500_problems(path, n=n_heldout, skip=len(pool_problems) + 30, variants=3, seed=seed)
-        return pool_problems, distinct(held_out, exclude=pool_problems)
-    raise ValueError(f"--pool {pool!r}: expected one of {', '.join(POOLS)}")
-
-
-def distinct(problems: Sequence[PoolProblem], *, exclude: Sequence[PoolProblem] = ()) -> list[PoolProblem]:
-    """Each problem once (and none of `exclude`), each solution once: the pool's content hashes are unique."""
-    seen = {p.statement for p in exclude}
-    out = []
-    for problem in problems:
-        if problem.statement in seen:
-            continue
-        seen.add(problem.statement)
-        texts: set[tuple[str, ...]] = set()
-        solutions = [s for s in problem.solutions if not (tuple(s.steps) in texts or texts.add(tuple(s.steps)))]
-        if len(solutions) > 1:
-            out.append(dataclasses.replace(problem, solutions=solutions))
-    return out
-
-
-def write_problems(problems: Sequence[PoolProblem], *, split: str, source: str) -> list[int]:
-    """Problems, solutions and steps into the database; returns the solution ids in order."""
-    rows = []
-    for problem in problems:
-        p_hash = Problem.hash_for(problem.statement, problem.answer)
-        db_problem = Problem.objects.create(statement=problem.statement, ground_truth_answer=problem.answer,
-                                            source=source, split=split, content_hash=p_hash)
-        for s in problem.solutions:
-            rows.append((s, Solution(
-                problem=db_problem, final_answer=s.answer, is_correct=s.first_error is None, source=source,
-                generator="reference" if s.first_error is None else f"corrupted:{s.kind}",
-                meta={"first_error": s.first_error, "kind": s.kind, "split": split},
-                content_hash=Solution.hash_for(p_hash, s.steps),
-            )))
-    Solution.objects.bulk_create([solution for _, solution in rows], batch_size=1000)
-    Step.objects.bulk_create(
-        (Step(solution=solution, index=i, text=text) for s, solution in rows for i, text in enumerate(s.steps)),
-        batch_size=2000,
-    )
-    return [solution.pk for _, solution in rows]
-
-
-def known_ratings(n_steps: int, first_error: int | None) -> list[int]:
-    """What the simulated annotator answers: +1 up to the first error, -1 there, then stop."""
-    if first_error is None:
-        return [1] * n_steps
-    return [1] * first_error + [-1]
 
 
 # --- the simulated annotator --------------------------------------------------------------------
@@ -353,33 +189,6 @@ def curve_point(report: dict) -> dict:
         "best_of_n_n": int(max(bon, key=int)) if bon else None,
         "ece": report["calibration"]["ece"],
     }
-
-
-def position_probabilities(pool: Sequence[PoolProblem]) -> dict[int, float]:
-    """P(step good | its index) over the pool's known labels: the position-only model."""
-    good, seen = Counter(), Counter()
-    for problem in pool:
-        for s in problem.solutions:
-            for i, rating in enumerate(known_ratings(len(s.steps), s.first_error)):
-                seen[i] += 1
-                good[i] += rating == 1
-    return {i: good[i] / seen[i] for i in seen}
-
-
-ARITHMETIC = re.compile(r"((?:\$?\d[\d,]*(?:\.\d+)?\s*[-+*/x×÷]\s*)+\$?\d[\d,]*(?:\.\d+)?)\s*=\s*\$?(-?\d[\d,]*(?:\.\d+)?)")
-
-
-def arithmetic_ok(step: str) -> bool:
-    """Whether every `a op b = c` written in the step is right (the rule-based baseline)."""
-    for match in ARITHMETIC.finditer(step):
-        expression = match.group(1).replace("$", "").replace(",", "").replace("x", "*").replace("×", "*").replace("÷", "/")
-        try:
-            value = eval(expression, {"__builtins__": {}}, {})  # digits and operators only (the regex)
-        except (ArithmeticError, SyntaxError):
-            continue
-        if abs(value - float(match.group(2).replace(",", ""))) > 1e-6 * max(1.0, abs(value)):
-            return False
-    return True
 
 
 def baselines(pool: Sequence[PoolProblem], held_out: HeldOut) -> dict:
@@ -526,102 +335,6 @@ def simulate(*, backbone: Backbone, pool: Sequence[PoolProblem], held_out: Seque
     }
 
 
-def describe(problems: Sequence[PoolProblem]) -> dict:
-    wrong = [s for p in problems for s in p.solutions if s.first_error is not None]
-    kinds = Counter(s.kind for s in wrong)
-    subtle = sum(n for kind, n in kinds.items() if kind in corruption.SUBTLE_KINDS)
-    return {"problems": len(problems), "solutions": sum(len(p.solutions) for p in problems),
-            "wrong_answer_solutions": len(wrong), "kinds": dict(kinds),
-            "subtle_share": subtle / len(wrong) if wrong else None}
-
-
-# --- curves, spread and efficiency ----------------------------------------------------------------
-
-
-def _mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    xs = [v for v in values if v is not None]
-    if not xs:
-        return None, None
-    mean = sum(xs) / len(xs)
-    return mean, (math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0)
-
-
-def summarize(runs: list[list[dict]]) -> dict:
-    """Per metric: mean and sample std over seeds at each label count, plus the per-seed values."""
-    labels = [point["labels"] for point in runs[0]]
-    out: dict = {"labels": labels, "seeds": len(runs)}
-    for metric in (*METRICS, "ece", "wrong_share", "labeled_steps"):
-        per_seed = [[point[metric] for point in run] for run in runs]
-        stats = [_mean_std([seed[i] for seed in per_seed]) for i in range(len(labels))]
-        out[metric] = {"mean": [m for m, _ in stats], "std": [s for _, s in stats], "per_seed": per_seed}
-    return out
-
-
-def labels_to_reach(labels: Sequence[int], values: Sequence[float | None], level: float) -> float | None:
-    """Labels at which the curve's running maximum first reaches `level` (linear in between)."""
-    best, previous = -math.inf, None
-    for n, value in zip(labels, values):
-        value = -math.inf if value is None else value
-        if max(best, value) >= level:
-            if previous is None or best == -math.inf:
-                return float(n)
-            x0, y0 = previous
-            return x0 + (n - x0) * (level - y0) / (value - y0) if value > y0 else float(n)
-        best = max(best, value)
-        previous = (n, best)
-    return None
-
-
-def efficiency(curves: dict[str, list[list[dict]]], *, resamples: int = 500, seed: int = 0) -> dict:
-    """Labels random needs to reach a quality level / labels the strategy needs, per metric.
-
-    On the curves averaged over seeds (one seed's curve is too noisy to cross a level
-    cleanly). The levels are random's quality at each label count after the shared first
-    pick; the ratios at the levels are combined by geometric mean. A level the strategy
-    never reaches counts as reached at the last label count, which makes its ratio an upper
-    bound (`unreached` says how many). The spread comes from resampling seeds (paired:
-    random and the strategy share each seed's first pick): std and 5-95 % interval.
-    """
-    labels = [point["labels"] for point in curves["random"][0]]
-    n_seeds = len(curves["random"])
-    rng = random.Random(seed)
-    draws = [[rng.randrange(n_seeds) for _ in range(n_seeds)] for _ in range(resamples)] if n_seeds > 1 else []
-    out: dict = {}
-    for strategy, runs in curves.items():
-        out[strategy] = {}
-        for metric in METRICS:
-            point = _ratio(labels, curves["random"], runs, metric, range(n_seeds))
-            spread = [r["ratio"] for d in draws if (r := _ratio(labels, curves["random"], runs, metric, d))["ratio"]]
-            spread.sort()
-            out[strategy][metric] = point | {
-                "std": _mean_std(spread)[1] if spread else 0.0,
-                "interval_90": [spread[int(0.05 * (len(spread) - 1))], spread[int(0.95 * (len(spread) - 1))]] if spread else None,
-            }
-    return out
-
-
-def _ratio(labels: Sequence[int], random_runs, runs, metric: str, seeds) -> dict:
-    seeds = list(seeds)
-
-    def mean_curve(source):
-        return [_mean_std([source[k][i][metric] for k in seeds])[0] for i in range(len(labels))]
-
-    random_curve, curve = mean_curve(random_runs), mean_curve(runs)
-    levels, ratios, unreached, best = [], [], 0, -math.inf
-    for value in random_curve[1:]:
-        best = max(best, -math.inf if value is None else value)
-        if best == -math.inf:
-            continue
-        need_random = labels_to_reach(labels, random_curve, best)
-        need = labels_to_reach(labels, curve, best)
-        if need is None:
-            unreached, need = unreached + 1, float(labels[-1])
-        levels.append(best)
-        ratios.append(need_random / need)
-    ratio = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
-    return {"ratio": ratio, "levels": levels, "per_level": ratios, "unreached": unreached}
-
-
 # --- scratch database and plot ------------------------------------------------------------------
 
 
@@ -644,41 +357,6 @@ def scratch_database() -> Iterator[str]:
     finally:
         test.clear()
         test.update(saved)
-
-
-def plot(result: dict, path: Path) -> Path:
-    """Learning curves (mean and +-1 std over seeds) with the baselines, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = (*METRICS, "wrong_share")
-    fig, grid = plt.subplots(2, 3, figsize=(13, 7.5))
-    axes = grid.ravel()
-    for ax, metric in zip(axes, panels):
-        for strategy, summary in result["strategies"].items():
-            mean, std = summary[metric]["mean"], summary[metric]["std"]
-            xs = [x for x, m in zip(summary["labels"], mean) if m is not None]
-            ms = [m for m in mean if m is not None]
-            ss = [s or 0.0 for m, s in zip(mean, std) if m is not None]
-            ax.plot(xs, ms, marker="o", markersize=3, label=strategy)
-            ax.fill_between(xs, [m - s for m, s in zip(ms, ss)], [m + s for m, s in zip(ms, ss)], alpha=0.15)
-        for (name, values), style in zip(result["baselines"].items(), (":", "--")):
-            if metric in METRICS and values.get(metric) is not None:
-                ax.axhline(values[metric], color="grey", linestyle=style, label=name.replace("_", "-"))
-        ax.set_title(TITLES.get(metric, metric), fontsize=10)
-        ax.set_xlabel("labeled solutions")
-    axes[0].legend(fontsize=7)
-    run = result["settings"]
-    fig.suptitle(f"{run.get('pool', 'pool')}: {result['pool']['solutions']} solutions, held-out "
-                 f"{result['held_out']['solutions']}; mean ± std over {len(run['seeds'])} seeds; "
-                 f"backbone {Path(str(run.get('backbone', '?'))).name}, layer {run['layer']}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def stderr_log(message: str) -> None:

@@ -6,7 +6,7 @@ import torch
 from django.core.management import CommandError, call_command
 
 from annotate.models import Annotation, QueueItem, Solution
-from scoring import retraining, scoring, selection, simulation
+from scoring import retraining, scoring, selection, simulation, simulation_pool, simulation_report
 from scoring.models import ModelVersion, SolutionScore
 from tests.scoring.tiny_model import build_tiny_backbone
 
@@ -25,12 +25,12 @@ def backbone(backbone_folder, tmp_path):
 
 @pytest.fixture
 def problems():
-    return simulation.make_problems(pool="synthetic", data=None, n_pool=24, n_heldout=8)
+    return simulation_pool.make_problems(pool="synthetic", data=None, n_pool=24, n_heldout=8)
 
 
 def scored_pool(backbone, pool, seed=0):
     """The pool in the database, scored by a seeded untrained head, as round 0 sees it."""
-    ids = simulation.write_problems(pool, split="pool", source="tests")
+    ids = simulation_pool.write_problems(pool, split="pool", source="tests")
     head = simulation.untrained_head(backbone, seed)
     version = simulation.record_version("round-0", backbone, head)
     scoring.score_solutions(model_version=version, solution_ids=ids,
@@ -48,7 +48,7 @@ def test_simulated_annotator_labels_equal_the_known_first_errors(db, backbone, p
     wrong = 0
     for row in rows:
         first_error = Solution.objects.get(pk=row.solution_id).meta["first_error"]
-        expected = simulation.known_ratings(len(row.steps), first_error)
+        expected = simulation_pool.known_ratings(len(row.steps), first_error)
         assert row.ratings == (tuple(expected + [None] * (len(row.steps) - len(expected))),)
         wrong += first_error is not None
     assert 0 < wrong < 12  # both kinds were labeled, so both branches were checked
@@ -82,7 +82,7 @@ def test_end_to_end_result_has_curves_ratios_and_baselines(db, backbone, problem
     assert set(result["strategies"]) == set(result["efficiency_ratio"]) == {"random", "convincing_wrong"}
     for summary in result["strategies"].values():
         assert summary["labels"] == [INITIAL + BATCH * r for r in range(ROUNDS + 1)]
-        for metric in simulation.METRICS:
+        for metric in simulation_report.METRICS:
             assert len(summary[metric]["mean"]) == len(summary[metric]["std"]) == ROUNDS + 1
             assert len(summary[metric]["per_seed"]) == 2
             assert all(v is None or 0.0 <= v <= 1.0 for v in summary[metric]["mean"])
@@ -101,27 +101,27 @@ def test_end_to_end_result_has_curves_ratios_and_baselines(db, backbone, problem
     assert result["baselines"]["rule_based"]["paired_auc"] > 0.9  # synthetic errors are all arithmetic
     # Every run was rolled back: the pool is as unlabeled as it was.
     assert not Annotation.objects.exists() and not ModelVersion.objects.exists()
-    assert simulation.plot(result, tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert simulation_report.plot(result, tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_known_ratings_stop_at_the_first_error():
-    assert simulation.known_ratings(4, None) == [1, 1, 1, 1]
-    assert simulation.known_ratings(4, 2) == [1, 1, -1]
-    assert simulation.known_ratings(4, 0) == [-1]
+    assert simulation_pool.known_ratings(4, None) == [1, 1, 1, 1]
+    assert simulation_pool.known_ratings(4, 2) == [1, 1, -1]
+    assert simulation_pool.known_ratings(4, 0) == [-1]
 
 
 def test_rule_baseline_checks_every_written_calculation():
-    assert simulation.arithmetic_ok("After getting 5 more, there are 12 + 5 = 17 apples.")
-    assert not simulation.arithmetic_ok("After getting 5 more, there are 12 + 5 = 18 apples.")
-    assert not simulation.arithmetic_ok("She earned 0.2 x 50 = $12, then 3 * 4 = 12.")
-    assert simulation.arithmetic_ok("No arithmetic here.")
+    assert simulation_pool.arithmetic_ok("After getting 5 more, there are 12 + 5 = 17 apples.")
+    assert not simulation_pool.arithmetic_ok("After getting 5 more, there are 12 + 5 = 18 apples.")
+    assert not simulation_pool.arithmetic_ok("She earned 0.2 x 50 = $12, then 3 * 4 = 12.")
+    assert simulation_pool.arithmetic_ok("No arithmetic here.")
 
 
 def test_efficiency_is_labels_random_needs_over_labels_the_strategy_needs():
     labels = [10, 20, 30, 40]
-    random_run = [{"labels": n, **{m: v for m in simulation.METRICS}} for n, v in zip(labels, [0.5, 0.6, 0.7, 0.8])]
-    fast_run = [{"labels": n, **{m: v for m in simulation.METRICS}} for n, v in zip(labels, [0.5, 0.7, 0.8, 0.8])]
-    ratio = simulation.efficiency({"random": [random_run], "fast": [fast_run]})["fast"]["paired_auc"]
+    random_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.6, 0.7, 0.8])]
+    fast_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.7, 0.8, 0.8])]
+    ratio = simulation_report.efficiency({"random": [random_run], "fast": [fast_run]})["fast"]["paired_auc"]
     # Levels 0.6, 0.7, 0.8: random needs 20, 30, 40 labels; fast needs 15, 20, 30.
     expected = (20 / 15 * 30 / 20 * 40 / 30) ** (1 / 3)
     assert ratio["ratio"] == pytest.approx(expected)
@@ -149,9 +149,9 @@ def test_math_corruption_changes_the_boxed_step_and_the_final_answer():
 
 def test_a_level_never_reached_counts_at_the_last_label_count_as_an_upper_bound():
     labels = [10, 20, 30]
-    random_run = [{"labels": n, **{m: v for m in simulation.METRICS}} for n, v in zip(labels, [0.5, 0.6, 0.7])]
-    slow_run = [{"labels": n, **{m: v for m in simulation.METRICS}} for n, v in zip(labels, [0.5, 0.55, 0.6])]
-    ratio = simulation.efficiency({"random": [random_run], "slow": [slow_run]})["slow"]["paired_auc"]
+    random_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.6, 0.7])]
+    slow_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.55, 0.6])]
+    ratio = simulation_report.efficiency({"random": [random_run], "slow": [slow_run]})["slow"]["paired_auc"]
     # Level 0.6: random 20, slow 30; level 0.7: random 30, slow never (counted as 30).
     assert ratio["per_level"] == pytest.approx([20 / 30, 1.0])
     assert ratio["unreached"] == 1

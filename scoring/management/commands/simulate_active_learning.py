@@ -45,14 +45,14 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        from scoring import simulation
+        from scoring import simulation, simulation_pool, simulation_report
 
         sim = simulation.Settings(rounds=options["rounds"], batch=options["batch"], initial=options["initial"],
                                   seeds=tuple(options["seeds"]), epochs=options["epochs"], lr=options["lr"],
                                   strategies=tuple(options["strategies"] or simulation.STRATEGIES))
         try:
             sim.validate()
-            pool, held_out = simulation.make_problems(pool=options["pool"], data=options["data"],
+            pool, held_out = simulation_pool.make_problems(pool=options["pool"], data=options["data"],
                                                       n_pool=options["problems"], n_heldout=options["heldout"])
         except ValueError as error:
             raise CommandError(str(error)) from None
@@ -65,7 +65,7 @@ class Command(BaseCommand):
         result["settings"] |= {"pool": options["pool"], "problems": options["problems"], "heldout": options["heldout"],
                                "backbone": str(options["backbone"] or default_backbone())}
         plot_path = options["plot"] or settings.DATA_DIR / "active-learning.png"
-        result["plot"] = str(simulation.plot(result, plot_path))
+        result["plot"] = str(simulation_report.plot(result, plot_path))
         text = json.dumps(result, indent=2)
         if options["output"]:
             options["output"].write_text(text + "\n")
