@@ -256,7 +256,7 @@ def encode_many(tokenizer, items: Sequence[Item], *, separator: str = DEFAULT_SE
     """Encode many solutions with one (batched, native) tokenizer call over all pieces."""
     pieces = [build_input(problem, steps, separator=separator) for problem, steps in items]
     flat = [piece for solution in pieces for piece in solution]
-    token_lists = iter(tokenizer(flat, add_special_tokens=False)["input_ids"]) if flat else iter(())
+    token_lists = iter(_token_ids(tokenizer, flat))
     start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     encoded = []
     for solution in pieces:
@@ -267,6 +267,16 @@ def encode_many(tokenizer, items: Sequence[Item], *, separator: str = DEFAULT_SE
                 positions.append(len(ids) - 1)
         encoded.append(Encoded(ids=ids, positions=positions))
     return encoded
+
+
+def _token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is not None:
+        # The Rust tokenizer directly: the Python wrapper's per-text conversion costs as much again.
+        return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
 def token_budget_batches(lengths: Sequence[int], *, max_tokens: int) -> Iterator[list[int]]:

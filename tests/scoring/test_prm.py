@@ -144,3 +144,11 @@ def test_aggregate_product_min_last_mean_and_sigma():
         {"product": 0.36, "min": 0.5, "last": 0.9, "mean": 2.2 / 3, "sigma": 0.2}
     )
     assert prm.aggregate([prm.StepProbability(0.25)])["sigma"] is None
+
+
+def test_fast_path_tokenizes_exactly_like_the_tokenizer(folders):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folders["head", "point", None])
+    texts = [piece for problem, steps in ITEMS for piece in prm.build_input(problem, steps)] + ["  ки\n", "π"]
+    assert prm._token_ids(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
