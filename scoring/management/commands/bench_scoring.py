@@ -59,7 +59,7 @@ class Command(BaseCommand):
         parser.add_argument("--model", default="tiny", help="tiny (built in-process), default (SmolLM2) or a version name")
         parser.add_argument("--solutions", type=int, default=0, help="pool size for the three rates (default by model)")
         parser.add_argument("--pool-size", type=int, default=10000, help="solutions for the tiny-model rescore timing (0: skip)")
-        parser.add_argument("--rounds", type=int, default=2, help="alternating bare/e2e measurements (best of)")
+        parser.add_argument("--rounds", type=int, default=3, help="alternating bare/e2e measurements (best of)")
 
     def handle(self, *args, **options):
         results: dict = {}
