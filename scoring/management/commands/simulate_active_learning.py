@@ -87,7 +87,8 @@ def summary_table(result: dict) -> str:
         ratio = result["efficiency_ratio"].get(name, {}).get("paired_auc", {})
         last = {m: summary[m]["mean"][-1] for m in ("paired_auc", "step_auc", "solution_auc")}
         lines.append(f"{name:18} {_f(last['paired_auc']):>12} {_f(last['step_auc']):>10} {_f(last['solution_auc']):>13} "
-                     f"{_f(ratio.get('ratio')):>12} ± {_f(ratio.get('std'))}")
+                     f"{'<=' if ratio.get('unreached') else '':>3}{_f(ratio.get('ratio')):>9} ± {_f(ratio.get('std'))}")
+    lines.append("<= : some quality levels were never reached, so the ratio is an upper bound")
     lines.append(f"plot: {result['plot']}")
     return "\n".join(lines)
 
