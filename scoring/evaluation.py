@@ -181,7 +181,7 @@ def _subsets(total: int, n: int, draws: int, rng: np.random.Generator) -> list[n
     return [rng.choice(total, size=n, replace=False) for _ in range(draws)]
 
 
-def _choose(cands: Sequence[Candidate], subset: np.ndarray, method: str, lam: float, rng) -> bool:
+def _choose(cands: Sequence[Candidate], subset: np.ndarray, method: str, lam: float, rng) -> float:
     chosen = [cands[i] for i in subset]
     if method == "oracle":
         return any(c.correct for c in chosen)
@@ -194,7 +194,12 @@ def _choose(cands: Sequence[Candidate], subset: np.ndarray, method: str, lam: fl
         answer = winners[int(rng.integers(len(winners)))]
         return next(c.correct for c in chosen if c.answer == answer)
     scores = [aggregate(c.mu, method, c.sigma, lam) for c in chosen]
-    return bool(chosen[int(np.argmax(scores))].correct)
+    # Ties are broken at random, counted exactly as the tied candidates' mean correctness:
+    # taking the first would let a constant scorer look perfect when candidates arrive
+    # in a favourable order (references first, say).
+    best = max(scores)
+    tied = [c.correct for c, score in zip(chosen, scores) if score == best]
+    return float(np.mean(tied))
 
 
 def calibration(probs: Sequence[float], labels: Sequence[int], bins: int = 10) -> dict:

@@ -98,3 +98,10 @@ def test_evaluate_puts_everything_in_one_json_ready_dict():
     assert report["step_auc"] == 1.0 and report["n_steps"] == 4
     assert report["processbench"]["f1"] == 1.0
     assert report["best_of_n"]["by_n"]["2"]["product"] == 1.0
+
+
+def test_a_constant_scorer_is_at_chance_whatever_the_candidate_order():
+    right, wrong = Candidate([0.5], True, "1"), Candidate([0.5], False, "2")
+    for order in ([right, wrong], [wrong, right]):
+        table = evaluation.best_of_n([order], ns=[2])["by_n"]
+        assert table["2"]["product"] == 0.5
