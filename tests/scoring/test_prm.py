@@ -152,3 +152,7 @@ def test_fast_path_tokenizes_exactly_like_the_tokenizer(folders):
     tokenizer = AutoTokenizer.from_pretrained(folders["head", "point", None])
     texts = [piece for problem, steps in ITEMS for piece in prm.build_input(problem, steps)] + ["  ки\n", "π"]
     assert prm._token_ids(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def test_token_budget_is_narrow_on_a_cpu_and_wide_on_an_accelerator():
+    assert prm.default_token_budget(torch.device("cpu")) < prm.default_token_budget(torch.device("cuda"))

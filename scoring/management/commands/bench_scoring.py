@@ -9,6 +9,7 @@ rescore a pool of --pool-size solutions with the tiny test model. Everything it 
 rolled back at the end.
 """
 import json
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from annotate import synthetic
 from annotate.models import Problem, Solution, Step
 from annotate.models.pool import content_hash
 from scoring import registry, scoring
@@ -30,17 +32,23 @@ class Rollback(Exception):
 
 
 def make_pool(tag: str, n: int) -> list[int]:
+    """n word problems of 7 operations, each with its 8-step solution (7 calculations + answer).
+
+    The project's synthetic problems have the length of real grade-school problems, which
+    matters here: the per-prefix loop re-reads the problem once per step.
+    """
+    rng = random.Random(0)
+    made = [synthetic.make_problem(rng, n_operations=STEPS - 1) for _ in range(n)]
     problems = Problem.objects.bulk_create(
-        Problem(statement=f"Bench {tag} problem {i}: what is {i} * 7 + 3?", content_hash=content_hash("bench", tag, "p", i))
-        for i in range(n)
+        Problem(statement=m.statement, ground_truth_answer=str(m.answer), content_hash=content_hash("bench", tag, "p", i))
+        for i, m in enumerate(made)
     )
     solutions = Solution.objects.bulk_create(
-        Solution(problem=p, is_correct=i % 2 == 0, content_hash=content_hash("bench", tag, "s", i))
+        Solution(problem=p, is_correct=True, content_hash=content_hash("bench", tag, "s", i))
         for i, p in enumerate(problems)
     )
     Step.objects.bulk_create(
-        (Step(solution=s, index=k, text=f"Step {k + 1}: we compute {k} * 7 = {7 * k}, then add {k + 3} to get {8 * k + 3}.")
-         for s in solutions for k in range(STEPS)),
+        (Step(solution=s, index=k, text=text) for s, m in zip(solutions, made) for k, text in enumerate(m.correct.steps)),
         batch_size=5000,
     )
     return [s.pk for s in solutions]
