@@ -6,7 +6,8 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import exporting
-from annotate.models import ExportJob, FinishReason, JobState
+from annotate.htmx import page_or_partial
+from annotate.models import ExportJob, FinishReason
 from annotate.views import admin_required
 
 # The one role check of the pages, under the name scoring's pages import from here.
@@ -52,12 +53,9 @@ def export_list(request: HttpRequest) -> HttpResponse:
 def export_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """A job's progress; htmx polls the `job-progress` partial until the job is finished."""
     job = get_object_or_404(ExportJob, pk=job_id)
-    context = {"job": job, "finished": job.state in (JobState.SUCCEEDED, JobState.FAILED),
+    context = {"job": job, "finished": job.is_finished,
                "available": exporting.finished_file(job) is not None}
-    template = "annotate/export_detail.html"
-    if request.htmx and not request.htmx.history_restore_request:
-        template += "#job-progress"
-    return render(request, template, context)
+    return render(request, page_or_partial(request, "annotate/export_detail.html", "job-progress"), context)
 
 
 @admin_only

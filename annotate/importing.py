@@ -615,7 +615,7 @@ def run_import_job(*, job_id: int) -> ImportJob:
     which finds what the first attempt wrote and creates nothing twice.
     """
     job = ImportJob.objects.get(pk=job_id)
-    if job.state in (JobState.SUCCEEDED, JobState.FAILED):
+    if job.is_finished:
         return job
     rows = ImportJob.objects.filter(pk=job.pk)
     rows.update(state=JobState.RUNNING, done=0, error="")

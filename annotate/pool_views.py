@@ -9,7 +9,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate import importing
 from annotate.export_views import admin_only
-from annotate.models import ImportJob, JobState
+from annotate.models import ImportJob
 
 FORMAT_CHOICES = [
     ("auto", "auto: detected from the first line"),
@@ -45,7 +45,7 @@ def import_upload(request: HttpRequest) -> HttpResponse:
 
 
 def _job_context(job: ImportJob) -> dict:
-    finished = job.state in (JobState.SUCCEEDED, JobState.FAILED)
+    finished = job.is_finished
     return {"job": job, "finished": finished, "has_report": finished and _report_file(job) is not None}
 
 
@@ -73,7 +73,7 @@ def import_progress(request: HttpRequest, job_id: int) -> HttpResponse:
 def import_report(request: HttpRequest, job_id: int) -> FileResponse:
     """The finished job's report: one JSON line per input line."""
     job = get_object_or_404(ImportJob, pk=job_id)
-    path = _report_file(job) if job.state in (JobState.SUCCEEDED, JobState.FAILED) else None
+    path = _report_file(job) if job.is_finished else None
     if path is None:
         raise Http404("This import has no report yet.")
     return FileResponse(path.open("rb"), as_attachment=True, filename=f"import-{job.pk}-report.jsonl",

@@ -21,6 +21,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
 from annotate import labeling, quality, queueing, reviewing, roles
+from annotate.htmx import page_or_partial
 from annotate.models import Annotation, LabelingConfig
 
 View = Callable[..., HttpResponse]
@@ -94,7 +95,7 @@ def label_next(request: HttpRequest) -> HttpResponse:
 def label_task(request: HttpRequest, pk: int) -> HttpResponse:
     annotation = _own(request, pk)
     task = labeling.task_view(annotation)
-    template = "annotate/label.html#task" if request.htmx and not request.htmx.history_restore_request else "annotate/label.html"
+    template = page_or_partial(request, "annotate/label.html", "task")
     return render(request, template, {"task": task, "annotation": annotation, "problem": annotation.solution.problem})
 
 

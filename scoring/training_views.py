@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.export_views import admin_only
-from annotate.models.jobs import JobState
+from annotate.htmx import page_or_partial
 
 from . import evaluation, retraining
 from .models import ModelVersion, TrainingRun
@@ -60,12 +60,9 @@ def training_runs(request: HttpRequest) -> HttpResponse:
 def training_run(request: HttpRequest, run_id: int) -> HttpResponse:
     """One run; htmx polls the `run-progress` partial until the run has finished."""
     run = get_object_or_404(TrainingRun.objects.select_related("parent", "result"), pk=run_id)
-    context = {"run": run, "finished": run.state in (JobState.SUCCEEDED, JobState.FAILED),
+    context = {"run": run, "finished": run.is_finished,
                "loss_chart": loss_chart(run.loss_curve)}
-    template = "scoring/training_run.html"
-    if request.htmx and not request.htmx.history_restore_request:
-        template += "#run-progress"
-    return render(request, template, context)
+    return render(request, page_or_partial(request, "scoring/training_run.html", "run-progress"), context)
 
 
 @admin_only

@@ -14,6 +14,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate import roles
 from annotate.export_views import admin_only
+from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
 
 from . import registry, scoring
@@ -48,8 +49,7 @@ def rescore_job(request: HttpRequest, job_id: int) -> HttpResponse:
     if not roles.is_reviewer(request.user):
         raise PermissionDenied("Rescore jobs are for reviewers and admins.")
     job = get_object_or_404(RescoreJob.objects.select_related("model_version"), pk=job_id)
-    template = "scoring/rescore_job.html#progress" if request.htmx and not request.htmx.history_restore_request else "scoring/rescore_job.html"
-    return render(request, template, {"job": job})
+    return render(request, page_or_partial(request, "scoring/rescore_job.html", "progress"), {"job": job})
 
 
 @login_required

@@ -24,6 +24,10 @@ class Job(models.Model):
         ordering = ["-created_at"]
 
     @property
+    def is_finished(self) -> bool:
+        return self.state in (JobState.SUCCEEDED, JobState.FAILED)
+
+    @property
     def percent(self) -> int:
         return int(100 * self.done / self.total) if self.total else (100 if self.state == JobState.SUCCEEDED else 0)
 

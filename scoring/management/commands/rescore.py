@@ -49,7 +49,7 @@ class Command(BaseCommand):
         while True:
             job.refresh_from_db()
             self.stdout.write(f"  {job.state}: {job.done}/{job.total} solutions, {job.chunks_done}/{job.chunks_total} chunks")
-            if job.state in (JobState.SUCCEEDED, JobState.FAILED):
+            if job.is_finished:
                 break
             time.sleep(2)
         if job.state == JobState.FAILED:

@@ -73,7 +73,7 @@ class Command(BaseCommand):
             if len(run.log) > seen:
                 self.stdout.write(run.log[seen:].rstrip("\n"))
                 seen = len(run.log)
-            if run.state in (JobState.SUCCEEDED, JobState.FAILED):
+            if run.is_finished:
                 return run
             time.sleep(1)
 
