@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass, make_dataclass
 from datetime import datetime, time
 from pathlib import Path
@@ -197,6 +197,20 @@ def _group(parents: dict, children: Iterable, key: str, attr: str) -> None:
         getattr(parents[getattr(child, key)], attr).append(child)
 
 
+def _among(field: str, ids: Collection[int]) -> Q:
+    """Rows whose `field` is one of `ids`, as cheaply as the ids allow.
+
+    A chunk's ids are mostly consecutive, and a range costs nothing to bind where a
+    2,000-value IN list cost a fifth of an export. The range may take in a few rows that are
+    not wanted, which the caller drops; when the ids are spread out (a filtered export),
+    the IN list keeps each chunk's reads bounded by its own rows.
+    """
+    low, high = min(ids), max(ids)
+    if high - low < 2 * len(ids):
+        return Q(**{f"{field}__gte": low, f"{field}__lte": high})
+    return Q(**{f"{field}__in": ids})
+
+
 def load_chunk(annotations: QuerySet[Annotation], limit: int | None = None) -> list[AnnotationRecord]:
     """One chunk of annotations (the first `limit`) with the rows every format reads.
 
@@ -211,22 +225,22 @@ def load_chunk(annotations: QuerySet[Annotation], limit: int | None = None) -> l
     if not rows:
         return []
     solution_ids = {a.solution_id for a in rows.values()}
-    solutions = {s.id: s for s in _records(Solution.objects.filter(id__in=solution_ids), SolutionRecord)}
+    solutions = {s.id: s for s in _records(Solution.objects.filter(_among("id", solution_ids)), SolutionRecord)
+                 if s.id in solution_ids}
     problem_ids = {s.problem_id for s in solutions.values()}
-    problems = {p.id: p for p in _records(Problem.objects.filter(id__in=problem_ids), ProblemRecord)}
+    problems = {p.id: p for p in _records(Problem.objects.filter(_among("id", problem_ids)), ProblemRecord)
+                if p.id in problem_ids}
     queue_ids = {a.queue_item_id for a in rows.values()} - {None}
     queue_items = {q.id: q for q in _records(QueueItem.objects.filter(id__in=queue_ids), QueueItemRecord)}
-    steps = Step.objects.filter(solution_id__in=solution_ids).order_by("solution_id", "index")
-    _group(solutions, _records(steps, StepRecord), "solution_id", "steps")
-    step_labels = StepLabel.objects.filter(annotation_id__in=rows).order_by("annotation_id", "index")
-    labels = {label.id: label for label in _records(step_labels, StepLabelRecord)}
-    completions = Completion.objects.filter(step_label__annotation_id__in=rows)
-    if labels:
-        # A redundant range on the indexed column: without it the join was planned as a scan
-        # of every completion per chunk.
-        completions = completions.filter(step_label_id__gte=min(labels), step_label_id__lte=max(labels))
-    completions = completions.order_by("step_label_id", "index")
-    _group(labels, _records(completions, CompletionRecord), "step_label_id", "completions")
+    steps = Step.objects.filter(_among("solution_id", solution_ids)).order_by("solution_id", "index")
+    _group(solutions, (s for s in _records(steps, StepRecord) if s.solution_id in solutions), "solution_id", "steps")
+    step_labels = StepLabel.objects.filter(_among("annotation_id", rows))
+    labels = {label.id: label for label in _records(step_labels.order_by("annotation_id", "index"), StepLabelRecord)
+              if label.annotation_id in rows}
+    completions = Completion.objects.filter(_among("step_label_id", labels)) if labels else Completion.objects.none()
+    completions = (c for c in _records(completions.order_by("step_label_id", "index"), CompletionRecord)
+                   if c.step_label_id in labels)
+    _group(labels, completions, "step_label_id", "completions")
     _group(rows, labels.values(), "annotation_id", "step_labels")
     for solution in solutions.values():
         solution.problem = problems[solution.problem_id]

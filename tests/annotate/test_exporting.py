@@ -303,3 +303,25 @@ def test_an_unrated_step_ends_the_labeled_path_before_it():
     (row,) = rows("trl")
     assert row["completions"] == ["a"] and row["labels"] == [True]
     assert rows("processbench")[0]["label"] == -1
+
+
+@pytest.mark.django_db
+def test_a_filtered_chunk_carries_only_its_own_annotations_labels_and_steps():
+    # Interleaved generations: a chunk of generation 1 spans generation 2's ids, whose labels,
+    # completions and steps must not leak into it, whether read by range or by id list.
+    made = [annotate(SolutionFactory(steps=[f"s{i}a", f"s{i}b"]), [1, -1 if i % 2 else 1], generation=1 + i % 2)
+            for i in range(9)]
+    for chunk_size in (2, 3, 100):
+        lines = list(exporting.iter_rows(format="prm800k", options=ExportOptions(generations=(1,)),
+                                         chunk_size=chunk_size))
+        wanted = [a for a in made if a.generation == 1]
+        assert len(lines) == len(wanted)
+        for line, annotation in zip(lines, wanted):
+            texts = [s.text for s in annotation.solution.steps.order_by("index")]
+            assert line["question"]["pre_generated_steps"] == texts
+            assert [s["completions"][0]["text"] for s in line["label"]["steps"]] == texts
+
+
+def test_ids_close_together_are_selected_by_range_and_spread_ids_by_list():
+    assert "__gte" in str(exporting._among("id", {5, 6, 8}))
+    assert "__in" in str(exporting._among("id", {5, 600, 9000}))
