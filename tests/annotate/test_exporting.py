@@ -325,3 +325,21 @@ def test_a_filtered_chunk_carries_only_its_own_annotations_labels_and_steps():
 def test_ids_close_together_are_selected_by_range_and_spread_ids_by_list():
     assert "__gte" in str(exporting._among("id", {5, 6, 8}))
     assert "__in" in str(exporting._among("id", {5, 600, 9000}))
+
+
+@pytest.mark.django_db
+def test_trl_file_loads_with_the_datasets_library_as_trl_reads_it(tmp_path, monkeypatch):
+    # TRL's PRMTrainer takes a `datasets` table with exactly these columns and types.
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    import datasets
+    import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
+    out = tmp_path / "trl.jsonl"
+    call_command("export_prm800k", str(out), "--format", "trl")
+    table = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert table.num_rows == 2
+    features = table.features
+    assert features["prompt"].dtype == "string"
+    assert features["completions"].feature.dtype == "string"
+    assert features["labels"].feature.dtype == "bool"
+    assert table[1]["labels"] == [True, True, False]
