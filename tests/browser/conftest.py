@@ -1,5 +1,6 @@
 """Playwright (sync API) driving Debian's Chromium against Django's live server."""
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,12 @@ def browser():
 
 
 @pytest.fixture
-def new_page(browser):
-    """Pages in fresh browser contexts (separate cookies), closed after the test."""
+def new_page(browser, transactional_db):
+    """Pages in fresh browser contexts (separate cookies), closed after the test.
+
+    It depends on the database fixture so that it is torn down first: a page left open
+    keeps sending heartbeats, and a write racing the flush between tests deadlocks it.
+    """
     contexts = []
 
     def make():
@@ -43,7 +48,11 @@ def new_page(browser):
 
     yield make
     for context in contexts:
+        for page in context.pages:
+            page.goto("about:blank")  # stops the page's timers before anything else
         context.close()
+    # Let the server finish a request that was already in flight when the pages closed.
+    time.sleep(0.5)
 
 
 @pytest.fixture
