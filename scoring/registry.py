@@ -61,6 +61,21 @@ def current_model_version() -> ModelVersion | None:
     return ModelVersion.objects.current()
 
 
+class UnknownModelVersion(LookupError):
+    """A model version was asked for by a name no version has."""
+
+
+def find_version(name: str | None) -> ModelVersion | None:
+    """The version called `name`, or the current one when no name is given (None if none is)."""
+    if not name:
+        return current_model_version()
+    try:
+        return ModelVersion.objects.get(name=name)
+    except ModelVersion.DoesNotExist:
+        known = ", ".join(ModelVersion.objects.values_list("name", flat=True)) or "none"
+        raise UnknownModelVersion(f"{name!r}: no such model version (known: {known})") from None
+
+
 def verify(version: ModelVersion) -> None:
     from . import prm
 

@@ -121,14 +121,12 @@ class ScoreView(APIView):
 
     @staticmethod
     def _model_version(name: str | None) -> ModelVersion | None:
-        if name:
-            try:
-                return ModelVersion.objects.get(name=name)
-            except ModelVersion.DoesNotExist:
-                raise drf_serializers.ValidationError({"model": f"No model version named {name!r}."}) from None
-        from scoring.registry import current_model_version
+        from scoring import registry
 
-        return current_model_version()
+        try:
+            return registry.find_version(name)
+        except registry.UnknownModelVersion as error:
+            raise drf_serializers.ValidationError({"model": str(error)}) from None
 
 
 def _step(probability: dict) -> dict:

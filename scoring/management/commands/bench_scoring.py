@@ -95,9 +95,9 @@ class Command(BaseCommand):
 
             return default_model.ensure_default_model(make_current=False)
         try:
-            return ModelVersion.objects.get(name=name)
-        except ModelVersion.DoesNotExist:
-            raise CommandError(f"--model {name!r}: no such model version") from None
+            return registry.find_version(name)
+        except registry.UnknownModelVersion as error:
+            raise CommandError(f"--model {error}") from None
 
     def tiny_version(self, workdir: Path, name: str, **config) -> ModelVersion:
         from tests.scoring.tiny_model import build_tiny_prm

@@ -7,8 +7,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import retraining
-from scoring.models import ModelVersion
+from scoring import registry, retraining
 
 
 class Command(BaseCommand):
@@ -23,14 +22,12 @@ class Command(BaseCommand):
         parser.add_argument("--threshold", type=float, default=0.5, help="ProcessBench first-error threshold")
 
     def handle(self, *args, **options):
-        if options["model"]:
-            version = ModelVersion.objects.filter(name=options["model"]).first()
-            if version is None:
-                raise CommandError(f"--model {options['model']!r}: no such model version")
-        else:
-            version = ModelVersion.objects.current()
-            if version is None:
-                raise CommandError("no current model version; run `manage.py init_default_model`")
+        try:
+            version = registry.find_version(options["model"])
+        except registry.UnknownModelVersion as error:
+            raise CommandError(f"--model {error}") from None
+        if version is None:
+            raise CommandError("no current model version; run `manage.py init_default_model`")
         metrics = retraining.evaluate_version(version=version, val_fraction=options["val_fraction"],
                                               seed=options["seed"], threshold=options["threshold"])
         if options["save"]:

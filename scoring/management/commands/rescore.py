@@ -34,16 +34,13 @@ class Command(BaseCommand):
             self.wait(job)
 
     def version(self, name: str | None) -> ModelVersion:
-        if name is None:
-            version = registry.current_model_version()
-            if version is None:
-                raise CommandError("no current model version: run `manage.py init_default_model` or pass --model")
-            return version
         try:
-            return ModelVersion.objects.get(name=name)
-        except ModelVersion.DoesNotExist:
-            known = ", ".join(ModelVersion.objects.values_list("name", flat=True)) or "none"
-            raise CommandError(f"--model {name!r}: no such model version (known: {known})") from None
+            version = registry.find_version(name)
+        except registry.UnknownModelVersion as error:
+            raise CommandError(f"--model {error}") from None
+        if version is None:
+            raise CommandError("no current model version: run `manage.py init_default_model` or pass --model")
+        return version
 
     def wait(self, job: RescoreJob) -> None:
         while True:
