@@ -12,6 +12,20 @@ class FinishReason(models.TextChoices):
     BAD_PROBLEM = "bad_problem"
 
 
+class AnnotationQuerySet(models.QuerySet):
+    """Which annotations count for what: the one place these filters are spelled."""
+
+    def submitted(self) -> "AnnotationQuerySet":
+        return self.filter(status=Annotation.Status.SUBMITTED)
+
+    def in_progress(self) -> "AnnotationQuerySet":
+        return self.filter(status=Annotation.Status.IN_PROGRESS)
+
+    def trainable(self) -> "AnnotationQuerySet":
+        """Submitted labels a model may learn from: a bad problem says nothing about its steps."""
+        return self.submitted().exclude(finish_reason=FinishReason.BAD_PROBLEM)
+
+
 class Annotation(models.Model):
     """One annotator's labels of one solution (one PRM800K line)."""
 
@@ -43,6 +57,8 @@ class Annotation(models.Model):
     question_extra = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = AnnotationQuerySet.as_manager()
 
     class Meta:
         constraints = [
