@@ -8,10 +8,7 @@ from django.views.decorators.vary import vary_on_headers
 from annotate import exporting
 from annotate.htmx import page_or_partial
 from annotate.models import ExportJob, FinishReason
-from annotate.views import admin_required
-
-# The one role check of the pages, under the name scoring's pages import from here.
-admin_only = admin_required
+from annotate.roles import admin_required as admin_only
 
 
 class ExportForm(forms.Form):

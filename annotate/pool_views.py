@@ -8,8 +8,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import importing
-from annotate.export_views import admin_only
 from annotate.models import ImportJob
+from annotate.roles import admin_required as admin_only
 
 FORMAT_CHOICES = [
     ("auto", "auto: detected from the first line"),

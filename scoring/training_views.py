@@ -14,8 +14,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from annotate.export_views import admin_only
 from annotate.htmx import page_or_partial
+from annotate.roles import admin_required as admin_only
 
 from . import evaluation, retraining
 from .models import ModelVersion, TrainingRun

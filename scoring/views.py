@@ -13,9 +13,9 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import roles
-from annotate.export_views import admin_only
 from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
+from annotate.roles import admin_required as admin_only
 
 from . import registry, scoring
 from .models import ModelVersion, RescoreJob
