@@ -128,7 +128,8 @@ def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpRe
     if refusal := _perform(request, annotation, action):
         return refusal
     if request.htmx:
-        return render(request, "annotate/label.html#task", {"task": labeling.task_view(annotation), "annotation": annotation})
+        context = {"task": labeling.task_view(annotation), "annotation": annotation}
+        return render(request, "annotate/label.html#task", context)
     return redirect("label-task", pk=pk)
 
 

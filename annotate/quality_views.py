@@ -14,7 +14,9 @@ from annotate.roles import admin_required, reviewer_required
 @reviewer_required
 def quality_report(request: HttpRequest) -> HttpResponse:
     people = get_user_model().objects.filter(annotations__annotator__isnull=False).distinct().order_by("username")
-    rows = [(person, reviewing.progress(annotator=person), quality.inter_annotator(annotator=person)) for person in people]
+    rows = [
+        (person, reviewing.progress(annotator=person), quality.inter_annotator(annotator=person)) for person in people
+    ]
     return render(request, "annotate/quality.html", {
         "rows": rows, "overall": quality.inter_annotator(), "config": LabelingConfig.get(),
         "is_admin": roles.is_admin(request.user),

@@ -42,7 +42,9 @@ def _without_page(request: HttpRequest) -> str:
 @require_GET
 @reviewer_required
 def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    annotation = get_object_or_404(Annotation.objects.submitted().select_related("solution__problem", "annotator"), pk=pk)
+    annotation = get_object_or_404(
+        Annotation.objects.submitted().select_related("solution__problem", "annotator"), pk=pk
+    )
     others = list(
         Annotation.objects.submitted().filter(solution=annotation.solution)
         .exclude(pk=annotation.pk).select_related("annotator").order_by("pk")
