@@ -238,11 +238,8 @@ def test_the_command_prints_a_summary_and_fails_when_a_line_fails(tmp_path, caps
     assert Solution.objects.count() == 1
 
 
+@pytest.mark.postgresql  # SQLite stores NUL characters; PostgreSQL text cannot
 def test_a_line_the_database_rejects_is_reported_and_the_rest_of_its_batch_imports(tmp_path):
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite stores NUL characters; PostgreSQL text cannot")
     report_path = tmp_path / "r.jsonl"
     lines = [generic(1), generic(2, problem="What is 2 + 2?\u0000"), generic(3)]
     summary = importing.import_pool(path=write(tmp_path, lines), report_path=report_path)
