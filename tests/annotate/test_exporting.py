@@ -173,6 +173,29 @@ def test_export_job_writes_its_file_and_records_progress(settings, admin_user):
 
 
 @pytest.mark.django_db
+def test_a_failed_export_job_is_not_run_again_on_redelivery(admin_user):
+    annotate(SolutionFactory(), [1, 1, 1])
+    job = ExportJob.objects.create(format="trl", options={"finish_reasons": ["done"]}, created_by=admin_user)
+    with pytest.raises(exporting.ExportError, match="finish_reasons"):
+        exporting.run_export_job(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.error.startswith("ExportError: finish_reasons")
+    # Whatever changed since, a redelivered task leaves the failed job as it ended.
+    ExportJob.objects.filter(pk=job.pk).update(options={})
+    again = exporting.run_export_job(job_id=job.pk)
+    assert (again.state, again.error, again.lines, again.path) == (JobState.FAILED, job.error, 0, "")
+    assert again.finished_at == job.finished_at
+
+
+@pytest.mark.django_db
+def test_an_export_job_left_running_by_a_dead_attempt_is_run_again(admin_user):
+    annotate(SolutionFactory(), [1, 1, 1])
+    job = ExportJob.objects.create(format="trl", options={}, state=JobState.RUNNING, done=7, created_by=admin_user)
+    job = exporting.run_export_job(job_id=job.pk)
+    assert (job.state, job.lines, job.done) == (JobState.SUCCEEDED, 1, 1)
+
+
+@pytest.mark.django_db
 def test_export_with_prefetching_makes_a_fixed_number_of_queries(django_assert_max_num_queries):
     for _ in range(30):
         annotate(SolutionFactory(), [1, 0, -1])
@@ -250,8 +273,10 @@ def test_a_filtered_chunk_carries_only_its_own_annotations_labels_and_steps():
 
 
 def test_ids_close_together_are_selected_by_range_and_spread_ids_by_list():
-    assert "__gte" in str(exporting._among("id", {5, 6, 8}))
-    assert "__in" in str(exporting._among("id", {5, 600, 9000}))
+    from annotate.exporting import loading
+
+    assert "__gte" in str(loading._among("id", {5, 6, 8}))
+    assert "__in" in str(loading._among("id", {5, 600, 9000}))
 
 
 @pytest.mark.django_db
