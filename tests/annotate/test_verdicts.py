@@ -106,6 +106,24 @@ def test_an_override_of_a_local_label_changes_the_chosen_completion(reviewer):
     assert rows("processbench")[0]["label"] == -1
 
 
+def test_an_override_that_would_not_become_the_verdict_is_refused(tmp_path, reviewer):
+    from annotate.labeling import LabelingError
+    from tests.annotations import PHASE2_LINE
+
+    # The annotator stopped at step 3 with two alternatives: 0 rated neutral, 1 rated wrong.
+    steps = [*PHASE2_LINE["label"]["steps"][:2], {**PHASE2_LINE["label"]["steps"][2], "completions": [
+        {"text": PHASE2_LINE["question"]["pre_generated_steps"][2], "rating": 0, "flagged": False},
+        {"text": "So the answer is 5000.", "rating": -1, "flagged": False},
+    ]}]
+    import_lines(tmp_path, [{**PHASE2_LINE, "label": {**PHASE2_LINE["label"], "steps": steps}}])
+    annotation = Annotation.objects.get()
+    assert verdicts.verdicts(annotation).ratings == (1, 0, -1)
+    # Raising alternative 1 would hand the verdict to alternative 0 (rated 0), not to the +1 asked for.
+    with pytest.raises(LabelingError, match="would not become the step's verdict"):
+        reviewing.override_rating(annotation=annotation, index=2, rating=1, reviewer=reviewer)
+    assert verdicts.verdicts(annotation).ratings == (1, 0, -1) and not RatingOverride.objects.exists()
+
+
 @pytest.mark.xfail(strict=True, reason="scoring.retraining.gather_rows reads completions itself until helper C's "
                    "branch is merged; lead: drop this marker once it passes")
 def test_phase1_line_training_rows_match_the_verdicts(phase1, reviewer):
