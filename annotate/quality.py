@@ -95,7 +95,7 @@ class Agreement:
 
 def compared(mine: Ratings, reference: Ratings) -> list[tuple[int, int]]:
     """The (mine, reference) rating pairs of the steps both rated."""
-    return [(a, b) for a, b in zip(mine, reference) if a is not None and b is not None]
+    return [(a, b) for a, b in zip(mine, reference, strict=False) if a is not None and b is not None]
 
 
 def disagree(mine: Ratings, reference: Ratings) -> bool:

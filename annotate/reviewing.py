@@ -60,7 +60,9 @@ def disagreeing(annotations: QuerySet[Annotation]) -> list[int]:
     return result
 
 
-def override_rating(*, annotation: Annotation, index: int, rating: int | None, reviewer, note: str = "") -> RatingOverride:
+def override_rating(
+    *, annotation: Annotation, index: int, rating: int | None, reviewer, note: str = ""
+) -> RatingOverride:
     """Change a submitted step's verdict; the old value stays in the override history.
 
     The rating changed is the one the verdict is read from: the chosen completion's, the
@@ -96,7 +98,9 @@ def _set_rating(step_label: StepLabel, verdict: verdicts.StepVerdict, rating: in
     """Write `rating` where `verdict` is read from; return that Completion (None: the human completion)."""
     if verdict.source == "human":
         if rating is None:
-            raise labeling.LabelingError(f"step {step_label.index + 1} was written by the annotator: rate it -1, 0 or +1")
+            raise labeling.LabelingError(
+                f"step {step_label.index + 1} was written by the annotator: rate it -1, 0 or +1"
+            )
         human = step_label.human_completion
         step_label.human_completion = {**human, "rating": rating} if isinstance(human, dict) else {
             "text": str(human), "rating": rating}

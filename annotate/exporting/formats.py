@@ -86,7 +86,7 @@ def _soft_labels(annotations: list[AnnotationRecord], *, neutral_is_good: bool) 
         "steps": steps,
         "k": good,
         "n": rated,
-        "soft_labels": [k / n if n else None for k, n in zip(good, rated)],
+        "soft_labels": [k / n if n else None for k, n in zip(good, rated, strict=True)],
         "annotations": len(annotations),
     }
 

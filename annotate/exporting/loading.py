@@ -20,7 +20,6 @@ from annotate.models import Annotation, Completion, Problem, QueueItem, Solution
 
 from .options import CHUNK_SIZE, ExportOptions, selected_annotations
 
-
 # Only the columns the formats read; rows become plain records, not model instances.
 ANNOTATION_FIELDS = (
     "id", "solution_id", "queue_item_id", "labeler", "timestamp", "generation", "is_quality_control",

@@ -6,9 +6,8 @@ from django.db import migrations, models
 def fill_step_labels(apps, schema_editor):
     RatingOverride = apps.get_model("annotate", "RatingOverride")
     Completion = apps.get_model("annotate", "Completion")
-    RatingOverride.objects.update(
-        step_label_id=models.Subquery(Completion.objects.filter(pk=models.OuterRef("completion_id")).values("step_label_id")[:1])
-    )
+    step_label = Completion.objects.filter(pk=models.OuterRef("completion_id")).values("step_label_id")[:1]
+    RatingOverride.objects.update(step_label_id=models.Subquery(step_label))
 
 
 class Migration(migrations.Migration):
@@ -22,7 +21,8 @@ class Migration(migrations.Migration):
             model_name="ratingoverride",
             name="step_label",
             field=models.ForeignKey(
-                null=True, on_delete=django.db.models.deletion.CASCADE, related_name="overrides", to="annotate.steplabel"
+                null=True, on_delete=django.db.models.deletion.CASCADE, related_name="overrides",
+                to="annotate.steplabel",
             ),
         ),
         migrations.RunPython(fill_step_labels, migrations.RunPython.noop),
@@ -38,7 +38,8 @@ class Migration(migrations.Migration):
             name="completion",
             field=models.ForeignKey(
                 blank=True, help_text="The completion whose rating changed; empty for the step's human completion",
-                null=True, on_delete=django.db.models.deletion.CASCADE, related_name="overrides", to="annotate.completion",
+                null=True, on_delete=django.db.models.deletion.CASCADE, related_name="overrides",
+                to="annotate.completion",
             ),
         ),
     ]

@@ -99,7 +99,8 @@ def test_an_override_edits_the_alternative_the_annotator_continued_with(tmp_path
 def test_an_override_of_a_local_label_changes_the_chosen_completion(reviewer):
     from tests.factories import SolutionFactory
 
-    annotation = annotate(SolutionFactory(steps=["a", "b", "c"]), [1, 1, -1], annotator=user_with_role("x", "annotator"))
+    annotator = user_with_role("x", "annotator")
+    annotation = annotate(SolutionFactory(steps=["a", "b", "c"]), [1, 1, -1], annotator=annotator)
     reviewing.override_rating(annotation=annotation, index=2, rating=1, reviewer=reviewer)
     assert verdicts.verdicts(annotation).ratings == (1, 1, 1)
     assert verdicts.verdicts(annotation).first_error is None
