@@ -152,7 +152,7 @@ class RatingOverrideAdmin(admin.ModelAdmin):
     list_filter = ("new_rating",)
     search_fields = ("note", "reviewer__username", "=completion__id")
     list_select_related = ("reviewer",)
-    raw_id_fields = ("completion", "reviewer")
+    raw_id_fields = ("step_label", "completion", "reviewer")
 
 
 @admin.register(Generation)

@@ -21,7 +21,7 @@ def review_list(request: HttpRequest) -> HttpResponse:
         generation = int_param(request.GET, "generation", optional=True)
     except labeling.LabelingError as error:
         return plain_text(str(error), status=400)
-    annotations = reviewing.submitted_annotations(
+    annotations = reviewing.annotations_for_review(
         annotator_id=annotator_id, generation=generation, disagreement=request.GET.get("disagreement") == "1"
     )
     page = Paginator(annotations, 50).get_page(request.GET.get("page"))
@@ -49,10 +49,9 @@ def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
         Annotation.objects.submitted().filter(solution=annotation.solution)
         .exclude(pk=annotation.pk).select_related("annotator").order_by("pk")
     )
-    scores = reviewing.prm_scores(solution_id=annotation.solution_id)
     return render(request, "annotate/review_detail.html", {
-        "annotation": annotation, "others": others, "scores": scores, "problem": annotation.solution.problem,
-        "rows": reviewing.review_rows(annotation=annotation, others=others, scores=scores),
+        "annotation": annotation, "others": others, "problem": annotation.solution.problem,
+        "rows": reviewing.review_rows(annotation=annotation, others=others),
         "is_admin": roles.is_admin(request.user),
     })
 

@@ -25,6 +25,6 @@ urlpatterns = [
     path("jobs/import/<int:pk>/", pool_views.import_detail, name="import-detail"),
     path("jobs/import/<int:pk>/report", pool_views.import_report, name="import-report"),
     path("exports/", export_views.export_list, name="export-list"),
-    path("exports/<int:job_id>/", export_views.export_detail, name="export-detail"),
-    path("exports/<int:job_id>/download", export_views.export_download, name="export-download"),
+    path("jobs/export/<int:pk>/", export_views.export_detail, name="export-detail"),
+    path("jobs/export/<int:pk>/download", export_views.export_download, name="export-download"),
 ]

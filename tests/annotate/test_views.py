@@ -239,7 +239,14 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     listed = client.get(reverse("review-list"), {"annotator": annotator.pk, "disagreement": "1"}).content.decode()
     assert reverse("review-detail", args=[mine.pk]) in listed
     detail = client.get(reverse("review-detail", args=[mine.pk])).content.decode()
-    assert "prm-v1" in detail and "0.125" in detail
+    scores_url = reverse("scoring:review-scores", args=[mine.solution_id])
+    assert f'hx-get="{scores_url}"' in detail and 'hx-trigger="load"' in detail
+    assert "prm-v1" not in detail  # The labeling page itself reads no scores.
+    partial = client.get(scores_url, **HTMX).content.decode()
+    assert "<html" not in partial and "prm-v1" in partial and "0.125" in partial and "1.125" in partial
+    assert "0.100" in partial  # The solution's min score.
+    assert "prm-v1" in client.get(scores_url).content.decode()  # Without htmx, a page of its own.
+    assert client_for(annotator).get(scores_url).status_code == 403
     client.post(reverse("review-override", args=[mine.pk]), {"index": 1, "rating": -1, "note": "step 2 is wrong"})
     override = RatingOverride.objects.get()
     assert (override.previous_rating, override.new_rating, override.reviewer) == (1, -1, reviewer)
@@ -248,6 +255,27 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     # Now both agree, so the disagreement filter drops it.
     listed = client.get(reverse("review-list"), {"disagreement": "1"}).content.decode()
     assert reverse("review-detail", args=[mine.pk]) not in listed
+
+
+def test_the_review_scores_partial_says_when_the_current_model_has_not_scored_the_solution(reviewer, pool):
+    from scoring.models import ModelVersion
+
+    client = client_for(reviewer)
+    url = reverse("scoring:review-scores", args=[pool[0].pk])
+    assert "there is no current model" in client.get(url, **HTMX).content.decode()
+    ModelVersion.objects.create(name="prm-v2", path="x", weights_sha256="0" * 64, is_current=True)
+    assert "prm-v2) has not scored this solution" in client.get(url, **HTMX).content.decode()
+
+
+def test_annotate_reads_no_scoring_model():
+    # The one-way rule covers tables too: annotate neither imports scoring nor looks its models up.
+    from pathlib import Path
+
+    import annotate
+
+    for path in Path(annotate.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        assert "get_model(\"scoring\"" not in text and "from scoring" not in text and "import scoring" not in text, path
 
 
 def test_admin_makes_a_solution_gold_from_a_label(admin_user, annotator, task):
