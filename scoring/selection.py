@@ -20,35 +20,19 @@ from django.db import transaction
 
 from annotate import queueing
 from annotate.models import Generation, QueueItem, Solution
+from config.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shares: public here)
 
 from .models import ModelVersion, SolutionScore
 
-REASONS = ("convincing_wrong", "convincing", "uncertain", "random")
-
-
-def parse_shares(text: str) -> dict[str, float]:
-    """'convincing_wrong=0.4,random=0.6' -> shares normalised to sum 1; names the bad part."""
-    shares: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
-        if name.strip() not in REASONS:
-            raise ValueError(f"selection share {part!r}: unknown reason {name.strip()!r} (use {', '.join(REASONS)})")
-        try:
-            shares[name.strip()] = float(value)
-        except ValueError:
-            raise ValueError(f"selection share {part!r}: {value!r} is not a number") from None
-        if shares[name.strip()] < 0:
-            raise ValueError(f"selection share {part!r} is negative")
-    total = sum(shares.values())
-    if total <= 0:
-        raise ValueError(f"selection shares {text!r} sum to zero")
-    return {name: value / total for name, value in shares.items()}
+# The share parser lives beside the settings helpers so settings.py can parse the shares at
+# start-up; both names stay importable from here.
+REASONS = SELECTION_REASONS
 
 
 @dataclass
 class Policy:
     size: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_SIZE)
-    shares: dict[str, float] = field(default_factory=lambda: parse_shares(settings.STEPWISE_SELECTION_SHARES))
+    shares: dict[str, float] = field(default_factory=lambda: dict(settings.STEPWISE_SELECTION_SHARES))
     per_problem: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_PER_PROBLEM)
     # The solution score that says "convincing": P(all steps good) as in PRM800K.
     score: str = "product"
