@@ -33,26 +33,21 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    value = env_str(name)
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
-    if minimum is not None and number < minimum:
-        raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
-    return number
+    return _env_number(name, default, int, "an integer", minimum)
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    return _env_number(name, default, float, "a number", minimum)
+
+
+def _env_number(name: str, default, convert, kind: str, minimum):
     value = env_str(name)
     if value is None:
         return default
     try:
-        number = float(value)
+        number = convert(value)
     except ValueError:
-        raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
+        raise ImproperlyConfigured(f"{name}={value!r} is not {kind}") from None
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
     return number

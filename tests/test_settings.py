@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-from django.conf import settings
 
 from tests.conftest import REPO_ROOT
 
