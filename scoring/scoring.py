@@ -93,6 +93,38 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
     return [[{"p": s.p, "mean": s.mean, "sigma": s.sigma} for s in steps] for steps in results]
 
 
+class ScoringUnavailable(RuntimeError):
+    """No ml worker answered in time, or the model cannot be used: the API says 503."""
+
+
+def score_on_worker(
+    *, items: list[tuple[str, list[str]]], model_version: ModelVersion, timeout: float | None = None
+) -> list[list[dict]]:
+    """score_texts, computed by the ml worker: the web process waits at most `timeout` seconds.
+
+    The model lives in the worker (loaded once, on the GPU where there is one), never in
+    each web process. The message expires with the wait, so a worker that comes up late
+    does not compute answers nobody is waiting for. Raises ValueError for bad items.
+    """
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from .tasks import score_texts_task
+
+    timeout = settings.STEPWISE_SCORE_API_TIMEOUT if timeout is None else timeout
+    result = score_texts_task.apply_async(args=(model_version.pk, [list(item) for item in items]), expires=timeout)
+    try:
+        answer = result.get(timeout=timeout, interval=0.02)
+    except CeleryTimeout:
+        raise ScoringUnavailable(f"no scoring worker answered within {timeout:g} s; is the ml worker running?") from None
+    finally:
+        result.forget()
+    if answer.get("status") == 400:
+        raise ValueError(answer["error"])
+    if "error" in answer:
+        raise ScoringUnavailable(answer["error"])
+    return answer["steps"]
+
+
 # --- rescore jobs -------------------------------------------------------------------------
 
 
