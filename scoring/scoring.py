@@ -116,8 +116,7 @@ def score_on_worker(
         answer = result.get(timeout=timeout, interval=0.02)
     except CeleryTimeout:
         raise ScoringUnavailable(f"no scoring worker answered within {timeout:g} s; is the ml worker running?") from None
-    finally:
-        result.forget()
+    result.forget()  # Answered once, read once: no result left in the backend.
     if answer.get("status") == 400:
         raise ValueError(answer["error"])
     if "error" in answer:
