@@ -1,5 +1,6 @@
 """The leased queue: who gets what next, leases that lapse, overlap, gold and screening."""
 import datetime as dt
+import io
 
 import pytest
 from django.utils import timezone
@@ -236,3 +237,14 @@ def test_enqueue_makes_k_slots_per_pick_and_retires_older_waiting_items():
     assert {(i.priority, i.reason, i.score_at_selection, i.model_version_name) for i in slots} == {
         (2.0, "convincing", 0.8, "v2")
     }
+
+
+def test_running_seed_demo_again_does_not_queue_past_the_cap(settings):
+    from django.core.management import call_command
+
+    settings.STEPWISE_QUEUE_SIZE = 5
+    call_command("seed_demo", problems=8, stdout=io.StringIO())
+    assert Solution.objects.count() > 5
+    call_command("seed_demo", problems=8, stdout=io.StringIO())
+    assert QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).count() == 5
+    assert list(Generation.objects.values_list("number", flat=True)) == [0]
