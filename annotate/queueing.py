@@ -4,8 +4,10 @@ An annotator's open task is their in-progress Annotation. Ordinary work comes fr
 QueueItems, leased to one annotator at a time (a lease lapses unless activity renews
 it, so a closed tab's item comes back). Gold items (quality control) and the screening
 set (generation -1) are shown to *every* annotator, so they are never leased: the
-annotator's Annotation on them is the whole record. Selection (in scoring) only ever
-rebuilds ordinary QueueItems and needs to know nothing about either.
+annotator's Annotation on them is the whole record. Ordinary QueueItems are written only
+by `enqueue`, in a generation numbered only by `start_generation`: the default order and
+selection (in scoring, which hands over its picks) go through the same rules for overlap,
+retirement and the queue size cap.
 """
 from __future__ import annotations
 
