@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Count, QuerySet
 
-from annotate import verdicts
+from annotate import queueing, verdicts
 from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, Solution, Step
 
 Ratings = list[int | None]
@@ -156,20 +156,6 @@ def screening_status(*, annotator) -> Screening:
     return Screening.FAILED
 
 
-def add_to_screening(*, solution: Solution) -> QueueItem:
-    """Put a (gold) solution in the screening set that every annotator labels first."""
-    with transaction.atomic():
-        item, _ = QueueItem.objects.update_or_create(
-            solution=solution, generation=Generation.SCREENING, slot=0,
-            defaults={"is_initial_screening": True, "reason": "screening", "status": QueueItem.Status.AVAILABLE},
-        )
-        # Screening solutions are everyone's, never leased as ordinary work.
-        QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
-            status=QueueItem.Status.RETIRED
-        )
-    return item
-
-
 def reset_screening(*, annotator) -> int:
     """Let an annotator take the screening set again (an admin's decision)."""
     deleted, _ = Annotation.objects.filter(annotator=annotator, is_initial_screening=True).delete()
@@ -214,7 +200,5 @@ def make_gold(*, annotation: Annotation) -> Solution:
         solution.is_gold = True
         solution.save(update_fields=["is_gold"])
         # A gold item is shown to everyone as quality control, never leased as ordinary work.
-        QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
-            status=QueueItem.Status.RETIRED
-        )
+        queueing.withdraw(solution=solution)
     return solution

@@ -133,6 +133,25 @@ def ensure_default_queue() -> int:
     return enqueue(generation=current_generation(), picks=picks)
 
 
+def add_to_screening(*, solution: Solution) -> QueueItem:
+    """Put a (gold) solution in the screening set that every annotator labels first."""
+    with transaction.atomic():
+        item, _ = QueueItem.objects.update_or_create(
+            solution=solution, generation=Generation.SCREENING, slot=0,
+            defaults={"is_initial_screening": True, "reason": SCREENING_REASON, "status": QueueItem.Status.AVAILABLE},
+        )
+        withdraw(solution=solution)
+    return item
+
+
+def withdraw(*, solution: Solution) -> int:
+    """Retire a solution's waiting ordinary items: gold and screening solutions are everyone's,
+    served by their own rules and never leased as ordinary work."""
+    return QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
+        status=QueueItem.Status.RETIRED
+    )
+
+
 def current_task(*, annotator) -> Annotation | None:
     """The annotator's open task, if any (coming back resumes it)."""
     return (

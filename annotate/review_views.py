@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from annotate import labeling, quality, reviewing, roles
+from annotate import labeling, quality, queueing, reviewing, roles
 from annotate.models import Annotation
 from annotate.params import int_param, plain_text
 from annotate.roles import admin_required, reviewer_required
@@ -88,7 +88,7 @@ def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
     if not annotation.solution.is_gold:
         messages.error(request, "Make the solution gold first: screening is graded against gold labels.")
     else:
-        quality.add_to_screening(solution=annotation.solution)
+        queueing.add_to_screening(solution=annotation.solution)
         messages.success(request, "Added to the screening set: every annotator labels it before real tasks.")
     return redirect("review-detail", pk=pk)
 
