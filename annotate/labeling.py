@@ -70,7 +70,7 @@ class Task:
 
     @property
     def submitted(self) -> bool:
-        return self.annotation.status == Annotation.Status.SUBMITTED
+        return self.annotation.is_submitted
 
     @property
     def rated_count(self) -> int:
@@ -148,7 +148,7 @@ def _finish_reason(ratings: list[int | None], config: LabelingConfig) -> str | N
 def _open(annotation: Annotation, config: LabelingConfig | None = None) -> Annotation:
     """Lock the annotation for a change; refuse if submitted; renew its lease."""
     locked = Annotation.objects.select_for_update().get(pk=annotation.pk)
-    if locked.status == Annotation.Status.SUBMITTED:
+    if locked.is_submitted:
         raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
     queueing.renew_lease(annotation=locked, seconds=config.lease_duration if config else None)
     return locked

@@ -155,7 +155,7 @@ def withdraw(*, solution: Solution) -> int:
 def current_task(*, annotator) -> Annotation | None:
     """The annotator's open task, if any (coming back resumes it)."""
     return (
-        Annotation.objects.filter(annotator=annotator, status=Annotation.Status.IN_PROGRESS)
+        Annotation.objects.in_progress().filter(annotator=annotator)
         .select_related("queue_item").order_by("-created_at").first()
     )
 
@@ -306,7 +306,7 @@ def release(*, annotation: Annotation) -> None:
             QueueItem.objects.filter(
                 pk=annotation.queue_item_id, leased_to=annotation.annotator_id, status=QueueItem.Status.LEASED
             ).update(status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None)
-        Annotation.objects.filter(pk=annotation.pk, status=Annotation.Status.IN_PROGRESS).delete()
+        Annotation.objects.in_progress().filter(pk=annotation.pk).delete()
 
 
 def expire_leases(*, now: dt.datetime | None = None) -> int:

@@ -71,7 +71,7 @@ def override_rating(
     """
     if rating not in (*labeling.RATINGS, None):
         raise labeling.LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
-    if annotation.status != Annotation.Status.SUBMITTED:
+    if not annotation.is_submitted:
         raise labeling.LabelingError("only submitted annotations are reviewed")
     with transaction.atomic():
         step_label = (

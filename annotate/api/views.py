@@ -76,7 +76,7 @@ class QueueStatsView(APIView):
         rows = QueueItem.objects.values("generation").annotate(**counts).order_by("generation")
         data = {
             "current_generation": Generation.objects.current_number(),
-            "submitted_annotations": Annotation.objects.filter(status=Annotation.Status.SUBMITTED).count(),
+            "submitted_annotations": Annotation.objects.submitted().count(),
             "generations": list(rows),
         }
         return Response(serializers.QueueStatsSerializer(data).data)

@@ -65,6 +65,10 @@ class Annotation(models.Model):
             models.UniqueConstraint(fields=["solution", "labeler"], name="one_annotation_per_labeler"),
         ]
 
+    @property
+    def is_submitted(self) -> bool:
+        return self.status == Annotation.Status.SUBMITTED
+
     def __str__(self) -> str:
         return f"Annotation {self.pk} by {self.labeler} of solution {self.solution_id}"
 
