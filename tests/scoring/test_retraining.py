@@ -10,16 +10,18 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from annotate import labeling, queueing
-from annotate.models import Annotation, Generation
+from annotate import verdicts
+from annotate.models import Annotation, Completion, Generation
 from annotate.models.jobs import JobState
 from scoring import evaluation, registry, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
 from scoring.prm import StepHead, save_head_model
 from scoring.tasks import scheduled_retrain_task
+from tests.annotate.test_exporting import PHASE1_LINE, import_lines
 from tests.annotations import annotate
 from tests.conftest import wait_for
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
-from tests.scoring.tiny_model import build_tiny_backbone
+from scoring.tiny import build_tiny_backbone
 
 WRONG = "so the answer is wrong"
 FAST = {"train": {"epochs": 60, "lr": 0.03, "val_fraction": 0.25}, "bon_max_problems": 8}
@@ -85,6 +87,25 @@ def test_rows_hold_one_rating_list_per_annotator_up_to_the_first_error(db):
     [row] = retraining.gather_rows()
     assert row.steps == ("a", "b", "c")
     assert sorted(row.ratings) == [(1, -1, None), (1, 0, 1)]
+
+
+@pytest.mark.embedded
+def test_training_rows_read_the_step_verdict_so_a_human_completion_is_a_good_step(db, tmp_path):
+    # PRM800K phase 1: step 2's rated alternatives were rejected and a human completion written.
+    import_lines(tmp_path, [PHASE1_LINE])
+    [row] = retraining.gather_rows()
+    [annotation] = Annotation.objects.all()
+    assert row.ratings == (verdicts.verdicts(annotation).ratings,) == ((1, 1),)
+
+
+@pytest.mark.embedded
+def test_training_rows_end_at_the_first_error_and_follow_a_reviewer_override(db):
+    solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
+    annotation = annotate(solution, [1, 1, 1])
+    assert retraining.gather_rows()[0].ratings == ((1, 1, 1),)
+    # A reviewer overrides step 2 (the chosen completion's rating): training sees it at once.
+    Completion.objects.filter(step_label__annotation=annotation, step_label__index=1).update(rating=-1)
+    assert retraining.gather_rows()[0].ratings == ((1, -1, None),)
 
 
 @pytest.mark.embedded

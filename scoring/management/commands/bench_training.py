@@ -70,7 +70,7 @@ class Command(BaseCommand):
         import torch
 
         from scoring import training
-        from tests.scoring.tiny_model import build_tiny_backbone
+        from scoring.tiny import build_tiny_backbone
 
         folder = build_tiny_backbone(workdir / "tiny", num_hidden_layers=4, hidden_size=64, intermediate_size=128)
         rows = synthetic_rows(n)
