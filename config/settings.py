@@ -247,6 +247,9 @@ STEPWISE_SELECTION_SHARES = env_str(
 # Rescore jobs with no chunk done for this long get their missing chunks re-dispatched
 # (a worker killed mid-job; Redis redelivers only after its visibility timeout).
 STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900)
+# Loaded PRMs a worker keeps, by weight fingerprint (head-only versions share one backbone).
+STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2)
+FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
 CELERY_BEAT_SCHEDULE = {
     "resume-stalled-rescores": {
         "task": "scoring.tasks.resume_rescores_task",

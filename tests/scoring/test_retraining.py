@@ -13,7 +13,7 @@ from annotate import labeling, queueing
 from annotate import verdicts
 from annotate.models import Annotation, Completion, Generation
 from annotate.models.jobs import JobState
-from scoring import evaluation, registry, retraining
+from scoring import evaluation, promotion, registry, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
 from scoring.prm import StepHead, save_head_model
 from scoring.tasks import scheduled_retrain_task
@@ -165,7 +165,7 @@ def test_finishing_a_run_frees_the_slot_for_the_next(db):
     first = retraining.start_training_run(options=FAST, enqueue=False)
     with pytest.raises(retraining.TrainingAlreadyActive):
         retraining.start_training_run(options=FAST, enqueue=False)
-    retraining.finish_run(first, state=JobState.FAILED, error="stopped")
+    first.fail("stopped")
     second = retraining.start_training_run(options=FAST, enqueue=False)
     assert second.active_slot == 1 and TrainingRun.objects.get(pk=first.pk).active_slot is None
 
@@ -200,7 +200,8 @@ def test_the_schedule_retrains_only_when_enough_new_labels_exist(db):
     run = TrainingRun.objects.get(pk=run_id)
     assert run.trigger == TrainingRun.Trigger.SCHEDULE and run.state == JobState.PENDING
     assert scheduled_retrain_task(min_new_labels=1) is None  # one run at a time
-    retraining.finish_run(run, state=JobState.SUCCEEDED)
+    run.start()
+    run.succeed()
     assert retraining.new_label_count() == 0
     assert scheduled_retrain_task(min_new_labels=1) is None  # nothing new since that run
     annotate(solutions[3], [1, 1, 1], labeler="y")
@@ -263,6 +264,30 @@ def test_a_failed_run_frees_the_slot_and_says_why(constant_current):
     assert retraining.start_training_run(options=FAST, enqueue=False).active_slot == 1
 
 
+def test_a_failure_in_evaluation_ends_the_run_failed_with_its_message_and_frees_the_slot(constant_current, annotator):
+    make_pool()
+    label_everything(annotator)
+    # The current model's files change on disk after training started: the gate, which
+    # measures the current model, must refuse it, and the run must not stay running.
+    head = constant_current.path + "/head.safetensors"
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    with open(head, "ab") as handle:
+        handle.write(b"tampered")
+    with pytest.raises(registry.ModelIntegrityError):
+        retraining.run_training(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.state == JobState.FAILED and run.active_slot is None and run.finished_at is not None
+    assert run.error.startswith("ModelIntegrityError: model 'constant'") and "failed: ModelIntegrityError" in run.log
+    assert retraining.start_training_run(options=FAST, enqueue=False).active_slot == 1
+
+
+def test_a_redelivered_task_never_reruns_a_run_an_earlier_attempt_left_running(db):
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    assert run.start()  # the first attempt claimed it, then its worker vanished
+    assert retraining.run_training(run_id=run.pk).state == JobState.RUNNING  # not resumable: left alone
+    assert not ModelVersion.objects.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.embedded
 def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(constant_current, celery_worker_process):
@@ -321,10 +346,12 @@ def test_run_page_polls_a_partial_with_the_loss_curve_until_finished(client, adm
     client.force_login(admin_user)
     url = reverse("scoring:training-run", args=[run.pk])
     page = client.get(url).content.decode()
-    assert "<html" in page and 'hx-trigger="every 2s"' in page and "<polyline" in page
+    assert url == f"/models/jobs/training/{run.pk}/"
+    assert "<html" in page and 'hx-trigger="every 1s"' in page and "<polyline" in page
     partial = client.get(url, headers={"HX-Request": "true"}).content.decode()
-    assert "<html" not in partial and 'id="run-progress"' in partial and "50" in partial
-    retraining.finish_run(run, state=JobState.SUCCEEDED)
+    assert "<html" not in partial and 'id="job-progress"' in partial and 'value="50"' in partial
+    assert "epoch 1" in partial  # the log, in the training extras
+    run.succeed()
     assert "hx-trigger" not in client.get(url, headers={"HX-Request": "true"}).content.decode()
 
 
@@ -377,6 +404,6 @@ def test_train_prm_refuses_bad_options_and_a_second_run(db):
 
 
 def test_without_measurable_held_out_labels_the_current_model_stays():
-    decision = retraining.gate(new={"step_auc": None}, current={"step_auc": None}, metric="step_auc")
+    decision = promotion.gate(new={"step_auc": None}, current={"step_auc": None}, metric="step_auc")
     assert decision["promoted"] is False and "cannot be measured" in decision["reason"]
-    assert retraining.gate(new={"step_auc": None}, current=None, metric="step_auc")["promoted"] is True
+    assert promotion.gate(new={"step_auc": None}, current=None, metric="step_auc")["promoted"] is True
