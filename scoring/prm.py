@@ -421,9 +421,13 @@ def _backbone_class(kind: str):
 
 def load_prm(
     folder: str | Path, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-    trust_remote_code: bool = False, max_tokens: int | None = None,
+    trust_remote_code: bool = False, max_tokens: int | None = None, shared: LoadedPRM | None = None,
 ) -> LoadedPRM:
-    """Load a model folder (see the module docstring). Safetensors only; no remote code unless asked."""
+    """Load a model folder (see the module docstring). Safetensors only; no remote code unless asked.
+
+    `shared`: an already loaded model of the same kind on the same backbone files, device and
+    dtype; its backbone and tokenizer are reused, so a head-only version costs a head.
+    """
     from transformers import AutoTokenizer
 
     folder = Path(folder).resolve()
@@ -432,11 +436,14 @@ def load_prm(
     check_safetensors_only(backbone)
     device = torch.device(device) if device is not None else choose_device()
     dtype = dtype or choose_dtype(device)
-    tokenizer = AutoTokenizer.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-    model = _backbone_class(config["kind"]).from_pretrained(
-        backbone, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-    )
-    model.to(device).eval()
+    if shared is not None:
+        model, tokenizer = shared.model, shared.tokenizer
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+        model = _backbone_class(config["kind"]).from_pretrained(
+            backbone, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code
+        )
+        model.to(device).eval()
     head = None
     if config["kind"] == "head":
         head = StepHead.load(folder, config["head"]).to(device).eval()

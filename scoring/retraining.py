@@ -210,14 +210,33 @@ def feature_cache() -> training.FeatureCache:
     return FeatureCache(settings.FEATURE_CACHE_DIR)
 
 
-def _parent_backbone(parent: ModelVersion | None) -> tuple[Path, str, dict]:
-    """(backbone folder, separator, head config) training starts from: the current model's."""
+def _parent_backbone(parent: ModelVersion | None) -> tuple[ModelVersion, Path, str, dict]:
+    """(parent, backbone folder, separator, head config) training starts from: the current model's."""
     from . import default_model, prm
 
     if parent is None:
         parent = default_model.ensure_default_model()
     config = prm.read_model_config(parent.path)
-    return prm.backbone_folder(parent.path, config), config.get("separator", prm.DEFAULT_SEPARATOR), config.get("head") or {}
+    folder = prm.backbone_folder(parent.path, config)
+    return parent, folder, config.get("separator", prm.DEFAULT_SEPARATOR), config.get("head") or {}
+
+
+def _training_backbone(parent: ModelVersion, folder: Path, separator: str, config: TrainConfig) -> prm.LoadedPRM:
+    """The backbone a run trains on.
+
+    Head mode reads frozen features in the scoring dtype (what the head sees when scoring)
+    from the parent as the worker already holds it (`registry.load`), so a retrain loads no
+    second backbone. A trained backbone starts from a fresh fp32 copy (bf16 autocast on GPU):
+    training changes its weights.
+    """
+    import torch
+
+    from . import registry, training
+
+    if config.mode == "head" and parent.kind == ModelVersion.Kind.HEAD:
+        return registry.load(parent)
+    dtype = registry._dtype_setting() if config.mode == "head" else torch.float32
+    return training.load_backbone(folder, separator=separator, dtype=dtype)
 
 
 def version_name(run: TrainingRun) -> str:
@@ -227,22 +246,17 @@ def version_name(run: TrainingRun) -> str:
 
 
 def _train_and_register(run: TrainingRun, folder: Path, options: RunOptions) -> tuple[ModelVersion, training.TrainResult]:
-    import torch
-
     from . import registry, training
 
     config = TrainConfig.from_dict(options.train)
     rows = gather_rows()
     if not build_examples(rows, neutral=config.neutral):
         raise ValueError("no labeled steps to train on: submit some labels first")
-    backbone_folder, separator, parent_head = _parent_backbone(run.parent)
+    parent, backbone_folder, separator, parent_head = _parent_backbone(run.parent)
     if config.layer is None and parent_head.get("layer") is not None:
         config.layer = parent_head["layer"]  # same read-out layer: the feature cache stays warm
     _log(run, f"{len(rows)} labeled solutions; backbone {backbone_folder.name}; {config.head} head, mode {config.mode}")
-    # Head-only features in the scoring dtype (what the head will see when scoring);
-    # trained backbones keep fp32 weights (bf16 autocast on GPU).
-    dtype = registry._dtype_setting() if config.mode == "head" else torch.float32
-    backbone = training.load_backbone(backbone_folder, separator=separator, dtype=dtype)
+    backbone = _training_backbone(parent, backbone_folder, separator, config)
     progress = _ProgressWriter(run)
     result = training.train(rows, backbone=backbone, config=config, cache=feature_cache(),
                             backbone_id=training.backbone_fingerprint(backbone_folder), progress=progress)

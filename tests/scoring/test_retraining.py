@@ -312,6 +312,26 @@ def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(constant_cu
     assert max(s.min for s in wrong_steps) < max(s.min for s in right_steps)
 
 
+# --- model memory ---------------------------------------------------------------------------------
+
+
+def test_loading_more_versions_than_the_cache_size_keeps_that_many_on_one_shared_backbone(db, tmp_path, settings):
+    settings.STEPWISE_MODEL_CACHE_SIZE = 2
+    backbone = build_tiny_backbone(tmp_path / "backbone")
+    versions = []
+    for i in range(4):  # four head-only versions on one backbone, as four retrains make
+        torch.manual_seed(i)
+        folder = save_head_model(tmp_path / f"v{i}", head=StepHead(32, "point"), backbone=str(backbone.resolve()), layer=1)
+        versions.append(registry.register_model_version(name=f"v{i}", path=folder))
+    loaded = [registry.load(version) for version in versions]
+    assert registry.cached_fingerprints() == [v.weights_sha256 for v in versions[2:]]
+    assert all(model.model is loaded[0].model for model in loaded)  # one backbone in memory, not four
+    assert len({id(model.head) for model in loaded}) == 4
+    assert registry.load(versions[3]) is loaded[3]  # a hit: nothing reloaded
+    registry.load(versions[0])  # loaded again, verified again; the least recently used goes
+    assert registry.cached_fingerprints() == [versions[3].weights_sha256, versions[0].weights_sha256]
+
+
 # --- pages ----------------------------------------------------------------------------------------
 
 
