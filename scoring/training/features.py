@@ -84,15 +84,8 @@ def _fingerprint(folder: str, stamp: str) -> str:
     # Hashing 270 MB takes a second; remember it while the files are unchanged.
     key = (folder, stamp)
     if key not in _FINGERPRINTS:
-        digest = hashlib.sha256()
-        for name in ["config.json", *sorted(p.name for p in Path(folder).glob("*.safetensors"))]:
-            path = Path(folder) / name
-            if path.exists():
-                digest.update(name.encode() + b"\0")
-                with path.open("rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 20), b""):
-                        digest.update(block)
-        _FINGERPRINTS[key] = digest.hexdigest()
+        names = ["config.json", *sorted(p.name for p in Path(folder).glob("*.safetensors"))]
+        _FINGERPRINTS[key] = prm.hash_files(Path(folder) / name for name in names)
     return _FINGERPRINTS[key]
 
 
