@@ -152,7 +152,7 @@ class RatingOverrideAdmin(admin.ModelAdmin):
     list_filter = ("new_rating",)
     search_fields = ("note", "reviewer__username", "=completion__id")
     list_select_related = ("reviewer",)
-    raw_id_fields = ("completion", "reviewer")
+    raw_id_fields = ("step_label", "completion", "reviewer")
 
 
 @admin.register(Generation)
@@ -189,7 +189,7 @@ class ImportJobAdmin(JobAdmin):
 
     @admin.display(description="progress page")
     def page(self, job: ImportJob) -> str:
-        return format_html('<a href="{}">open</a>', reverse("import_detail", args=[job.pk]))
+        return format_html('<a href="{}">open</a>', reverse("import-detail", args=[job.pk]))
 
 
 @admin.register(ExportJob)

@@ -8,10 +8,7 @@ from django.views.decorators.vary import vary_on_headers
 from annotate import exporting
 from annotate.htmx import page_or_partial
 from annotate.models import ExportJob, FinishReason
-from annotate.views import admin_required
-
-# The one role check of the pages, under the name scoring's pages import from here.
-admin_only = admin_required
+from annotate.roles import admin_required as admin_only
 
 
 class ExportForm(forms.Form):
@@ -43,25 +40,24 @@ def export_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         options = exporting.ExportOptions.from_dict(form.cleaned_data)
         job = exporting.create_export_job(format=form.cleaned_data["format"], options=options, user=request.user)
-        return redirect("export-detail", job_id=job.pk)
+        return redirect("export-detail", pk=job.pk)
     jobs = ExportJob.objects.select_related("created_by").order_by("-id")[:20]
     return render(request, "annotate/export_list.html", {"form": form, "jobs": jobs})
 
 
 @admin_only
 @vary_on_headers("HX-Request")
-def export_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    """A job's progress; htmx polls the `job-progress` partial until the job is finished."""
-    job = get_object_or_404(ExportJob, pk=job_id)
-    context = {"job": job, "finished": job.is_finished,
-               "available": exporting.finished_file(job) is not None}
+def export_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A job's page; its progress partial polls this URL (htmx gets the partial) until the job ends."""
+    job = get_object_or_404(ExportJob, pk=pk)
+    context = {"job": job, "available": exporting.finished_file(job) is not None}
     return render(request, page_or_partial(request, "annotate/export_detail.html", "job-progress"), context)
 
 
 @admin_only
-def export_download(request: HttpRequest, job_id: int) -> FileResponse:
+def export_download(request: HttpRequest, pk: int) -> FileResponse:
     """The finished file; nothing is offered before the job has succeeded."""
-    job = get_object_or_404(ExportJob, pk=job_id)
+    job = get_object_or_404(ExportJob, pk=pk)
     path = exporting.finished_file(job)
     if path is None:
         raise Http404("This export is not finished.")

@@ -16,7 +16,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from annotate import queueing
+from annotate import queueing, verdicts
 from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, StepLabel
 
 RATINGS = (-1, 0, 1)
@@ -111,7 +111,7 @@ def task_view(annotation: Annotation, config: LabelingConfig | None = None) -> T
                      "step_label__human_completion")
     )
     ratings = [r[2] for r in rows]
-    first_error = next((i for i, r in enumerate(ratings) if r == -1), None)
+    first_error = verdicts.first_error(ratings)
     next_index = _next_index(ratings, config)
     steps = []
     for index, text, rating, flagged, time_ms, human in rows:
@@ -137,7 +137,7 @@ def _next_index(ratings: list[int | None], config: LabelingConfig) -> int | None
 
 def _finish_reason(ratings: list[int | None], config: LabelingConfig) -> str | None:
     """How the task can be submitted as it stands: found_error, solution, or None (not yet)."""
-    first_error = next((i for i, r in enumerate(ratings) if r == -1), None)
+    first_error = verdicts.first_error(ratings)
     if first_error is not None and config.stop_at_first_error:
         return FinishReason.FOUND_ERROR
     if not ratings or any(r is None for r in ratings):
@@ -165,7 +165,7 @@ def _check_reachable(ratings: list[int | None], index: int, config: LabelingConf
     """Steps are rated in order: step `index` must be rated already or be the next one."""
     if not 0 <= index < len(ratings):
         raise LabelingError(f"step {index + 1} does not exist (this solution has {len(ratings)} steps)")
-    first_error = next((i for i, r in enumerate(ratings) if r == -1), None)
+    first_error = verdicts.first_error(ratings)
     if config.stop_at_first_error and first_error is not None and index > first_error:
         raise LabelingError(f"step {index + 1} comes after the first error (step {first_error + 1})")
     next_index = _next_index(ratings, config)

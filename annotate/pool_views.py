@@ -8,8 +8,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import importing
-from annotate.export_views import admin_only
+from annotate.htmx import page_or_partial
 from annotate.models import ImportJob
+from annotate.roles import admin_required as admin_only
 
 FORMAT_CHOICES = [
     ("auto", "auto: detected from the first line"),
@@ -29,7 +30,7 @@ class ImportForm(forms.Form):
 
 @admin_only
 @require_http_methods(["GET", "POST"])
-def import_upload(request: HttpRequest) -> HttpResponse:
+def import_list(request: HttpRequest) -> HttpResponse:
     """The upload form and recent imports; a valid POST saves the file and starts a job."""
     form = ImportForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
@@ -39,40 +40,26 @@ def import_upload(request: HttpRequest) -> HttpResponse:
             path=path, original_name=upload.name, format=form.cleaned_data["format"],
             source=form.cleaned_data["source"], atomic=form.cleaned_data["atomic"], user=request.user,
         )
-        return redirect("import_detail", job_id=job.pk)
+        return redirect("import-detail", pk=job.pk)
     jobs = ImportJob.objects.select_related("created_by").order_by("-id")[:20]
-    return render(request, "annotate/import_upload.html", {"form": form, "jobs": jobs})
-
-
-def _job_context(job: ImportJob) -> dict:
-    finished = job.is_finished
-    return {"job": job, "finished": finished, "has_report": finished and _report_file(job) is not None}
-
-
-@admin_only
-@require_GET
-def import_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    """One import: what was uploaded and the progress region, which polls while the job runs."""
-    job = get_object_or_404(ImportJob.objects.select_related("created_by"), pk=job_id)
-    return render(request, "annotate/import_detail.html", _job_context(job))
+    return render(request, "annotate/import_list.html", {"form": form, "jobs": jobs})
 
 
 @admin_only
 @require_GET
 @vary_on_headers("HX-Request")
-def import_progress(request: HttpRequest, job_id: int) -> HttpResponse:
-    """The progress partial alone (htmx polls it every second); the whole page otherwise."""
-    job = get_object_or_404(ImportJob, pk=job_id)
-    if not request.htmx or request.htmx.history_restore_request:
-        return redirect("import_detail", job_id=job.pk)
-    return render(request, "annotate/import_detail.html#import-progress", _job_context(job))
+def import_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One import: what was uploaded and its progress; htmx polls the `job-progress` partial."""
+    job = get_object_or_404(ImportJob.objects.select_related("created_by"), pk=pk)
+    context = {"job": job, "has_report": job.is_finished and _report_file(job) is not None}
+    return render(request, page_or_partial(request, "annotate/import_detail.html", "job-progress"), context)
 
 
 @admin_only
 @require_GET
-def import_report(request: HttpRequest, job_id: int) -> FileResponse:
+def import_report(request: HttpRequest, pk: int) -> FileResponse:
     """The finished job's report: one JSON line per input line."""
-    job = get_object_or_404(ImportJob, pk=job_id)
+    job = get_object_or_404(ImportJob, pk=pk)
     path = _report_file(job) if job.is_finished else None
     if path is None:
         raise Http404("This import has no report yet.")

@@ -3,20 +3,22 @@
 Agreement with gold is measured two ways, as PRM800K's authors did: step accuracy (the
 share of steps both rated where the ratings match) and whether the first error was put
 at the same step. Between annotators on overlapped items: Cohen's kappa on step ratings
-and the share of pairs that agree on the first error.
+and the share of pairs that agree on the first error. A step's rating is its verdict
+(`annotate.verdicts`), as exports and training read it.
 """
 from __future__ import annotations
 
 import enum
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
-from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step
+from annotate import queueing, verdicts
+from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, Solution, Step
 
 Ratings = list[int | None]
 
@@ -26,11 +28,6 @@ class Screening(enum.StrEnum):
     PENDING = "pending"
     PASSED = "passed"
     FAILED = "failed"
-
-
-def first_error_index(ratings: Sequence[int | None]) -> int | None:
-    """Index of the first -1, or None when no step was rated -1."""
-    return next((i for i, r in enumerate(ratings) if r == -1), None)
 
 
 def cohens_kappa(pairs: Iterable[tuple[int, int]]) -> float | None:
@@ -48,16 +45,17 @@ def cohens_kappa(pairs: Iterable[tuple[int, int]]) -> float | None:
 
 
 def ratings_of(annotation_ids: Iterable[int]) -> dict[int, Ratings]:
-    """The chosen-path rating of every step, per annotation (None where unrated)."""
-    rows = Completion.objects.filter(step_label__annotation_id__in=list(annotation_ids), index=0).values_list(
-        "step_label__annotation_id", "step_label__index", "rating"
-    )
-    result: dict[int, Ratings] = defaultdict(list)
-    for annotation_id, index, rating in rows.order_by("step_label__annotation_id", "step_label__index"):
-        ratings = result[annotation_id]
-        ratings.extend([None] * (index + 1 - len(ratings)))
-        ratings[index] = rating
-    return result
+    """Every step's verdict rating, per annotation, by step index (None where unrated)."""
+    found = verdicts.verdicts_by_annotation(Annotation.objects.filter(pk__in=list(annotation_ids)))
+    return {pk: _by_index(verdict) for pk, verdict in found.items()}
+
+
+def _by_index(verdict: verdicts.Verdicts) -> Ratings:
+    ratings: Ratings = []
+    for step in verdict.steps:
+        ratings.extend([None] * (step.index + 1 - len(ratings)))
+        ratings[step.index] = step.rating
+    return ratings
 
 
 def gold_of(solution_ids: Iterable[int]) -> dict[int, Ratings]:
@@ -87,7 +85,7 @@ class Agreement:
         return self.first_error_matches / self.items if self.items else None
 
     def add(self, mine: Ratings, reference: Ratings) -> list[tuple[int, int]]:
-        pairs = [(a, b) for a, b in zip(mine, reference) if a is not None and b is not None]
+        pairs = compared(mine, reference)
         self.items += 1
         self.steps_compared += len(pairs)
         self.steps_agreeing += sum(a == b for a, b in pairs)
@@ -95,10 +93,20 @@ class Agreement:
         return pairs
 
 
+def compared(mine: Ratings, reference: Ratings) -> list[tuple[int, int]]:
+    """The (mine, reference) rating pairs of the steps both rated."""
+    return [(a, b) for a, b in zip(mine, reference, strict=False) if a is not None and b is not None]
+
+
+def disagree(mine: Ratings, reference: Ratings) -> bool:
+    """Some step both rated has different ratings."""
+    return any(a != b for a, b in compared(mine, reference))
+
+
 def _same_first_error(mine: Ratings, reference: Ratings) -> bool:
     """Both put the first error at the same step, or neither found one in the steps both saw."""
     seen = min(len(mine), len(reference))
-    mine_error, ref_error = first_error_index(mine), first_error_index(reference)
+    mine_error, ref_error = verdicts.first_error(mine), verdicts.first_error(reference)
     if mine_error is None and ref_error is not None and ref_error >= seen:
         ref_error = None
     return mine_error == ref_error
@@ -119,7 +127,7 @@ def gold_agreement(annotations: Iterable[Annotation]) -> Agreement:
 
 def gold_standing(*, annotator) -> Agreement:
     """How an annotator's gold and screening items compare with gold."""
-    done = Annotation.objects.filter(annotator=annotator, status=Annotation.Status.SUBMITTED, solution__is_gold=True)
+    done = Annotation.objects.submitted().filter(annotator=annotator, solution__is_gold=True)
     return gold_agreement(done.only("pk", "solution_id"))
 
 
@@ -136,9 +144,8 @@ def screening_status(*, annotator) -> Screening:
     if not wanted:
         return Screening.NONE
     done = list(
-        Annotation.objects.filter(
-            annotator=annotator, status=Annotation.Status.SUBMITTED, is_initial_screening=True,
-            solution_id__in=wanted,
+        Annotation.objects.submitted().filter(
+            annotator=annotator, is_initial_screening=True, solution_id__in=wanted,
         ).only("pk", "solution_id")
     )
     if len({a.solution_id for a in done}) < len(wanted):
@@ -149,24 +156,18 @@ def screening_status(*, annotator) -> Screening:
     return Screening.FAILED
 
 
-def add_to_screening(*, solution: Solution) -> QueueItem:
-    """Put a (gold) solution in the screening set that every annotator labels first."""
-    with transaction.atomic():
-        item, _ = QueueItem.objects.update_or_create(
-            solution=solution, generation=Generation.SCREENING, slot=0,
-            defaults={"is_initial_screening": True, "reason": "screening", "status": QueueItem.Status.AVAILABLE},
-        )
-        # Screening solutions are everyone's, never leased as ordinary work.
-        QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
-            status=QueueItem.Status.RETIRED
-        )
-    return item
-
-
 def reset_screening(*, annotator) -> int:
     """Let an annotator take the screening set again (an admin's decision)."""
     deleted, _ = Annotation.objects.filter(annotator=annotator, is_initial_screening=True).delete()
     return deleted
+
+
+def shared_solutions() -> QuerySet:
+    """Ids of the solutions that two or more submitted annotations label (a subquery)."""
+    return (
+        Annotation.objects.submitted().values("solution_id").annotate(n=Count("pk")).filter(n__gte=2)
+        .values("solution_id")
+    )
 
 
 def inter_annotator(*, annotator=None) -> Agreement:
@@ -174,12 +175,8 @@ def inter_annotator(*, annotator=None) -> Agreement:
 
     With `annotator`, only the pairs that include them.
     """
-    shared = (
-        Annotation.objects.filter(status=Annotation.Status.SUBMITTED).values("solution_id")
-        .annotate(n=Count("pk")).filter(n__gte=2).values("solution_id")
-    )
     annotations = list(
-        Annotation.objects.filter(status=Annotation.Status.SUBMITTED, solution_id__in=shared)
+        Annotation.objects.submitted().filter(solution_id__in=shared_solutions())
         .values_list("pk", "solution_id", "annotator_id").order_by("solution_id", "pk")
     )
     ratings = ratings_of(pk for pk, _, _ in annotations)
@@ -203,7 +200,5 @@ def make_gold(*, annotation: Annotation) -> Solution:
         solution.is_gold = True
         solution.save(update_fields=["is_gold"])
         # A gold item is shown to everyone as quality control, never leased as ordinary work.
-        QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
-            status=QueueItem.Status.RETIRED
-        )
+        queueing.withdraw(solution=solution)
     return solution

@@ -4,16 +4,20 @@ An annotator's open task is their in-progress Annotation. Ordinary work comes fr
 QueueItems, leased to one annotator at a time (a lease lapses unless activity renews
 it, so a closed tab's item comes back). Gold items (quality control) and the screening
 set (generation -1) are shown to *every* annotator, so they are never leased: the
-annotator's Annotation on them is the whole record. Selection (in scoring) only ever
-rebuilds ordinary QueueItems and needs to know nothing about either.
+annotator's Annotation on them is the whole record. Ordinary QueueItems are written only
+by `enqueue`, in a generation numbered only by `start_generation`: the default order and
+selection (in scoring, which hands over its picks) go through the same rules for overlap,
+retirement and the queue size cap.
 """
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from annotate import quality
@@ -39,32 +43,113 @@ def labeler_id(user) -> str:
     return user.get_username()
 
 
-def ensure_default_queue(*, generation: int | None = None) -> int:
-    """Queue every unlabeled solution that has no item in `generation` (default: current).
+def start_generation(*, model_version_name: str = "", note: str = "") -> Generation:
+    """Record a new generation of the queue: the only place a generation number is decided.
+
+    One past the highest number in use, counting queue items too (databases from before
+    generations were recorded have items in numbers no Generation row names); 0 at first.
+    """
+    numbers = [
+        Generation.objects.filter(number__gte=0).aggregate(n=Max("number"))["n"],
+        QueueItem.objects.filter(generation__gte=0).aggregate(n=Max("generation"))["n"],
+    ]
+    known = [n for n in numbers if n is not None]
+    return Generation.objects.create(
+        number=max(known) + 1 if known else 0, model_version_name=model_version_name, note=note
+    )
+
+
+def current_generation() -> Generation:
+    """The generation new work is queued in, started (as 0) the first time anything is queued."""
+    number = Generation.objects.current_number()
+    generation = Generation.objects.filter(number=number).first()
+    if generation is not None:
+        return generation
+    try:
+        with transaction.atomic():
+            return start_generation(note=DEFAULT_REASON)
+    except IntegrityError:  # Another process started it at the same moment.
+        return Generation.objects.get(number=Generation.objects.current_number())
+
+
+# (solution id, priority, reason, score the selection saw or None)
+Pick = tuple[int, float, str, float | None]
+
+
+def enqueue(*, generation: Generation, picks: Iterable[Pick], model_version_name: str = "",
+            size: int | None = None) -> int:
+    """Queue picks in a generation: the only writer of ordinary QueueItems. Returns items created.
+
+    Each pick gets `overlap_k` slots (LabelingConfig), so agreement data keeps coming in
+    every generation. Waiting items of older generations are retired (leased and done ones
+    belong to people). The generation holds at most `size` solutions with open work
+    (default STEPWISE_QUEUE_SIZE), counting what it already holds, so calling this again
+    (a restart, seed_demo) never queues past the cap. Picks already queued are skipped.
+    """
+    size = settings.STEPWISE_QUEUE_SIZE if size is None else size
+    slots = max(1, LabelingConfig.get().overlap_k)
+    with transaction.atomic():
+        # Serializes writers of one generation, so two callers cannot both fill the cap.
+        Generation.objects.select_for_update().filter(pk=generation.pk).first()
+        QueueItem.objects.filter(
+            status=QueueItem.Status.AVAILABLE, generation__lt=generation.number, generation__gte=0,
+            is_quality_control=False, is_initial_screening=False,
+        ).update(status=QueueItem.Status.RETIRED)
+        items = QueueItem.objects.filter(generation=generation.number)
+        queued = set(items.values_list("solution_id", flat=True))
+        open_now = items.filter(status__in=[QueueItem.Status.AVAILABLE, QueueItem.Status.LEASED])
+        room = size - open_now.values("solution_id").distinct().count()
+        batch: list[QueueItem] = []
+        for solution_id, priority, reason, score in picks:
+            if room <= 0:
+                break
+            if solution_id in queued:
+                continue
+            queued.add(solution_id)
+            room -= 1
+            batch.extend(
+                QueueItem(solution_id=solution_id, generation=generation.number, slot=slot, priority=priority,
+                          reason=reason, model_version_name=model_version_name, score_at_selection=score)
+                for slot in range(slots)
+            )
+        QueueItem.objects.bulk_create(batch, batch_size=2000)
+    return len(batch)
+
+
+def ensure_default_queue() -> int:
+    """Queue unlabeled solutions nobody holds into the current generation, up to the cap.
 
     The order before any model exists: priority 0, oldest first, reason "default order".
-    Gold and screening solutions are served by their own rules, never from here.
+    Gold and screening solutions are served by their own rules, never from here; solutions
+    with a waiting, leased or done item anywhere are already someone's work.
     Idempotent; returns how many items it created.
     """
-    generation = Generation.objects.current_number() if generation is None else generation
-    slots = max(1, LabelingConfig.get().overlap_k)
-    queued = QueueItem.objects.filter(solution=OuterRef("pk"), generation__in=[generation, Generation.SCREENING])
+    taken = QueueItem.objects.filter(solution=OuterRef("pk")).exclude(status=QueueItem.Status.RETIRED)
     ids = (
-        Solution.objects.unlabeled().filter(is_gold=False).exclude(Exists(queued))
+        Solution.objects.unlabeled().filter(is_gold=False).exclude(Exists(taken))
         .order_by("pk").values_list("pk", flat=True).distinct()
     )
-    before = QueueItem.objects.filter(generation=generation).count()
-    batch: list[QueueItem] = []
-    for solution_id in ids.iterator(chunk_size=2000):
-        batch.extend(
-            QueueItem(solution_id=solution_id, generation=generation, slot=slot, reason=DEFAULT_REASON)
-            for slot in range(slots)
+    picks = ((solution_id, 0.0, DEFAULT_REASON, None) for solution_id in ids.iterator(chunk_size=2000))
+    return enqueue(generation=current_generation(), picks=picks)
+
+
+def add_to_screening(*, solution: Solution) -> QueueItem:
+    """Put a (gold) solution in the screening set that every annotator labels first."""
+    with transaction.atomic():
+        item, _ = QueueItem.objects.update_or_create(
+            solution=solution, generation=Generation.SCREENING, slot=0,
+            defaults={"is_initial_screening": True, "reason": SCREENING_REASON, "status": QueueItem.Status.AVAILABLE},
         )
-        if len(batch) >= 2000:
-            QueueItem.objects.bulk_create(batch, ignore_conflicts=True)
-            batch = []
-    QueueItem.objects.bulk_create(batch, ignore_conflicts=True)
-    return QueueItem.objects.filter(generation=generation).count() - before
+        withdraw(solution=solution)
+    return item
+
+
+def withdraw(*, solution: Solution) -> int:
+    """Retire a solution's waiting ordinary items: gold and screening solutions are everyone's,
+    served by their own rules and never leased as ordinary work."""
+    return QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
+        status=QueueItem.Status.RETIRED
+    )
 
 
 def current_task(*, annotator) -> Annotation | None:

@@ -1,125 +1,142 @@
-"""Reviewing submitted labels: filters, PRM scores beside them, overrides with history."""
+"""Reviewing submitted labels: filters, disagreements, overrides with history.
+
+Every rating shown, compared or overridden here is a step's verdict (`annotate.verdicts`),
+so the review page says what exports, training and QC say. The PRM's scores beside the
+labels are scoring's to show (`scoring:review-scores`, loaded into the page): the labeling
+side never reads scoring's tables.
+"""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
 
-from django.apps import apps
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from annotate import labeling, quality
-from annotate.models import Annotation, Completion, RatingOverride, Step, StepLabel
+from annotate import labeling, quality, verdicts
+from annotate.models import Annotation, RatingOverride, Step, StepLabel
 
 
-def submitted_annotations(*, annotator_id: int | None = None, generation: int | None = None,
-                          disagreement: bool = False) -> QuerySet[Annotation]:
+def annotations_for_review(*, annotator_id: int | None = None, generation: int | None = None,
+                           disagreement: bool = False) -> QuerySet[Annotation]:
     """Submitted annotations, newest first, optionally of one annotator / generation.
 
     `disagreement`: only those where another submitted annotation of the same solution,
-    or the solution's gold label, rates some step differently.
+    or the solution's gold label, gives some step a different verdict.
     """
-    qs = Annotation.objects.filter(status=Annotation.Status.SUBMITTED).select_related("annotator", "solution__problem")
+    qs = Annotation.objects.submitted().select_related("annotator", "solution__problem")
     if annotator_id is not None:
         qs = qs.filter(annotator_id=annotator_id)
     if generation is not None:
         qs = qs.filter(generation=generation)
     if disagreement:
-        qs = qs.filter(Exists(_differing_completions()))
+        qs = qs.filter(pk__in=disagreeing(qs))
     return qs.order_by("-timestamp", "-pk")
 
 
-def _differing_completions() -> QuerySet[Completion]:
-    """This annotation's step ratings that another label of the solution contradicts."""
-    other = Completion.objects.filter(
-        index=0, step_label__index=OuterRef("step_label__index"), rating__isnull=False,
-        step_label__annotation__solution_id=OuterRef(OuterRef("solution_id")),
-        step_label__annotation__status=Annotation.Status.SUBMITTED,
-    ).exclude(step_label__annotation_id=OuterRef(OuterRef("pk"))).exclude(rating=OuterRef("rating"))
-    gold_differs = Step.objects.filter(
-        solution_id=OuterRef(OuterRef("solution_id")), index=OuterRef("step_label__index"), gold_rating__isnull=False,
-    ).exclude(gold_rating=OuterRef("rating"))
-    mine = Completion.objects.filter(step_label__annotation_id=OuterRef("pk"), index=0, rating__isnull=False)
-    return mine.filter(Q(Exists(other)) | Q(Exists(gold_differs)))
+def disagreeing(annotations: QuerySet[Annotation]) -> list[int]:
+    """Ids of those `annotations` that another label of their solution contradicts at some step.
 
-
-@dataclass
-class PrmScores:
-    model_name: str
-    steps: dict[int, float]
-    solution: dict[str, float] = field(default_factory=dict)
-
-
-def prm_scores(*, solution_id: int) -> PrmScores | None:
-    """The PRM's scores of a solution, from the current model if it scored it, else the newest.
-
-    Read through the app registry: the labeling side never imports `scoring`.
+    The other label is another submitted annotation's verdict, or the solution's gold rating.
+    Only solutions with two annotations or a gold label can disagree, so only those are read.
     """
-    SolutionScore = apps.get_model("scoring", "SolutionScore")
-    StepScore = apps.get_model("scoring", "StepScore")
-    score = (
-        SolutionScore.objects.filter(solution_id=solution_id).select_related("model_version")
-        .order_by("-model_version__is_current", "-model_version__created_at").first()
-    )
-    if score is None:
-        return None
-    steps = StepScore.objects.filter(step__solution_id=solution_id, model_version_id=score.model_version_id)
-    return PrmScores(
-        model_name=score.model_version.name,
-        steps=dict(steps.values_list("step__index", "p")),
-        solution={"product": score.product, "min": score.min, "last": score.last, "mean": score.mean},
-    )
+    gold_solutions = Step.objects.filter(gold_rating__isnull=False).values("solution_id")
+    candidates = annotations.filter(Q(solution_id__in=quality.shared_solutions()) | Q(solution_id__in=gold_solutions))
+    mine = dict(candidates.order_by().values_list("pk", "solution_id"))
+    peers: dict[int, list[int]] = defaultdict(list)
+    for pk, solution_id in Annotation.objects.submitted().filter(solution_id__in=set(mine.values())).values_list(
+        "pk", "solution_id"
+    ):
+        peers[solution_id].append(pk)
+    ratings = quality.ratings_of(pk for group in peers.values() for pk in group)
+    gold = quality.gold_of(set(mine.values()))
+    result = []
+    for pk, solution_id in mine.items():
+        references = [ratings.get(other, []) for other in peers[solution_id] if other != pk]
+        if any(quality.disagree(ratings.get(pk, []), reference) for reference in [*references, gold[solution_id]]):
+            result.append(pk)
+    return result
 
 
-def override_rating(*, annotation: Annotation, index: int, rating: int | None, reviewer, note: str = "") -> RatingOverride:
-    """Change a submitted step rating; the old value stays in the override history."""
+def override_rating(
+    *, annotation: Annotation, index: int, rating: int | None, reviewer, note: str = ""
+) -> RatingOverride:
+    """Change a submitted step's verdict; the old value stays in the override history.
+
+    The rating changed is the one the verdict is read from: the chosen completion's, the
+    human completion's (the annotator wrote the step), or that of the completion where
+    the annotator stopped. Every reader of verdicts sees the change at once.
+    """
     if rating not in (*labeling.RATINGS, None):
         raise labeling.LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     if annotation.status != Annotation.Status.SUBMITTED:
         raise labeling.LabelingError("only submitted annotations are reviewed")
     with transaction.atomic():
-        completion = Completion.objects.select_for_update().filter(
-            step_label__annotation=annotation, step_label__index=index, index=0
-        ).first()
-        if completion is None:
-            raise labeling.LabelingError(f"step {index + 1} is not part of this annotation")
-        override = RatingOverride.objects.create(
-            completion=completion, reviewer=reviewer, previous_rating=completion.rating, new_rating=rating,
-            note=note.strip(),
+        step_label = (
+            StepLabel.objects.select_for_update().filter(annotation=annotation, index=index)
+            .prefetch_related("completions").first()
         )
-        completion.rating = rating
-        completion.save(update_fields=["rating"])
-    return override
+        if step_label is None:
+            raise labeling.LabelingError(f"step {index + 1} is not part of this annotation")
+        before = verdicts.step_verdict(step_label)
+        completion = _set_rating(step_label, before, rating)
+        if verdicts.step_verdict(step_label).rating != rating:
+            # A stopped step with several rated alternatives: its verdict would move to another one.
+            raise labeling.LabelingError(
+                f"step {index + 1}: the annotator stopped here with several rated alternatives, "
+                "so this override would not become the step's verdict"
+            )
+        return RatingOverride.objects.create(
+            step_label=step_label, completion=completion, reviewer=reviewer, previous_rating=before.rating,
+            new_rating=rating, note=note.strip(),
+        )
+
+
+def _set_rating(step_label: StepLabel, verdict: verdicts.StepVerdict, rating: int | None):
+    """Write `rating` where `verdict` is read from; return that Completion (None: the human completion)."""
+    if verdict.source == "human":
+        if rating is None:
+            raise labeling.LabelingError(
+                f"step {step_label.index + 1} was written by the annotator: rate it -1, 0 or +1"
+            )
+        human = step_label.human_completion
+        step_label.human_completion = {**human, "rating": rating} if isinstance(human, dict) else {
+            "text": str(human), "rating": rating}
+        step_label.save(update_fields=["human_completion"])
+        return None
+    completion = next((c for c in step_label.completions.all() if c.index == verdict.completion_index), None)
+    if completion is None:
+        raise labeling.LabelingError(f"step {step_label.index + 1} has no rated completion to override")
+    completion.rating = rating
+    completion.save(update_fields=["rating"])
+    return completion
 
 
 @dataclass
 class ReviewRow:
     index: int
     text: str
-    ratings: list[int | None]  # One per annotation shown, in order.
+    ratings: list[int | None]  # One verdict per annotation shown, in order.
     gold: int | None
-    prm: float | None
     overrides: list[RatingOverride]
 
 
-def review_rows(*, annotation: Annotation, others: list[Annotation], scores: PrmScores | None) -> list[ReviewRow]:
-    """The solution's steps with this and other annotators' ratings, gold and PRM side by side."""
+def review_rows(*, annotation: Annotation, others: list[Annotation]) -> list[ReviewRow]:
+    """The solution's steps with this and other annotators' verdicts and gold side by side."""
     shown = [annotation, *others]
     ratings = quality.ratings_of(a.pk for a in shown)
-    overrides: dict[int, list[RatingOverride]] = {}
-    for override in RatingOverride.objects.filter(completion__step_label__annotation=annotation).select_related(
-        "reviewer", "completion__step_label"
+    overrides: dict[int, list[RatingOverride]] = defaultdict(list)
+    for override in RatingOverride.objects.filter(step_label__annotation=annotation).select_related(
+        "reviewer", "step_label"
     ):
-        overrides.setdefault(override.completion.step_label.index, []).append(override)
-    rows = []
-    for step in annotation.solution.steps.order_by("index"):
-        rows.append(ReviewRow(
-            index=step.index, text=step.text, gold=step.gold_rating,
-            ratings=[_at(ratings.get(a.pk, []), step.index) for a in shown],
-            prm=scores.steps.get(step.index) if scores else None, overrides=overrides.get(step.index, []),
-        ))
-    return rows
+        overrides[override.step_label.index].append(override)
+    return [
+        ReviewRow(index=step.index, text=step.text, gold=step.gold_rating, overrides=overrides.get(step.index, []),
+                  ratings=[_at(ratings.get(a.pk, []), step.index) for a in shown])
+        for step in annotation.solution.steps.order_by("index")
+    ]
 
 
 def _at(values: list, index: int):
@@ -138,7 +155,7 @@ class Progress:
 
 def progress(*, annotator) -> Progress:
     """An annotator's home-page figures: work done, gold standing, median time per task."""
-    mine = Annotation.objects.filter(annotator=annotator, status=Annotation.Status.SUBMITTED)
+    mine = Annotation.objects.submitted().filter(annotator=annotator)
     start_of_day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
     today = mine.filter(timestamp__gte=start_of_day)
     times = list(mine.filter(total_time_ms__isnull=False).order_by("-timestamp").values_list("total_time_ms", flat=True)[:500])

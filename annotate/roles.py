@@ -1,9 +1,16 @@
 """Who may do what. Roles are Django groups; staff and superusers count as admins.
 
 One helper per question, used by every view, API permission and query, so the rules
-live in one place.
+live in one place; the view decorators (`admin_required` ...) are defined here too, and
+every page module imports them from here.
 """
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
 
 ANNOTATOR = "annotator"
 REVIEWER = "reviewer"
@@ -46,3 +53,27 @@ def grant_role(user, role: str) -> None:
     group, _ = Group.objects.get_or_create(name=role)
     user.groups.add(group)
     user.__dict__.pop("_stepwise_roles", None)
+
+
+View = Callable[..., HttpResponse]
+
+
+def role_required(role: str) -> Callable[[View], View]:
+    """Login first; then 403 (not a login loop) for users without the role."""
+
+    def decorator(view: View) -> View:
+        @login_required
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not has_role(request.user, role):
+                raise PermissionDenied(f"This page is for the {role} role.")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+annotator_required = role_required(ANNOTATOR)
+reviewer_required = role_required(REVIEWER)
+admin_required = role_required(ADMIN)

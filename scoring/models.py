@@ -80,6 +80,8 @@ class RescoreJob(Job):
     # The generation the queue was rebuilt into when the job finished (null: not rebuilt).
     generation = models.IntegerField(null=True, blank=True)
 
+    progress_unit = "solutions"
+
 
 class RescoreChunk(models.Model):
     """A fixed slice of a rescore job's solutions. Its state, not a counter, records progress,

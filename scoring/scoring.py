@@ -93,38 +93,75 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
     return [[{"p": s.p, "mean": s.mean, "sigma": s.sigma} for s in steps] for steps in results]
 
 
+class ScoringUnavailable(RuntimeError):
+    """No ml worker answered in time, or the model cannot be used: the API says 503."""
+
+
+def score_on_worker(
+    *, items: list[tuple[str, list[str]]], model_version: ModelVersion, timeout: float | None = None
+) -> list[list[dict]]:
+    """score_texts, computed by the ml worker: the web process waits at most `timeout` seconds.
+
+    The model lives in the worker (loaded once, on the GPU where there is one), never in
+    each web process. The message expires with the wait, so a worker that comes up late
+    does not compute answers nobody is waiting for. Raises ValueError for bad items.
+    """
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from .tasks import score_texts_task
+
+    timeout = settings.STEPWISE_SCORE_API_TIMEOUT if timeout is None else timeout
+    result = score_texts_task.apply_async(args=(model_version.pk, [list(item) for item in items]), expires=timeout)
+    try:
+        answer = result.get(timeout=timeout, interval=0.02)
+    except CeleryTimeout:
+        raise ScoringUnavailable(f"no scoring worker answered within {timeout:g} s; is the ml worker running?") from None
+    result.forget()  # Answered once, read once: no result left in the backend.
+    if answer.get("status") == 400:
+        raise ValueError(answer["error"])
+    if "error" in answer:
+        raise ScoringUnavailable(answer["error"])
+    return answer["steps"]
+
+
 # --- rescore jobs -------------------------------------------------------------------------
 
 
 def start_rescore(
     *, model_version: ModelVersion, created_by=None, rebuild_queue: bool = True
 ) -> RescoreJob:
-    """Create a rescore job and enqueue it (after commit) on the ml queue."""
+    """Record a rescore job and enqueue it (after commit) on the ml queue.
+
+    Nothing is loaded or hashed here, so the web process never imports torch: the worker
+    verifies the model's files when it loads them, and a changed model fails the job.
+    """
     from .tasks import rescore_task
 
-    registry.verify(model_version)
     job = RescoreJob.objects.create(model_version=model_version, created_by=created_by, rebuild_queue=rebuild_queue)
     rescore_task.delay_on_commit(job.pk)
     return job
 
 
 def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[RescoreChunk]:
-    """Split the unscored pool into chunks (once per job) and mark the job running.
+    """Split the unscored pool into chunks (once per job) and start the job.
 
-    Returns the chunks still pending, so a second call re-dispatches only what is missing.
+    Returns the chunks still pending, so a redelivered task re-dispatches only what is
+    missing; a finished job gets none.
     """
     chunk_size = chunk_size or settings.STEPWISE_RESCORE_CHUNK_SIZE
-    with transaction.atomic():
-        job = RescoreJob.objects.select_for_update().get(pk=job.pk)
+    with job.failure_recorded(), transaction.atomic():
+        # The lock makes planning happen once even if two deliveries race.
+        RescoreJob.objects.select_for_update().filter(pk=job.pk).first()
+        job.refresh_from_db()
         if job.state == JobState.PENDING:
             todo = unscored_solution_ids(model_version=job.model_version)
             RescoreChunk.objects.bulk_create(
                 RescoreChunk(job=job, index=i, solution_ids=todo[start : start + chunk_size])
                 for i, start in enumerate(range(0, len(todo), chunk_size))
             )
-            job.state, job.total, job.done = JobState.RUNNING, len(todo), 0
-            job.chunks_total, job.chunks_done = -(-len(todo) // chunk_size), 0
-            job.save(update_fields=["state", "total", "done", "chunks_total", "chunks_done"])
+            job.start(total=len(todo), done=0, chunks_total=-(-len(todo) // chunk_size), chunks_done=0)
+        elif not job.start():
+            return []
     return list(job.chunks.filter(state=RescoreChunk.State.PENDING))
 
 
@@ -137,7 +174,7 @@ def run_chunk(*, chunk_id: int) -> int:
     try:
         scored = score_solutions(model_version=job.model_version, solution_ids=chunk.solution_ids)
     except Exception as error:
-        fail(job=job, error=f"chunk {chunk.index}: {type(error).__name__}: {error}")
+        job.fail(f"chunk {chunk.index}: {type(error).__name__}: {error}")
         raise
     RescoreChunk.objects.filter(pk=chunk.pk, state=RescoreChunk.State.PENDING).update(
         state=RescoreChunk.State.DONE, finished_at=timezone.now()
@@ -149,31 +186,24 @@ def run_chunk(*, chunk_id: int) -> int:
 def refresh_progress(*, job: RescoreJob) -> None:
     """Progress from the chunk rows themselves, never a counter (a rerun cannot double count)."""
     done = [len(ids) for ids in job.chunks.filter(state=RescoreChunk.State.DONE).values_list("solution_ids", flat=True)]
-    RescoreJob.objects.filter(pk=job.pk).update(done=sum(done), chunks_done=len(done))
+    job.record_progress(done=sum(done), chunks_done=len(done))
     if len(done) >= job.chunks_total:
         finish(job=job)
 
 
 def finish(*, job: RescoreJob) -> bool:
-    """Mark the job succeeded and rebuild the queue, exactly once (guarded UPDATE, one transaction)."""
+    """Rebuild the queue and succeed the job, exactly once; a failure here fails the job.
+
+    The row lock and the guarded `succeed` make a late duplicate (the last two chunks
+    finishing together, a redelivery) return False instead of starting a second generation.
+    """
     from . import selection
 
-    with transaction.atomic():
-        claimed = RescoreJob.objects.filter(pk=job.pk, state=JobState.RUNNING).update(
-            state=JobState.SUCCEEDED, finished_at=timezone.now()
-        )
-        if claimed != 1:
+    with job.failure_recorded(), transaction.atomic():
+        if not RescoreJob.objects.select_for_update().filter(pk=job.pk, state=JobState.RUNNING).exists():
             return False
-        if job.rebuild_queue:
-            generation = selection.rebuild_queue(model_version=job.model_version)
-            RescoreJob.objects.filter(pk=job.pk).update(generation=generation.number)
-    return True
-
-
-def fail(*, job: RescoreJob, error: str) -> None:
-    RescoreJob.objects.filter(pk=job.pk, state__in=[JobState.PENDING, JobState.RUNNING]).update(
-        state=JobState.FAILED, error=error[:5000], finished_at=timezone.now()
-    )
+        generation = selection.rebuild_queue(model_version=job.model_version) if job.rebuild_queue else None
+        return job.succeed(generation=generation.number if generation else None)
 
 
 def stalled_jobs(*, idle_seconds: float = 0) -> list[RescoreJob]:

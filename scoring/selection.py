@@ -17,38 +17,22 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
 
+from annotate import queueing
 from annotate.models import Generation, QueueItem, Solution
+from config.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shares: public here)
 
 from .models import ModelVersion, SolutionScore
 
-REASONS = ("convincing_wrong", "convincing", "uncertain", "random")
-
-
-def parse_shares(text: str) -> dict[str, float]:
-    """'convincing_wrong=0.4,random=0.6' -> shares normalised to sum 1; names the bad part."""
-    shares: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
-        if name.strip() not in REASONS:
-            raise ValueError(f"selection share {part!r}: unknown reason {name.strip()!r} (use {', '.join(REASONS)})")
-        try:
-            shares[name.strip()] = float(value)
-        except ValueError:
-            raise ValueError(f"selection share {part!r}: {value!r} is not a number") from None
-        if shares[name.strip()] < 0:
-            raise ValueError(f"selection share {part!r} is negative")
-    total = sum(shares.values())
-    if total <= 0:
-        raise ValueError(f"selection shares {text!r} sum to zero")
-    return {name: value / total for name, value in shares.items()}
+# The share parser lives beside the settings helpers so settings.py can parse the shares at
+# start-up; both names stay importable from here.
+REASONS = SELECTION_REASONS
 
 
 @dataclass
 class Policy:
     size: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_SIZE)
-    shares: dict[str, float] = field(default_factory=lambda: parse_shares(settings.STEPWISE_SELECTION_SHARES))
+    shares: dict[str, float] = field(default_factory=lambda: dict(settings.STEPWISE_SELECTION_SHARES))
     per_problem: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_PER_PROBLEM)
     # The solution score that says "convincing": P(all steps good) as in PRM800K.
     score: str = "product"
@@ -147,31 +131,15 @@ def interleave(lists: dict[str, list[Candidate]]) -> list[Pick]:
     return [pick for *_, pick in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
-def next_generation_number() -> int:
-    numbers = [
-        Generation.objects.filter(number__gte=0).aggregate(n=Max("number"))["n"],
-        QueueItem.objects.filter(generation__gte=0).aggregate(n=Max("generation"))["n"],
-    ]
-    known = [n for n in numbers if n is not None]
-    return max(known) + 1 if known else 0
-
-
 def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None) -> Generation:
-    """Start a new generation: retire what was waiting, queue the new picks with their reasons."""
+    """Start a new generation with this model's picks; annotate's queueing writes the items."""
     policy = policy or Policy()
     picks = select(candidates(model_version=model_version, score=policy.score), policy)
     with transaction.atomic():
-        generation = Generation.objects.create(number=next_generation_number(), model_version_name=model_version.name)
-        # Only waiting items of older generations: leased and done ones belong to people.
-        QueueItem.objects.filter(
-            status=QueueItem.Status.AVAILABLE, generation__lt=generation.number, generation__gte=0,
-            is_quality_control=False, is_initial_screening=False,
-        ).update(status=QueueItem.Status.RETIRED)
-        QueueItem.objects.bulk_create(
-            QueueItem(
-                solution_id=pick.candidate.solution_id, generation=generation.number, priority=float(len(picks) - rank),
-                reason=pick.reason, model_version_name=model_version.name, score_at_selection=pick.candidate.score,
-            )
-            for rank, pick in enumerate(picks)
+        generation = queueing.start_generation(model_version_name=model_version.name)
+        queueing.enqueue(
+            generation=generation, model_version_name=model_version.name, size=policy.size,
+            picks=[(pick.candidate.solution_id, float(len(picks) - rank), pick.reason, pick.candidate.score)
+                   for rank, pick in enumerate(picks)],
         )
     return generation

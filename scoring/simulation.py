@@ -226,7 +226,7 @@ def policy_for(strategy: str, *, size: int, seed: int) -> selection.Policy:
         "random": {"random": 1.0},
         "convincing_wrong": {"convincing_wrong": 1.0},
         "uncertainty": {"uncertain": 1.0},
-        "mix": selection.parse_shares(settings.STEPWISE_SELECTION_SHARES),  # the production default
+        "mix": dict(settings.STEPWISE_SELECTION_SHARES),  # the production default
     }[strategy]
     return selection.Policy(size=size, shares=shares, seed=seed)
 

@@ -42,6 +42,33 @@ def resume_rescores_task(idle_seconds: float = 0) -> list[int]:
     return job_ids
 
 
+# Seconds the ml worker may spend on one POST /api/score; the view waits a little less.
+SCORE_SOFT_TIME_LIMIT = 60
+SCORE_TIME_LIMIT = 75
+
+
+@shared_task(soft_time_limit=SCORE_SOFT_TIME_LIMIT, time_limit=SCORE_TIME_LIMIT)
+def score_texts_task(model_version_id: int, items: list[list]) -> dict:
+    """Score texts for POST /api/score in the worker, where the model stays loaded.
+
+    Returns {"steps": [...]} or {"error": ..., "status": 400 | 503}: expected failures come
+    back as data, so the web process never has to rebuild (import) a scoring exception.
+    Not acks_late: nobody waits for a redelivered answer.
+    """
+    from scoring import registry, scoring
+    from scoring.models import ModelVersion
+
+    version = ModelVersion.objects.filter(pk=model_version_id).first()
+    if version is None:
+        return {"error": f"model version {model_version_id} no longer exists", "status": 503}
+    try:
+        return {"steps": scoring.score_texts(items=[(p, steps) for p, steps in items], model_version=version)}
+    except registry.ModelIntegrityError as error:
+        return {"error": str(error), "status": 503}
+    except ValueError as error:
+        return {"error": str(error), "status": 400}
+
+
 # --- retraining (scoring/retraining.py) ------------------------------------------------------
 
 

@@ -13,8 +13,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
-from annotate.export_views import admin_only
 from annotate.htmx import page_or_partial
+from annotate.roles import admin_required as admin_only
 
 from . import evaluation, retraining
 from .charts import best_of_n_chart, dotted, loss_chart, reliability_chart

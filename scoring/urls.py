@@ -1,13 +1,14 @@
 from django.urls import path
 
-from . import training_views, views
+from . import review_views, training_views, views
 
 app_name = "scoring"
 urlpatterns: list = [
     path("", views.model_list, name="models"),
     path("<int:version_id>/rescore/", views.rescore, name="rescore"),
-    path("rescore/<int:job_id>/", views.rescore_job, name="rescore-job"),
+    path("jobs/rescore/<int:pk>/", views.rescore_job, name="rescore-job"),
     path("queue/", views.queue, name="queue"),
+    path("review-scores/<int:solution_id>/", review_views.review_scores, name="review-scores"),
 ]
 
 # Retraining loop (training_views.py)

@@ -1,9 +1,9 @@
 """Model pages: versions with a Rescore button, a rescore job's live progress, and the queue.
 
-Thin views: parse, one call into scoring.scoring / a query, render. The job page polls its
-own `progress` partial with htmx while the job runs; without JavaScript it is a plain page.
+Thin views: parse, one call into scoring.scoring / a query, render. The job page
+(`jobs/rescore/<pk>/`) polls itself with htmx while the job runs and answers with its
+`progress` partial, the one job progress partial; without JavaScript it is a plain page.
 """
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -13,11 +13,11 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from annotate import roles
-from annotate.export_views import admin_only
 from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
+from annotate.roles import admin_required as admin_only
 
-from . import registry, scoring
+from . import scoring
 from .models import ModelVersion, RescoreJob
 
 
@@ -34,21 +34,17 @@ def model_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 @admin_only
 def rescore(request: HttpRequest, version_id: int) -> HttpResponse:
-    version = get_object_or_404(ModelVersion, pk=version_id)
-    try:
-        job = scoring.start_rescore(model_version=version, created_by=request.user)
-    except registry.ModelIntegrityError as error:
-        messages.error(request, str(error))
-        return redirect("scoring:models")
-    return redirect("scoring:rescore-job", job_id=job.pk)
+    # Only records the job: the ml worker verifies and loads the model (no torch here).
+    job = scoring.start_rescore(model_version=get_object_or_404(ModelVersion, pk=version_id), created_by=request.user)
+    return redirect("scoring:rescore-job", pk=job.pk)
 
 
 @login_required
 @vary_on_headers("HX-Request")
-def rescore_job(request: HttpRequest, job_id: int) -> HttpResponse:
+def rescore_job(request: HttpRequest, pk: int) -> HttpResponse:
     if not roles.is_reviewer(request.user):
         raise PermissionDenied("Rescore jobs are for reviewers and admins.")
-    job = get_object_or_404(RescoreJob.objects.select_related("model_version"), pk=job_id)
+    job = get_object_or_404(RescoreJob.objects.select_related("model_version"), pk=pk)
     return render(request, page_or_partial(request, "scoring/rescore_job.html", "progress"), {"job": job})
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests import ci
 from tests.factories import user_with_role
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,7 @@ class WorkerProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> None:
+        ci.uses("real worker")
         self.log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,ml",

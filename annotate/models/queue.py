@@ -33,8 +33,8 @@ class Generation(models.Model):
 class QueueItem(models.Model):
     """One slot of labeling work on a solution in a generation.
 
-    Overlap of K annotators is K items for one solution (slot 0..K-1). Selection (in
-    scoring) writes priority, reason and the score it saw; the labeling side only reads.
+    Overlap of K annotators is K items for one solution (slot 0..K-1), written by
+    `queueing.enqueue` with the priority, reason and score selection (in scoring) handed over.
     """
 
     class Status(models.TextChoices):

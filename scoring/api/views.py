@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.api.permissions import IsReviewer
+from scoring import registry, scoring
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 
 from . import serializers
@@ -82,7 +83,7 @@ class ScoreView(APIView):
         responses={
             200: serializers.ScoreResponseSerializer,
             400: OpenApiResponse(description="Bad body, batch too large, or unknown model"),
-            503: OpenApiResponse(description="No model to score with"),
+            503: OpenApiResponse(description="No model to score with, or no ml worker answered in time"),
         },
         summary="Score the steps of solutions with a PRM",
         description=SCORE_DESCRIPTION,
@@ -106,14 +107,13 @@ class ScoreView(APIView):
         if model_version is None:
             return Response({"detail": "No current model version; name one in `model`."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
-        # Imported here: the web process loads torch only when this endpoint is used.
-        from scoring.registry import ModelIntegrityError
-        from scoring.scoring import score_texts
-
         try:
-            scored = score_texts(items=body.pairs(), model_version=model_version)
-        except ModelIntegrityError as error:
+            # Computed by the ml worker; this process never imports torch.
+            scored = scoring.score_on_worker(items=body.pairs(), model_version=model_version)
+        except scoring.ScoringUnavailable as error:
             return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except ValueError as error:
+            raise drf_serializers.ValidationError({"items": str(error)}) from None
         results = [[_step(p) for p in steps] for steps in scored]
         if "items" in body.validated_data:
             return Response({"model": model_version.name, "items": [{"steps": steps} for steps in results]})
@@ -121,8 +121,6 @@ class ScoreView(APIView):
 
     @staticmethod
     def _model_version(name: str | None) -> ModelVersion | None:
-        from scoring import registry
-
         try:
             return registry.find_version(name)
         except registry.UnknownModelVersion as error:

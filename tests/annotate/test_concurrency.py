@@ -3,20 +3,14 @@ import threading
 from collections import Counter
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from annotate import labeling, queueing
 from annotate.models import Annotation, LabelingConfig, QueueItem
 from tests.factories import SolutionFactory, user_with_role
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql]
 CLIENTS = 20
-
-
-@pytest.fixture(autouse=True)
-def postgres_only():
-    if connection.vendor != "postgresql":
-        pytest.skip("concurrent claims need a server database (set DATABASE_URL to PostgreSQL)")
 
 
 def run_clients(users, work):

@@ -34,10 +34,11 @@ def test_bad_form_input_names_the_field_and_starts_nothing(client, admin_user):
 def test_nothing_is_offered_for_download_before_the_job_succeeded(client, admin_user):
     client.force_login(admin_user)
     job = ExportJob.objects.create(format="prm800k", state=JobState.RUNNING, total=10, done=4)
-    partial = client.get(f"/exports/{job.pk}/", headers={"HX-Request": "true"})
+    partial = client.get(f"/jobs/export/{job.pk}/", headers={"HX-Request": "true"})
     assert b"<html" not in partial.content and b'value="40"' in partial.content
+    assert b'data-state="running"' in partial.content and b"4 of 10 rows" in partial.content
     assert b"Download" not in partial.content and b'hx-trigger="every 1s"' in partial.content
-    assert client.get(f"/exports/{job.pk}/download").status_code == 404
+    assert client.get(f"/jobs/export/{job.pk}/download").status_code == 404
 
 
 @pytest.mark.embedded
@@ -50,17 +51,17 @@ def test_an_export_started_from_the_page_runs_on_a_real_worker_and_is_downloadab
     client.force_login(admin_user)
     response = client.post("/exports/", {"format": "trl", "generations": "3", "neutral_is_good": "0"})
     job = ExportJob.objects.get()
-    assert response.status_code == 302 and response["Location"] == f"/exports/{job.pk}/"
+    assert response.status_code == 302 and response["Location"] == f"/jobs/export/{job.pk}/"
 
     def finished_partial():
-        page = client.get(f"/exports/{job.pk}/", headers={"HX-Request": "true"})
+        page = client.get(f"/jobs/export/{job.pk}/", headers={"HX-Request": "true"})
         return page if b"Download" in page.content else None
 
     partial = wait_for(finished_partial, timeout=60)
     assert b"every 1s" not in partial.content  # polling stops once finished
     job.refresh_from_db()
     assert (job.state, job.lines, job.percent) == (JobState.SUCCEEDED, 2, 100)
-    download = client.get(f"/exports/{job.pk}/download")
+    download = client.get(f"/jobs/export/{job.pk}/download")
     rows = [json.loads(line) for line in b"".join(download.streaming_content).decode().splitlines()]
     assert [row["labels"] for row in rows] == [[True, True, True], [True, False, False]]
     assert download["Content-Disposition"].startswith('attachment; filename="stepwise-trl-')

@@ -7,84 +7,11 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from annotate import exporting, importing
+from annotate import exporting
 from annotate.exporting import ExportOptions
 from annotate.models import Annotation, ExportJob, JobState
-from tests.annotations import annotate
+from tests.annotations import GCF_STEPS, PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
-
-GCF_STEPS = [
-    "I want to find the largest positive integer that divides both $20 !$ and $200,\\!000$ evenly.",
-    "One way to do this is to factor both numbers into prime factors and look for the common ones.",
-    "I know that $200,\\!000 = 2^5\\cdot 10^4 = 2^9\\cdot 5^4$.",
-    "So the greatest common factor is $2^9\\cdot 5^4 / 100 = 5000$.",
-    "# Answer\n\n5000",
-]
-
-# Phase 2: pre-generated steps, labeling stops at the first -1 (found_error).
-PHASE2_LINE = {
-    "labeler": "340d89bc-f5b7-45e9-b272-909ba68ee363",
-    "timestamp": "2023-01-22T04:34:27.052924",
-    "generation": 9,
-    "is_quality_control_question": False,
-    "is_initial_screening_question": False,
-    "question": {
-        "problem": "What is the greatest common factor of $20 !$ and $200,\\!000$?",
-        "ground_truth_solution": "The prime factorization of $200,\\!000$ is $2^6 \\cdot 5^5$. ...",
-        "ground_truth_answer": "40,\\!000",
-        "pre_generated_steps": GCF_STEPS,
-        "pre_generated_answer": "5000",
-        "pre_generated_verifier_score": 0.0014479177568580065,
-    },
-    "label": {
-        "steps": [
-            {"completions": [{"text": GCF_STEPS[0], "rating": 1, "flagged": False}],
-             "human_completion": None, "chosen_completion": 0},
-            {"completions": [{"text": GCF_STEPS[1], "rating": 0, "flagged": False}],
-             "human_completion": None, "chosen_completion": 0},
-            {"completions": [{"text": GCF_STEPS[2], "rating": -1, "flagged": True}],
-             "human_completion": None, "chosen_completion": None},
-        ],
-        "total_time": 278270,
-        "finish_reason": "found_error",
-    },
-}
-
-# Phase 1: no pre-generated solution; alternative completions per step and a human step.
-PHASE1_LINE = {
-    "labeler": "e90a38f3-3135-4465-87af-3e6322e3d772",
-    "timestamp": "2022-07-17T16:56:51.323252",
-    "generation": None,
-    "is_quality_control_question": False,
-    "is_initial_screening_question": False,
-    "question": {
-        "problem": "How many vertical asymptotes does the graph of $y=\\frac{2}{x^2+x-6}$ have?",
-        "ground_truth_answer": "2",
-    },
-    "label": {
-        "steps": [
-            {"completions": [
-                {"text": "The denominator factors as $(x+3)(x-2)$.", "rating": 1, "flagged": None},
-                {"text": "The denominator factors as $(x-3)(x+2)$.", "rating": -1, "flagged": None},
-            ], "human_completion": None, "chosen_completion": 0},
-            {"completions": [
-                {"text": "So there are asymptotes at $x=3$ and $x=-2$.", "rating": -1, "flagged": None},
-                {"text": "The numerator is never zero, so there is no hole.", "rating": 0, "flagged": None},
-            ], "human_completion": {"text": "The zeros $x=-3$ and $x=2$ give two asymptotes.\n\n# Answer\n\n2",
-                                    "rating": None, "source": "human", "flagged": False},
-               "chosen_completion": None},
-        ],
-        "total_time": 190322,
-        "finish_reason": "solution",
-    },
-}
-
-
-def import_lines(tmp_path: Path, lines: list[dict]) -> None:
-    path = tmp_path / "labels.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    summary = importing.import_pool(path=path, format="prm800k")
-    assert summary.errors == 0, summary.first_errors
 
 
 def rows(format: str, **options) -> list[dict]:
@@ -246,6 +173,29 @@ def test_export_job_writes_its_file_and_records_progress(settings, admin_user):
 
 
 @pytest.mark.django_db
+def test_a_failed_export_job_is_not_run_again_on_redelivery(admin_user):
+    annotate(SolutionFactory(), [1, 1, 1])
+    job = ExportJob.objects.create(format="trl", options={"finish_reasons": ["done"]}, created_by=admin_user)
+    with pytest.raises(exporting.ExportError, match="finish_reasons"):
+        exporting.run_export_job(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.error.startswith("ExportError: finish_reasons")
+    # Whatever changed since, a redelivered task leaves the failed job as it ended.
+    ExportJob.objects.filter(pk=job.pk).update(options={})
+    again = exporting.run_export_job(job_id=job.pk)
+    assert (again.state, again.error, again.lines, again.path) == (JobState.FAILED, job.error, 0, "")
+    assert again.finished_at == job.finished_at
+
+
+@pytest.mark.django_db
+def test_an_export_job_left_running_by_a_dead_attempt_is_run_again(admin_user):
+    annotate(SolutionFactory(), [1, 1, 1])
+    job = ExportJob.objects.create(format="trl", options={}, state=JobState.RUNNING, done=7, created_by=admin_user)
+    job = exporting.run_export_job(job_id=job.pk)
+    assert (job.state, job.lines, job.done) == (JobState.SUCCEEDED, 1, 1)
+
+
+@pytest.mark.django_db
 def test_export_with_prefetching_makes_a_fixed_number_of_queries(django_assert_max_num_queries):
     for _ in range(30):
         annotate(SolutionFactory(), [1, 0, -1])
@@ -323,8 +273,10 @@ def test_a_filtered_chunk_carries_only_its_own_annotations_labels_and_steps():
 
 
 def test_ids_close_together_are_selected_by_range_and_spread_ids_by_list():
-    assert "__gte" in str(exporting._among("id", {5, 6, 8}))
-    assert "__in" in str(exporting._among("id", {5, 600, 9000}))
+    from annotate.exporting import loading
+
+    assert "__gte" in str(loading._among("id", {5, 6, 8}))
+    assert "__in" in str(loading._among("id", {5, 600, 9000}))
 
 
 @pytest.mark.django_db

@@ -6,7 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from annotate import importing
-from annotate.models import Problem, Solution, Step
+from annotate.models import ImportJob, JobState, Problem, Solution, Step
+from annotate.tasks import import_pool_task
 from tests.conftest import SHARED_DATA
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]
@@ -238,14 +239,69 @@ def test_the_command_prints_a_summary_and_fails_when_a_line_fails(tmp_path, caps
     assert Solution.objects.count() == 1
 
 
+@pytest.mark.postgresql  # SQLite stores NUL characters; PostgreSQL text cannot
 def test_a_line_the_database_rejects_is_reported_and_the_rest_of_its_batch_imports(tmp_path):
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite stores NUL characters; PostgreSQL text cannot")
     report_path = tmp_path / "r.jsonl"
     lines = [generic(1), generic(2, problem="What is 2 + 2?\u0000"), generic(3)]
     summary = importing.import_pool(path=write(tmp_path, lines), report_path=report_path)
     statuses = [(e["status"], (e["error"] or "")[:26]) for e in read_report(report_path)]
     assert statuses == [("created", ""), ("error", "rejected by the database: "), ("created", "")]
     assert summary.created == 2 and Solution.objects.count() == 2
+
+
+# --- import jobs: one lifecycle ----------------------------------------------------------
+
+
+def import_job(tmp_path: Path, lines: list, **fields) -> ImportJob:
+    path = write(tmp_path, lines)
+    return ImportJob.objects.create(path=str(path), report_path=str(tmp_path / "report.jsonl"), **fields)
+
+
+@pytest.mark.parametrize(("atomic", "state"), [(False, JobState.SUCCEEDED), (True, JobState.FAILED)])
+def test_a_redelivered_task_for_a_finished_import_does_nothing(tmp_path, atomic, state):
+    job = import_job(tmp_path, [generic(1), generic(2), "nope"], atomic=atomic)
+    import_pool_task(job.pk)
+    job.refresh_from_db()
+    assert job.state == state
+    before = ImportJob.objects.values().get(pk=job.pk), Solution.objects.count(), Path(job.report_path).read_bytes()
+    with open(job.path, "a") as handle:  # what a second run would import
+        handle.write(json.dumps(generic(3)) + "\n")
+    import_pool_task(job.pk)
+    after = ImportJob.objects.values().get(pk=job.pk), Solution.objects.count(), Path(job.report_path).read_bytes()
+    assert after == before
+
+
+def test_an_import_left_running_by_a_dead_attempt_is_resumed(tmp_path):
+    job = import_job(tmp_path, [generic(1), generic(2), generic(3)])
+    # What the dead attempt got done before it died: two lines written, the job running.
+    importing.import_pool(path=write(tmp_path, [generic(1), generic(2)], "first-two.jsonl"))
+    ImportJob.objects.filter(pk=job.pk).update(state=JobState.RUNNING, done=2, total=3, created=2)
+    assert import_pool_task(job.pk) == 1
+    job.refresh_from_db()
+    assert (job.state, job.done, job.total, job.created, job.duplicates, job.errors) == (
+        JobState.SUCCEEDED, 3, 3, 1, 2, 0)
+    assert job.finished_at is not None and Solution.objects.count() == 3
+
+
+@pytest.mark.parametrize("broken", ["the file", "the report folder"])
+def test_an_exception_anywhere_in_the_import_ends_the_job_failed_with_its_message(tmp_path, broken):
+    job = import_job(tmp_path, [generic(1)])
+    if broken == "the file":
+        Path(job.path).unlink()
+        expected = FileNotFoundError
+    else:
+        (tmp_path / "taken").write_text("a file where the report's folder should be")
+        ImportJob.objects.filter(pk=job.pk).update(report_path=str(tmp_path / "taken" / "report.jsonl"))
+        expected = (FileExistsError, NotADirectoryError)
+    with pytest.raises(expected):
+        import_pool_task(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.finished_at is not None
+    assert job.error.split(":")[0] in ("FileNotFoundError", "FileExistsError", "NotADirectoryError")
+    assert str(tmp_path) in job.error
+    # Failed is final: a redelivery leaves it alone, even once the cause is gone.
+    write(tmp_path, [generic(1)])
+    ImportJob.objects.filter(pk=job.pk).update(report_path=str(tmp_path / "report.jsonl"))
+    import_pool_task(job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and not Solution.objects.exists()

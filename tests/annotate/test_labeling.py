@@ -63,7 +63,7 @@ def test_stop_at_first_error_submits_as_found_error_and_drops_later_steps(task):
         labeling.rate(annotation=task, index=2, rating=1)
     assert labeling.submit(annotation=task) == "found_error"
     labels = list(StepLabel.objects.filter(annotation=task).order_by("index"))
-    assert [(l.index, l.chosen_completion) for l in labels] == [(0, 0), (1, None)]
+    assert [(label.index, label.chosen_completion) for label in labels] == [(0, 0), (1, None)]
     assert task.status == Annotation.Status.SUBMITTED
 
 
@@ -174,6 +174,7 @@ def test_parse_times_names_the_bad_field():
 
 
 def test_a_task_whose_lease_went_to_someone_else_cannot_be_changed(task, django_user_model):
-    QueueItem.objects.filter(pk=task.queue_item_id).update(status="leased", leased_to=django_user_model.objects.create(username="other"))
+    other = django_user_model.objects.create(username="other")
+    QueueItem.objects.filter(pk=task.queue_item_id).update(status="leased", leased_to=other)
     with pytest.raises(queueing.LeaseLost):
         labeling.rate(annotation=task, index=0, rating=1)

@@ -8,11 +8,6 @@ from tests.factories import SolutionFactory, user_with_role
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 
-def test_first_error_index():
-    assert quality.first_error_index([1, 0, -1, -1]) == 2
-    assert quality.first_error_index([1, None, 0]) is None
-
-
 def test_cohens_kappa_matches_a_hand_computed_value():
     # 10 pairs, 7 agreeing; marginals a: 5x1, 3x0, 2x-1; b: 4x1, 4x0, 2x-1.
     pairs = [(1, 1)] * 4 + [(1, 0)] + [(0, 0)] * 2 + [(0, -1)] + [(-1, -1), (-1, 0)]

@@ -1,5 +1,6 @@
 """The leased queue: who gets what next, leases that lapse, overlap, gold and screening."""
 import datetime as dt
+import io
 
 import pytest
 from django.utils import timezone
@@ -199,3 +200,51 @@ def test_screening_solutions_are_not_queued_as_ordinary_work():
     screening_set([[1]])
     assert queueing.ensure_default_queue() == 0
     assert Solution.objects.count() == 1
+
+
+def test_the_default_queue_holds_the_queue_size_cap_across_restarts(settings):
+    settings.STEPWISE_QUEUE_SIZE = 5
+    configure(overlap_k=2)
+    SolutionFactory.create_batch(8)
+    assert queueing.ensure_default_queue() == 10  # five solutions, two slots each
+    # Restarting the app (seed_demo, start-up) calls it again: the cap still holds.
+    assert queueing.ensure_default_queue() == 0
+    open_solutions = QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).values("solution_id").distinct()
+    assert open_solutions.count() == 5
+
+
+def test_generation_numbers_come_from_start_generation_only():
+    first = queueing.start_generation(model_version_name="v1", note="first")
+    second = queueing.start_generation(model_version_name="v2")
+    assert (first.number, second.number) == (0, 1)
+    assert Generation.objects.current_number() == 1
+    # Items of a generation nobody recorded (older databases) still push the number up.
+    QueueItem.objects.create(solution=SolutionFactory(), generation=7)
+    assert queueing.start_generation().number == 8
+
+
+def test_enqueue_makes_k_slots_per_pick_and_retires_older_waiting_items():
+    configure(overlap_k=2)
+    old, new = SolutionFactory(), SolutionFactory()
+    first = queueing.start_generation()
+    queueing.enqueue(generation=first, picks=[(old.pk, 1.0, "random", None)])
+    second = queueing.start_generation(model_version_name="v2")
+    created = queueing.enqueue(generation=second, picks=[(new.pk, 2.0, "convincing", 0.8)], model_version_name="v2")
+    assert created == 2
+    assert set(QueueItem.objects.filter(solution=old).values_list("status", flat=True)) == {"retired"}
+    slots = QueueItem.objects.filter(solution=new, generation=second.number)
+    assert sorted(slots.values_list("slot", flat=True)) == [0, 1]
+    assert {(i.priority, i.reason, i.score_at_selection, i.model_version_name) for i in slots} == {
+        (2.0, "convincing", 0.8, "v2")
+    }
+
+
+def test_running_seed_demo_again_does_not_queue_past_the_cap(settings):
+    from django.core.management import call_command
+
+    settings.STEPWISE_QUEUE_SIZE = 5
+    call_command("seed_demo", problems=8, stdout=io.StringIO())
+    assert Solution.objects.count() > 5
+    call_command("seed_demo", problems=8, stdout=io.StringIO())
+    assert QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).count() == 5
+    assert list(Generation.objects.values_list("number", flat=True)) == [0]

@@ -81,7 +81,8 @@ def test_coming_back_resumes_the_same_task(annotator, task):
 
 def test_rating_with_htmx_answers_with_the_task_partial(annotator, task):
     client = client_for(annotator)
-    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1, "total_ms": 900, "step_ms": "0:800"}, **HTMX)
+    data = {"index": 0, "rating": 1, "total_ms": 900, "step_ms": "0:800"}
+    response = client.post(reverse("label-rate", args=[task.pk]), data, **HTMX)
     body = response.content.decode()
     assert response.status_code == 200
     assert body.lstrip().startswith('<section id="task"') and "<html" not in body
@@ -125,7 +126,10 @@ def test_a_repeated_post_changes_nothing_and_a_post_after_submit_gets_409(annota
         assert client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX).status_code == 200
     assert [s.rating for s in labeling.task_view(task).steps] == [-1, None, None]
     assert client.post(reverse("label-submit", args=[task.pk]), **HTMX).status_code == 200
-    for name, data in [("label-rate", {"index": 0, "rating": 1}), ("label-submit", {}), ("label-flag", {"index": 0, "flagged": "1"})]:
+    actions = [
+        ("label-rate", {"index": 0, "rating": 1}), ("label-submit", {}), ("label-flag", {"index": 0, "flagged": "1"}),
+    ]
+    for name, data in actions:
         assert client.post(reverse(name, args=[task.pk]), data, **HTMX).status_code == 409
         assert client.post(reverse(name, args=[task.pk]), data).status_code == 409
     assert [s.rating for s in labeling.task_view(task).steps] == [-1]
@@ -141,7 +145,8 @@ def test_bad_input_gets_400_naming_the_field(annotator, task):
 
 def test_give_up_needs_a_reason_and_then_submits(annotator, task):
     client = client_for(annotator)
-    client.post(reverse("label-submit", args=[task.pk]), {"finish_reason": "give_up", "note": "too long", "then": "home"})
+    data = {"finish_reason": "give_up", "note": "too long", "then": "home"}
+    client.post(reverse("label-submit", args=[task.pk]), data)
     task.refresh_from_db()
     assert (task.status, task.finish_reason, task.finish_note) == ("submitted", "give_up", "too long")
 
@@ -149,7 +154,8 @@ def test_give_up_needs_a_reason_and_then_submits(annotator, task):
 def test_heartbeat_keeps_the_lease_and_records_time(annotator, task):
     client = client_for(annotator)
     before = QueueItem.objects.get(pk=task.queue_item_id).lease_expires_at
-    assert client.post(reverse("label-heartbeat", args=[task.pk]), {"total_ms": 5000, "step_ms": "0:5000"}).status_code == 204
+    response = client.post(reverse("label-heartbeat", args=[task.pk]), {"total_ms": 5000, "step_ms": "0:5000"})
+    assert response.status_code == 204
     assert QueueItem.objects.get(pk=task.queue_item_id).lease_expires_at >= before
     task.refresh_from_db()
     assert task.total_time_ms == 5000
@@ -181,7 +187,8 @@ def test_htmx_posts_without_the_csrf_token_are_refused(annotator, task):
     assert labeling.task_view(task).steps[0].rating is None
     page = client.get(reverse("label-task", args=[task.pk]))
     token = page.cookies["csrftoken"].value
-    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1}, HTTP_X_CSRFTOKEN=token, **HTMX)
+    data = {"index": 0, "rating": 1}
+    response = client.post(reverse("label-rate", args=[task.pk]), data, HTTP_X_CSRFTOKEN=token, **HTMX)
     assert response.status_code == 200
     assert 'hx-headers=\'{"X-CSRFToken": "' in page.content.decode()
 
@@ -232,7 +239,14 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     listed = client.get(reverse("review-list"), {"annotator": annotator.pk, "disagreement": "1"}).content.decode()
     assert reverse("review-detail", args=[mine.pk]) in listed
     detail = client.get(reverse("review-detail", args=[mine.pk])).content.decode()
-    assert "prm-v1" in detail and "0.125" in detail
+    scores_url = reverse("scoring:review-scores", args=[mine.solution_id])
+    assert f'hx-get="{scores_url}"' in detail and 'hx-trigger="load"' in detail
+    assert "prm-v1" not in detail  # The labeling page itself reads no scores.
+    partial = client.get(scores_url, **HTMX).content.decode()
+    assert "<html" not in partial and "prm-v1" in partial and "0.125" in partial and "1.125" in partial
+    assert "0.100" in partial  # The solution's min score.
+    assert "prm-v1" in client.get(scores_url).content.decode()  # Without htmx, a page of its own.
+    assert client_for(annotator).get(scores_url).status_code == 403
     client.post(reverse("review-override", args=[mine.pk]), {"index": 1, "rating": -1, "note": "step 2 is wrong"})
     override = RatingOverride.objects.get()
     assert (override.previous_rating, override.new_rating, override.reviewer) == (1, -1, reviewer)
@@ -241,6 +255,27 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     # Now both agree, so the disagreement filter drops it.
     listed = client.get(reverse("review-list"), {"disagreement": "1"}).content.decode()
     assert reverse("review-detail", args=[mine.pk]) not in listed
+
+
+def test_the_review_scores_partial_says_when_the_current_model_has_not_scored_the_solution(reviewer, pool):
+    from scoring.models import ModelVersion
+
+    client = client_for(reviewer)
+    url = reverse("scoring:review-scores", args=[pool[0].pk])
+    assert "there is no current model" in client.get(url, **HTMX).content.decode()
+    ModelVersion.objects.create(name="prm-v2", path="x", weights_sha256="0" * 64, is_current=True)
+    assert "prm-v2) has not scored this solution" in client.get(url, **HTMX).content.decode()
+
+
+def test_annotate_reads_no_scoring_model():
+    # The one-way rule covers tables too: annotate neither imports scoring nor looks its models up.
+    from pathlib import Path
+
+    import annotate
+
+    for path in Path(annotate.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        assert "get_model(\"scoring\"" not in text and "from scoring" not in text and "import scoring" not in text, path
 
 
 def test_admin_makes_a_solution_gold_from_a_label(admin_user, annotator, task):

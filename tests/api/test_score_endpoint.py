@@ -1,13 +1,34 @@
-"""POST /api/score: per-step probabilities from the current or a named model, bounded batches."""
+"""POST /api/score: per-step probabilities from the current or a named model, bounded batches.
+
+The scores are computed by a real ml worker process (one for the module: a worker per
+test would spend most of the run starting up); requests refused before scoring need none.
+"""
 import pytest
 from rest_framework.test import APIClient
 
 from scoring import registry, scoring
 from scoring.api.serializers import MAX_ITEMS
 from scoring.tiny import build_tiny_prm
+from tests.conftest import WorkerProcess
 
 PROBLEM = "What is 12 + 7?"
 STEPS = ["First add the ones: 2 + 7 = 9.", "Then the tens: 10. So 12 + 7 = 19.", "# Answer\n\n19"]
+
+
+@pytest.fixture(scope="module")
+def ml_worker(django_db_setup, django_db_blocker, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STEPWISE_SCORING_DTYPE", "float32")
+        worker = WorkerProcess(tmp_path_factory.mktemp("worker") / "worker.log")
+        worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def scoring_worker(ml_worker, transactional_db):
+    """The worker, with the test's rows committed so that it can read them."""
+    return ml_worker
 
 
 @pytest.fixture
@@ -32,7 +53,7 @@ def client(reviewer):
     return api
 
 
-def test_one_solution_gets_p_mean_and_sigma_per_step_from_the_current_model(client, tiny_models):
+def test_one_solution_gets_p_mean_and_sigma_per_step_from_the_current_model(scoring_worker, client, tiny_models):
     beta, _ = tiny_models
     response = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json")
     assert response.status_code == 200, response.content
@@ -44,7 +65,7 @@ def test_one_solution_gets_p_mean_and_sigma_per_step_from_the_current_model(clie
         assert 0.0 <= step["p"] <= 1.0 and step["sigma"] is not None and step["sigma"] > 0
 
 
-def test_a_batch_is_scored_in_order_by_the_named_model(client, tiny_models):
+def test_a_batch_is_scored_in_order_by_the_named_model(scoring_worker, client, tiny_models):
     _, point = tiny_models
     items = [{"problem": PROBLEM, "steps": STEPS[:n]} for n in (1, 3, 2)]
     body = client.post("/api/score", {"items": items, "model": "tiny-point"}, format="json").json()
@@ -99,3 +120,12 @@ def test_annotators_may_not_score(annotator, tiny_models):
     api = APIClient()
     api.force_login(annotator)
     assert api.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json").status_code == 403
+
+
+def test_a_model_whose_files_changed_answers_503_from_the_worker(scoring_worker, client, tiny_models):
+    from scoring.prm import StepHead
+
+    beta, _ = tiny_models
+    StepHead(32, "beta").save(beta.path)
+    response = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json")
+    assert response.status_code == 503 and "changed" in response.json()["detail"]

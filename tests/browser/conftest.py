@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import ci
+
 # Playwright's sync API runs an event loop in this thread; Django's ORM would refuse.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
-CHROMIUM = os.environ.get("STEPWISE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
@@ -19,10 +20,10 @@ ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"
 @pytest.fixture(scope="session")
 def browser():
     playwright_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    if not Path(ci.CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {ci.CHROMIUM} (apt-get install -y chromium); under CI=true this fails")
     with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=ci.CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
 
@@ -37,6 +38,7 @@ def new_page(browser, transactional_db):
     contexts = []
 
     def make():
+        ci.uses("browser")
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         context.set_default_timeout(15_000)
         contexts.append(context)

@@ -19,8 +19,9 @@ def pool(transactional_db):
                   "equivalent to $2/5$, what is the numerator? <script>window.pwned = 1</script>",
         ground_truth_answer="14",
     )
-    steps = ["Let's call the numerator $x$.", "So the denominator is $3x-7$.", "We know that $\\frac{x}{3x-7} = \\frac{2}{5}$.",
-             "So $5x = 2(3x-7)$, that is $5x = 6x - 14$.", "So $x = 7$.", "# Answer\n\n7"]
+    steps = ["Let's call the numerator $x$.", "So the denominator is $3x-7$.",
+             "We know that $\\frac{x}{3x-7} = \\frac{2}{5}$.", "So $5x = 2(3x-7)$, that is $5x = 6x - 14$.",
+             "So $x = 7$.", "# Answer\n\n7"]
     solutions = [SolutionFactory(problem=problem, steps=steps)]
     solutions += [SolutionFactory(steps=[f"Other solution {i}, step one.", "Step two."]) for i in range(3)]
     queueing.ensure_default_queue()

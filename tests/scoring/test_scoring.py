@@ -115,8 +115,6 @@ def test_a_model_whose_files_changed_is_refused(tiny_version):
     StepHead(32, "beta").save(tiny_version.path)
     with pytest.raises(registry.ModelIntegrityError, match="changed"):
         registry.load(tiny_version)
-    with pytest.raises(registry.ModelIntegrityError):
-        scoring.start_rescore(model_version=tiny_version)
 
 
 def test_score_texts_rejects_empty_steps_naming_the_item(tiny_version):
@@ -150,3 +148,40 @@ def test_only_jobs_idle_long_enough_count_as_stalled(tiny_version, pool):
     assert scoring.stalled_jobs(idle_seconds=600) == []  # a chunk finished just now
     RescoreChunk.objects.filter(pk=first.pk).update(finished_at=timezone.now() - timedelta(minutes=20))
     assert scoring.stalled_jobs(idle_seconds=600) == [job]
+
+
+def test_a_failing_queue_rebuild_ends_the_job_failed_with_its_message(tiny_version, pool, monkeypatch):
+    from scoring import selection
+
+    def broken_rebuild(**kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(selection, "rebuild_queue", broken_rebuild)
+    job = RescoreJob.objects.create(model_version=tiny_version)
+    (chunk,) = scoring.plan_chunks(job=job, chunk_size=10)
+    with pytest.raises(RuntimeError):
+        scoring.run_chunk(chunk_id=chunk.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "disk full" in job.error and job.finished_at is not None
+
+
+def test_a_job_that_cannot_load_its_model_ends_failed_with_the_reason(tiny_version, pool):
+    from scoring.prm import StepHead
+
+    registry.forget_loaded()
+    StepHead(32, "beta").save(tiny_version.path)  # the files no longer match the registered hash
+    job = scoring.start_rescore(model_version=tiny_version)  # the web side only records the job
+    (chunk, *_) = scoring.plan_chunks(job=job, chunk_size=4)
+    with pytest.raises(registry.ModelIntegrityError):
+        scoring.run_chunk(chunk_id=chunk.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "changed" in job.error
+
+
+def test_a_finished_job_is_not_planned_again_on_redelivery(tiny_version, pool):
+    job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
+    for chunk in scoring.plan_chunks(job=job, chunk_size=4):
+        scoring.run_chunk(chunk_id=chunk.pk)
+    assert RescoreJob.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+    assert scoring.plan_chunks(job=RescoreJob.objects.get(pk=job.pk)) == []
+    assert RescoreChunk.objects.filter(job=job).count() == 2

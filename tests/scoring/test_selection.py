@@ -139,3 +139,33 @@ def test_shares_apply_to_what_the_cap_per_problem_lets_through(version):
     counts = Counter(item.reason for item in served_order(generation))
     assert sum(counts.values()) == 20
     assert counts["convincing_wrong"] == 8
+
+
+def test_with_overlap_two_different_annotators_label_each_selected_solution_after_a_rescore(version, fixture_pool):
+    from annotate import labeling, queueing
+    from annotate.models import LabelingConfig
+    from tests.factories import user_with_role
+
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"overlap_k": 2})
+    generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=3, seed=10))
+    selected = set(QueueItem.objects.filter(generation=generation.number).values_list("solution_id", flat=True))
+    assert len(selected) == 3
+    labelers: dict[int, set[str]] = {}
+    for n in range(4):
+        annotator = user_with_role(f"labeler{n}", "annotator")
+        while (task := queueing.claim_next(annotator=annotator)) is not None:
+            for index in range(task.solution.steps.count()):
+                labeling.rate(annotation=task, index=index, rating=1)
+            labeling.submit(annotation=task)
+            labelers.setdefault(task.solution_id, set()).add(task.labeler)
+    assert {solution: len(names) for solution, names in labelers.items()} == {s: 2 for s in selected}
+
+
+def test_a_rebuilt_queue_is_not_topped_up_past_its_size_by_a_restart(version, fixture_pool, settings):
+    from annotate import queueing
+
+    settings.STEPWISE_QUEUE_SIZE = 10
+    generation = selection.rebuild_queue(model_version=version)
+    assert QueueItem.objects.filter(generation=generation.number).count() == 10
+    queueing.ensure_default_queue()  # what seed_demo and start-up call
+    assert QueueItem.objects.filter(generation=generation.number, status="available").count() == 10

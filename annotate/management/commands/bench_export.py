@@ -102,7 +102,7 @@ class Command(BaseCommand):
         """The straightforward way, for comparison: instances, prefetch_related, iterator()."""
         from annotate import prm800k
 
-        qs = exporting.submitted_annotations(options=options).select_related("solution__problem", "queue_item")
+        qs = exporting.selected_annotations(options=options).select_related("solution__problem", "queue_item")
         qs = qs.prefetch_related("solution__steps", "step_labels__completions")
         lines = 0
         with path.open("w", encoding="utf-8") as out:

@@ -2,6 +2,7 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotate import exporting
+from annotate.models import FinishReason
 
 
 class Command(BaseCommand):
@@ -14,7 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--since", help="Only labels made on or after this date / ISO datetime")
         parser.add_argument("--include-qc", action="store_true", help="Include quality-control questions")
         parser.add_argument(
-            "--finish-reason", action="append", default=[], choices=sorted(exporting.FinishReason.values),
+            "--finish-reason", action="append", default=[], choices=sorted(FinishReason.values),
             help="Repeatable",
         )
         parser.add_argument(

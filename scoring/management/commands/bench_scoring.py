@@ -4,9 +4,10 @@ On one pool of 8-step solutions, in one run, it measures tokens per second of
   bare        the model forward alone on the batches scoring builds,
   e2e         rescoring: database read -> tokenize -> forward -> database write,
   per_prefix  the slow loop of one forward per step prefix,
-(tokens = the tokens of the scored solutions, the same count for all three), and the time to
-rescore a pool of --pool-size solutions with the tiny test model. Everything it writes is
-rolled back at the end.
+(tokens = the tokens of the scored solutions, the same count for all three), the time to
+rescore a pool of --pool-size solutions with the tiny test model, and the latency (p50/p95)
+of POST /api/score with 1 and 16 items, computed by the running ml worker as in production
+(start one first: `celery -A config worker -Q ml`). Everything it writes is removed at the end.
 """
 import json
 import random
@@ -68,6 +69,8 @@ class Command(BaseCommand):
         parser.add_argument("--solutions", type=int, default=0, help="pool size for the three rates (default by model)")
         parser.add_argument("--pool-size", type=int, default=10000, help="solutions for the tiny-model rescore timing (0: skip)")
         parser.add_argument("--rounds", type=int, default=3, help="alternating bare/e2e measurements (best of)")
+        parser.add_argument("--api-requests", type=int, default=20,
+                            help="POST /api/score calls per batch size, through the ml worker (0: skip)")
 
     def handle(self, *args, **options):
         results: dict = {}
@@ -81,6 +84,8 @@ class Command(BaseCommand):
             pass
         finally:
             registry.forget_loaded()
+        if options["api_requests"]:
+            results.update(self.api_latency(options))
         if options["json"]:
             self.stdout.write(json.dumps(results, indent=2))
         else:
@@ -146,6 +151,42 @@ class Command(BaseCommand):
             seconds = self.timed(lambda: [scoring.score_solutions(model_version=version, solution_ids=c, prm=model)
                                           for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)])
         return {"tiny_pool_solutions": size, "tiny_pool_rescore_s": round(seconds, 2)}
+
+    def api_latency(self, options) -> dict:
+        """p50/p95 of POST /api/score through the worker: the rows it reads are committed
+        (the worker is another process), then deleted."""
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        from annotate.roles import REVIEWER, grant_role
+
+        with tempfile.TemporaryDirectory() as workdir:
+            owned = options["model"] == "tiny"
+            version = self.tiny_version(Path(workdir), "bench-api") if owned else self.version(options["model"], Path(workdir))
+            user = get_user_model().objects.create(username=f"bench-api-{time.time_ns()}")
+            grant_role(user, REVIEWER)
+            client = Client(SERVER_NAME="localhost")
+            client.force_login(user)
+            try:
+                return self.api_rounds(client, version.name, options["api_requests"])
+            finally:
+                user.delete()
+                if owned:
+                    version.delete()
+
+    def api_rounds(self, client, model: str, requests: int) -> dict:
+        problem, steps = "What is 12 + 7?", ["Add the ones: 2 + 7 = 9.", "Then the tens: 12 + 7 = 19.", "# Answer\n\n19"]
+        results: dict = {}
+        for size in (1, 16):
+            body = {"model": model, "items": [{"problem": problem, "steps": steps}] * size}
+            post = lambda: client.post("/api/score", body, content_type="application/json")  # noqa: E731
+            warm = post()  # the worker loads the model on its first request
+            if warm.status_code != 200:
+                return {"api_error": f"{warm.status_code}: {warm.json().get('detail', warm.content[:200])}"}
+            times = sorted(self.timed(post) for _ in range(requests))
+            results[f"api_{size}_items_p50_ms"] = round(1000 * times[len(times) // 2], 1)
+            results[f"api_{size}_items_p95_ms"] = round(1000 * times[min(len(times) - 1, int(0.95 * len(times)))], 1)
+        return results
 
     @staticmethod
     def timed(run) -> float:

@@ -25,10 +25,7 @@ class Command(BaseCommand):
             self.stdout.write("Re-dispatching missing chunks of unfinished rescore jobs.")
             return
         version = self.version(model)
-        try:
-            job = scoring.start_rescore(model_version=version, rebuild_queue=not no_queue)
-        except registry.ModelIntegrityError as error:
-            raise CommandError(str(error)) from None
+        job = scoring.start_rescore(model_version=version, rebuild_queue=not no_queue)
         self.stdout.write(f"Rescore job {job.pk} queued for model {version.name}.")
         if wait:
             self.wait(job)

@@ -1,0 +1,98 @@
+"""Export files and jobs: written atomically, run by a worker through the shared job lifecycle.
+
+A file is written to a hidden temporary file next to the destination and renamed into place
+only once complete: a reader (or the download link) never sees a truncated export.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from annotate.models import ExportJob, JobState
+
+from .formats import check_format, count_rows, iter_jsonl
+from .options import CHUNK_SIZE, ExportOptions
+
+
+def write_export(
+    *,
+    path: Path | str,
+    format: str,
+    options: ExportOptions,
+    on_progress: Callable[[int], None] | None = None,
+    progress_every: int = CHUNK_SIZE,
+) -> int:
+    """Write an export to `path` atomically; return the number of lines written."""
+    path = Path(path)
+    check_format(format)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder as the destination, so the final rename never crosses file systems.
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    lines = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
+            for line in iter_jsonl(format=format, options=options):
+                out.write(line)
+                lines += 1
+                if on_progress and lines % progress_every == 0:
+                    on_progress(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    if on_progress:
+        on_progress(lines)
+    return lines
+
+
+def export_path(job: ExportJob) -> Path:
+    return Path(settings.EXPORTS_DIR) / f"export-{job.pk}-{job.format}.jsonl"
+
+
+def download_name(job: ExportJob) -> str:
+    stamp = (job.finished_at or job.created_at or timezone.now()).strftime("%Y%m%d-%H%M%S")
+    return f"stepwise-{job.format}-{stamp}.jsonl"
+
+
+def create_export_job(*, format: str, options: ExportOptions, user=None) -> ExportJob:
+    """An ExportJob row, queued for a worker once the transaction commits."""
+    from annotate.tasks import export_task
+
+    job = ExportJob.objects.create(format=check_format(format), options=options.to_dict(), created_by=user)
+    export_task.delay_on_commit(job.pk)
+    return job
+
+
+def run_export_job(*, job_id: int) -> ExportJob:
+    """Run one ExportJob: count, write with progress in the row, end it succeeded or failed.
+
+    A finished job, failed or succeeded, is left alone on redelivery; a job an attempt left
+    running is run again, rewriting its own file whole.
+    """
+    job = ExportJob.objects.get(pk=job_id)
+    if not job.start(done=0):
+        return job
+    with job.failure_recorded():
+        options = ExportOptions.from_dict(job.options)
+        total = count_rows(format=job.format, options=options)
+        job.record_progress(total=total)
+        path = export_path(job)
+        lines = write_export(path=path, format=job.format, options=options,
+                             on_progress=lambda done: job.record_progress(done=done))
+        job.succeed(path=str(path), lines=lines, done=lines, total=max(total, lines))
+    return job
+
+
+def finished_file(job: ExportJob) -> Path | None:
+    """The job's file, only when the job succeeded and the file is really there."""
+    if job.state != JobState.SUCCEEDED or not job.path:
+        return None
+    path = Path(job.path)
+    return path if path.is_file() else None

@@ -1,0 +1,86 @@
+"""Which annotations an export takes: its options, checked up front, and the filtered queryset."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, time
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from annotate.models import Annotation, FinishReason
+
+CHUNK_SIZE = 2000
+
+
+class ExportError(ValueError):
+    """Bad export options, with a message naming the option."""
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Which annotations go out, and how neutral (0) ratings count."""
+
+    generations: tuple[int, ...] = ()
+    since: datetime | None = None
+    include_qc: bool = False
+    finish_reasons: tuple[str, ...] = ()
+    # PRM800K's 0 means "reasonable but not progress"; most PRM trainers count it as good.
+    neutral_is_good: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ExportOptions:
+        """Options from a dict (an ExportJob row, an API body, a form); other keys are ignored."""
+        try:
+            generations = tuple(int(g) for g in data.get("generations") or ())
+        except (TypeError, ValueError):
+            raise ExportError(f"generations: {data.get('generations')!r} is not a list of integers") from None
+        reasons = tuple(data.get("finish_reasons") or ())
+        unknown = sorted(set(reasons) - set(FinishReason.values))
+        if unknown:
+            raise ExportError(
+                f"finish_reasons: unknown {', '.join(map(str, unknown))}; expected {', '.join(FinishReason.values)}"
+            )
+        since = data.get("since")
+        return cls(
+            generations=generations,
+            since=parse_since(since) if isinstance(since, str) and since else since or None,
+            include_qc=bool(data.get("include_qc", False)),
+            finish_reasons=reasons,
+            neutral_is_good=bool(data.get("neutral_is_good", True)),
+        )
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["generations"] = list(self.generations)
+        data["finish_reasons"] = list(self.finish_reasons)
+        data["since"] = self.since.isoformat() if self.since else None
+        return data
+
+
+def parse_since(value: str) -> datetime:
+    """A date or ISO datetime; naive values are read in the project's time zone."""
+    parsed = parse_datetime(value)
+    if parsed is None:
+        day = parse_date(value)
+        if day is None:
+            raise ExportError(f"since: {value!r} is not a date (YYYY-MM-DD) or ISO datetime")
+        parsed = datetime.combine(day, time.min)
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed)
+    return parsed
+
+
+def selected_annotations(*, options: ExportOptions) -> QuerySet[Annotation]:
+    """Submitted annotations passing the filters, in a stable order (id)."""
+    qs = Annotation.objects.submitted()
+    if options.generations:
+        qs = qs.filter(generation__in=options.generations)
+    if options.since:
+        # Imported lines carry PRM800K's own timestamp; local ones may only have created_at.
+        qs = qs.filter(Q(timestamp__gte=options.since) | Q(timestamp__isnull=True, created_at__gte=options.since))
+    if not options.include_qc:
+        qs = qs.filter(is_quality_control=False)
+    if options.finish_reasons:
+        qs = qs.filter(finish_reason__in=options.finish_reasons)
+    return qs.order_by("id")

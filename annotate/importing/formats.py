@@ -1,0 +1,180 @@
+"""Parsing one decoded line of each input format into a Record, the pool's terms.
+
+Formats (``auto`` picks one per file from its first valid line, see ``detect_format``):
+
+- ``prm800k``: openai/prm800k lines with their labels (see ``annotate.prm800k``);
+- ``gsm8k``: ``{"question", "answer"}``, the answer's last line ``#### N``; the reference
+  solution becomes the problem's ground truth and a known-correct solution;
+- ``math``: ``{"problem"|"question", "solution"|"answer"}`` with ``\\boxed{}`` or
+  ``The answer is: ...``; also stored as a reference solution;
+- ``generic``: one solution per line, ``{"problem", "ground_truth_answer",
+  "ground_truth_solution"?, "steps": [...] | "solution": "text", "answer"?, "source"?,
+  "generator"?, "meta"?}``.
+
+Every error is a ``LineError`` naming the field, so the report can say what to fix.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from annotate import prm800k
+from annotate.answers import SplitMode, extract_answer, split_steps
+from annotate.models import Problem, Solution
+from annotate.prm800k import LineError
+
+FORMATS = ("auto", "prm800k", "gsm8k", "math", "generic")
+
+Parser = Callable[[Any, int], "Record"]
+
+
+@dataclass
+class Record:
+    """One parsed line, in the pool's terms, ready to be written."""
+
+    line_no: int
+    statement: str
+    ground_truth_answer: str | None
+    ground_truth_solution: str | None
+    steps: list[str]
+    final_answer: str | None
+    is_reference: bool = False
+    source: str = ""
+    split: str = ""
+    generator: str = ""
+    meta: dict = field(default_factory=dict)
+    pre_generated_answer: str | None = None
+    pre_generated_verifier_score: float | None = None
+    labels: prm800k.ParsedLine | None = None
+    is_correct: bool | None = None
+
+    @cached_property
+    def problem_hash(self) -> str:
+        return Problem.hash_for(self.statement, self.ground_truth_answer)
+
+    @cached_property
+    def solution_hash(self) -> str:
+        return Solution.hash_for(self.problem_hash, self.steps)
+
+
+def check_format(format: str) -> None:
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+
+
+def detect_format(obj: dict) -> str | None:
+    if isinstance(obj.get("question"), dict) and "label" in obj:
+        return "prm800k"
+    if "ground_truth_answer" in obj and ("steps" in obj or "solution" in obj):
+        return "generic"
+    if "question" in obj and isinstance(obj.get("answer"), str) and "####" in obj["answer"]:
+        return "gsm8k"
+    if ("problem" in obj or "question" in obj) and ("solution" in obj or "answer" in obj):
+        return "math"
+    return None
+
+
+def parser_for(format: str, *, source: str | None, split: str, split_mode: SplitMode) -> Parser:
+    """The parse function of one file: its format, with the file's source and split applied."""
+
+    def parse(obj: Any, line_no: int) -> Record:
+        if not isinstance(obj, dict):
+            raise LineError("line", f"must be a JSON object, got {prm800k.type_name(obj)}")
+        if format == "auto":
+            raise LineError("line", "format not recognised (no line of the file matches prm800k, gsm8k, math "
+                                    "or generic)")
+        record = PARSERS[format](obj, line_no, split_mode=split_mode)
+        record.source = source or record.source or format
+        record.split = record.split or split
+        return record
+
+    return parse
+
+
+def _text(obj: dict, key: str, *, required: bool = True, max_length: int | None = None) -> str | None:
+    if key not in obj or obj[key] is None:
+        if required:
+            raise LineError(key, "is missing")
+        return None
+    return prm800k.require_str(obj[key], key, max_length=max_length, allow_empty=not required)
+
+
+def _one_of(obj: dict, keys: tuple[str, str]) -> str:
+    for key in keys:
+        if key in obj:
+            return key
+    raise LineError(keys[0], f"is missing (expected '{keys[0]}' or '{keys[1]}')")
+
+
+def parse_gsm8k(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
+    question = _text(obj, "question")
+    answer = _text(obj, "answer")
+    final = extract_answer(answer)
+    if "####" not in answer or final is None:
+        raise LineError("answer", "has no final line '#### N'")
+    return Record(
+        line_no=line_no, statement=question, ground_truth_answer=final, ground_truth_solution=answer,
+        steps=split_steps(answer, "lines" if split_mode == "auto" else split_mode), final_answer=final,
+        is_reference=True, generator="reference",
+    )
+
+
+def parse_math(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
+    statement = _text(obj, _one_of(obj, ("problem", "question")))
+    solution_key = _one_of(obj, ("solution", "answer"))
+    solution = _text(obj, solution_key)
+    final = extract_answer(solution)
+    # MATH as distributed has both: the worked solution and the short answer.
+    truth = _text(obj, "answer") if solution_key == "solution" and "answer" in obj else final
+    if truth is None:
+        raise LineError(solution_key, "has no final answer (no \\boxed{...} and no 'The answer is: ...')")
+    meta = {k: v for k, v in obj.items() if k not in ("problem", "question", "solution", "answer")}
+    return Record(
+        line_no=line_no, statement=statement, ground_truth_answer=truth, ground_truth_solution=solution,
+        steps=split_steps(solution, split_mode), final_answer=final, is_reference=True, generator="reference",
+        meta=meta,
+    )
+
+
+def parse_generic(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
+    statement = _text(obj, "problem")
+    truth = _text(obj, "ground_truth_answer")
+    if "steps" in obj:
+        steps = obj["steps"]
+        if not isinstance(steps, list) or not steps:
+            raise LineError("steps", f"must be a non-empty list of strings, got {prm800k.type_name(steps)}")
+        for i, step in enumerate(steps):
+            if not isinstance(step, str) or not step.strip():
+                raise LineError(f"steps[{i}]", f"must be a non-empty string, got {prm800k.type_name(step)}")
+    elif "solution" in obj:
+        steps = split_steps(_text(obj, "solution"), split_mode)
+    else:
+        raise LineError("steps", "is missing (expected 'steps' or 'solution')")
+    meta = obj.get("meta", {})
+    if not isinstance(meta, dict):
+        raise LineError("meta", f"must be an object, got {prm800k.type_name(meta)}")
+    answer = _text(obj, "answer", required=False)
+    return Record(
+        line_no=line_no, statement=statement, ground_truth_answer=truth,
+        ground_truth_solution=_text(obj, "ground_truth_solution", required=False),
+        steps=steps, final_answer=answer or extract_answer("\n\n".join(steps)),
+        source=_text(obj, "source", required=False, max_length=100) or "",
+        generator=_text(obj, "generator", required=False, max_length=100) or "",
+        meta=meta,
+    )
+
+
+def parse_prm800k(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
+    line = prm800k.parse_line(obj, line_no)
+    return Record(
+        line_no=line_no, statement=line.problem, ground_truth_answer=line.ground_truth_answer,
+        ground_truth_solution=line.ground_truth_solution, steps=line.solution_steps(),
+        final_answer=line.final_answer(), generator="prm800k",
+        pre_generated_answer=line.pre_generated_answer,
+        pre_generated_verifier_score=line.pre_generated_verifier_score, labels=line,
+    )
+
+
+PARSERS = {"gsm8k": parse_gsm8k, "math": parse_math, "generic": parse_generic, "prm800k": parse_prm800k}

@@ -1,0 +1,74 @@
+"""Imports as background jobs (the admin upload page and the API): the file, the row, the run.
+
+The job's state changes only through the shared lifecycle on ``Job`` (``start``,
+``record_progress``, ``succeed``, ``fail``). The rules that follow: a finished job, succeeded
+or failed, is never run again when its task is redelivered; a job left running by an
+attempt that died is resumed, which is safe because the import finds by content hash what
+the dead attempt wrote; an exception anywhere in the work ends the job failed with its message.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.conf import settings
+
+from annotate.models import ImportJob
+
+from .formats import check_format
+from .report import ImportSummary
+
+
+def save_upload(*, chunks: Iterable[bytes], original_name: str) -> Path:
+    """Store an uploaded file under UPLOADS_DIR/imports with a name nobody else has."""
+    folder = Path(settings.UPLOADS_DIR) / "imports"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(original_name).stem)[:60] or "upload"
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f"{stem}-", suffix=".jsonl")
+    with os.fdopen(fd, "wb") as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+    return Path(name)
+
+
+def create_import_job(
+    *, path: Path, original_name: str = "", format: str = "auto", source: str = "", atomic: bool = False, user=None
+) -> ImportJob:
+    """An ImportJob row for a saved file, queued for a worker once the transaction commits."""
+    from annotate.tasks import import_pool_task
+
+    check_format(format)
+    job = ImportJob.objects.create(
+        path=str(path), original_name=original_name[:300], format=format, source=source, atomic=atomic,
+        report_path=str(path.with_name(path.stem + "-report.jsonl")), created_by=user,
+    )
+    import_pool_task.delay_on_commit(job.pk)
+    return job
+
+
+def run_import_job(*, job_id: int) -> ImportJob:
+    """Run one ImportJob with its progress in the row; see the module docstring for redelivery."""
+    from . import import_pool  # the package's entry point, which imports this module
+
+    job = ImportJob.objects.get(pk=job_id)
+    if not job.start():
+        return job
+
+    def progress(done: int, total: int, summary: ImportSummary) -> None:
+        # Atomic imports run in one transaction: these updates show only at its end.
+        job.record_progress(done=done, total=total, created=summary.created, duplicates=summary.duplicates,
+                            errors=summary.errors)
+
+    with job.failure_recorded():
+        summary = import_pool(path=job.path, format=job.format, source=job.source or None, atomic=job.atomic,
+                              report_path=job.report_path, progress=progress)
+        counts = {"format": summary.format, "total": summary.lines, "done": summary.lines,
+                  "created": summary.created, "duplicates": summary.duplicates, "errors": summary.errors}
+        if summary.rolled_back:
+            job.fail(summary.describe(), **counts)
+        else:
+            job.succeed(error="", **counts)
+    job.refresh_from_db()  # the row as it ended, also when another attempt ended it first
+    return job

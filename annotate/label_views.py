@@ -1,0 +1,161 @@
+"""The labeling workspace. Thin: parse, call one `labeling`/`queueing` function, render.
+
+An annotator's task is looked up with `labeling.annotation_for(user=...)`, so nobody
+reaches another person's task by id. Labeling actions answer htmx with the task partial,
+plain POSTs with a redirect, a submitted task with 409, and input the task does not allow
+with 400 and the reason.
+"""
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
+
+from annotate import labeling, queueing
+from annotate.htmx import page_or_partial
+from annotate.models import Annotation
+from annotate.params import int_param, plain_text
+from annotate.roles import annotator_required
+
+
+@require_GET
+@annotator_required
+def label_start(request: HttpRequest) -> HttpResponse:
+    """The page between tasks: resume the open one or offer the next (claiming is a POST)."""
+    task = queueing.current_task(annotator=request.user)
+    if task is not None:
+        return redirect("label-task", pk=task.pk)
+    return render(request, "annotate/label_start.html", {"available": queueing.available_count()})
+
+
+@require_POST
+@annotator_required
+def label_next(request: HttpRequest) -> HttpResponse:
+    """Start labeling: the open task, else the next one from the queue."""
+    try:
+        task = queueing.claim_next(annotator=request.user)
+    except queueing.ScreeningFailed as error:
+        messages.error(request, f"No tasks: {error}.")
+        return redirect("home")
+    if task is None:
+        messages.info(request, "Nothing left to label right now. Thank you!")
+        return redirect("home")
+    return redirect("label-task", pk=task.pk)
+
+
+@require_GET
+@annotator_required
+@vary_on_headers("HX-Request")
+def label_task(request: HttpRequest, pk: int) -> HttpResponse:
+    annotation = _own(request, pk)
+    task = labeling.task_view(annotation)
+    template = page_or_partial(request, "annotate/label.html", "task")
+    return render(request, template, {"task": task, "annotation": annotation, "problem": annotation.solution.problem})
+
+
+@require_POST
+@annotator_required
+def label_rate(request: HttpRequest, pk: int) -> HttpResponse:
+    return _act(request, pk, lambda a, t: labeling.rate(
+        annotation=a, index=int_param(request.POST, "index"), rating=int_param(request.POST, "rating"), times=t
+    ))
+
+
+@require_POST
+@annotator_required
+def label_flag(request: HttpRequest, pk: int) -> HttpResponse:
+    return _act(request, pk, lambda a, t: labeling.flag(
+        annotation=a, index=int_param(request.POST, "index"), flagged=request.POST.get("flagged") == "1", times=t
+    ))
+
+
+@require_POST
+@annotator_required
+def label_undo(request: HttpRequest, pk: int) -> HttpResponse:
+    return _act(request, pk, lambda a, t: labeling.undo(annotation=a, index=int_param(request.POST, "index"), times=t))
+
+
+@require_POST
+@annotator_required
+def label_complete(request: HttpRequest, pk: int) -> HttpResponse:
+    return _act(request, pk, lambda a, t: labeling.write_completion(
+        annotation=a, index=int_param(request.POST, "index"), text=request.POST.get("text", ""), times=t
+    ))
+
+
+@require_POST
+@annotator_required
+def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
+    """Activity on the page: keep the lease and store active time."""
+    annotation = _own(request, pk)
+    try:
+        labeling.record_time(annotation=annotation, times=labeling.parse_times(request.POST) or labeling.ActiveTime())
+    except (labeling.AlreadySubmitted, queueing.LeaseLost) as error:
+        return plain_text(str(error), status=409)
+    except labeling.LabelingError as error:
+        return plain_text(str(error), status=400)
+    return HttpResponse(status=204)
+
+
+@require_POST
+@annotator_required
+def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Submit, then go straight on to the next task (or home, if asked)."""
+    annotation = _own(request, pk)
+    refusal = _perform(request, annotation, lambda a, t: labeling.submit(
+        annotation=a, finish_reason=request.POST.get("finish_reason", ""), note=request.POST.get("note", ""), times=t
+    ))
+    if refusal:
+        return refusal
+    target = reverse("home") if request.POST.get("then") == "home" else _next_task_url(request)
+    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+
+
+def _own(request: HttpRequest, pk: int) -> Annotation:
+    try:
+        return labeling.annotation_for(user=request.user, pk=pk)
+    except Annotation.DoesNotExist:
+        raise Http404("No such task of yours.") from None
+
+
+def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpResponse:
+    """Run one labeling action and answer with the task as it now stands."""
+    annotation = _own(request, pk)
+    if refusal := _perform(request, annotation, action):
+        return refusal
+    if request.htmx:
+        context = {"task": labeling.task_view(annotation), "annotation": annotation}
+        return render(request, "annotate/label.html#task", context)
+    return redirect("label-task", pk=pk)
+
+
+def _perform(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> HttpResponse | None:
+    """Run one labeling action; the refusal to answer with, or None when it was done."""
+    try:
+        action(annotation, labeling.parse_times(request.POST))
+    except (labeling.AlreadySubmitted, queueing.LeaseLost) as error:
+        return _refuse(request, annotation, 409, str(error))
+    except labeling.LabelingError as error:
+        return _refuse(request, annotation, 400, str(error))
+    return None
+
+
+def _refuse(request: HttpRequest, annotation: Annotation, status: int, message: str) -> HttpResponse:
+    # htmx shows the text; a plain POST after submit gets its 409 too.
+    if request.htmx or status == 409:
+        return plain_text(message, status=status)
+    messages.error(request, message)
+    return redirect("label-task", pk=annotation.pk)
+
+
+def _next_task_url(request: HttpRequest) -> str:
+    """Straight on to the next task; the page between tasks says why when there is none."""
+    try:
+        task = queueing.claim_next(annotator=request.user)
+    except queueing.ScreeningFailed:
+        task = None
+    return reverse("label-task", args=[task.pk]) if task else reverse("label-start")

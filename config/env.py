@@ -1,0 +1,89 @@
+"""Reading settings from the environment: each helper names the variable when its value is bad.
+
+Django-free (only ImproperlyConfigured, which imports nothing else), so `config/settings.py`
+parses every value at start-up: a typo in a variable stops the process at once, not an
+hour later inside a worker (a misspelled selection share used to leave every rescore
+`running`).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+
+from django.core.exceptions import ImproperlyConfigured
+
+# The reasons selection can give for queueing a solution, in tie-breaking order.
+SELECTION_REASONS = ("convincing_wrong", "convincing", "uncertain", "random")
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return default if value is None or value == "" else value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = env_str(name)
+    if value is None:
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    return _env_number(name, default, int, "an integer", minimum)
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    return _env_number(name, default, float, "a number", minimum)
+
+
+def _env_number(name: str, default, convert, kind: str, minimum):
+    value = env_str(name)
+    if value is None:
+        return default
+    try:
+        number = convert(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not {kind}") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
+    return number
+
+
+def env_choice(name: str, default: str, choices: Collection[str]) -> str:
+    value = env_str(name, default)
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r}: use {', '.join(choices)}")
+    return value
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    """'convincing_wrong=0.4,random=0.6' -> shares normalised to sum 1; names the bad part."""
+    shares: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = (s.strip() for s in part.partition("="))
+        if name not in SELECTION_REASONS:
+            raise ValueError(
+                f"selection share {part!r}: unknown reason {name!r} (use {', '.join(SELECTION_REASONS)})"
+            )
+        try:
+            shares[name] = float(value)
+        except ValueError:
+            raise ValueError(f"selection share {part!r}: {value!r} is not a number") from None
+        if shares[name] < 0:
+            raise ValueError(f"selection share {part!r} is negative")
+    total = sum(shares.values())
+    if total <= 0:
+        raise ValueError(f"selection shares {text!r} sum to zero")
+    return {name: value / total for name, value in shares.items()}
+
+
+def env_shares(name: str, default: str) -> dict[str, float]:
+    """Selection shares from the environment, parsed and normalised now."""
+    try:
+        return parse_shares(env_str(name, default) or "")
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
