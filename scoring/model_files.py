@@ -13,6 +13,7 @@ model without loading it.
     head.safetensors   kind "head" only: mu.weight [1,H], mu.bias [1] (+ kappa.* for beta)
     meta.json          optional training metadata
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,7 +42,6 @@ def write_model_config(folder: str | Path, config: dict) -> None:
     (Path(folder) / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
 
 
-
 def validate_config(config: dict, *, where: str) -> None:
     """Fail with the offending field named, before anything is loaded."""
     kind = config.get("kind")
@@ -53,8 +53,14 @@ def validate_config(config: dict, *, where: str) -> None:
         raise ModelFormatError(f"{where}: 'separator' must be a non-empty string")
     if kind == "head":
         head = config.get("head")
-        if not isinstance(head, dict) or head.get("type") not in ("point", "beta") or not isinstance(head.get("hidden_size"), int):
-            raise ModelFormatError(f"{where}: 'head' must be {{'type': 'point'|'beta', 'layer': int|null, 'hidden_size': int}}")
+        if (
+            not isinstance(head, dict)
+            or head.get("type") not in ("point", "beta")
+            or not isinstance(head.get("hidden_size"), int)
+        ):
+            raise ModelFormatError(
+                f"{where}: 'head' must be {{'type': 'point'|'beta', 'layer': int|null, 'hidden_size': int}}"
+            )
         if head.get("layer") is not None and not isinstance(head["layer"], int):
             raise ModelFormatError(f"{where}: 'head.layer' must be an integer or null")
     if kind == "step_token":

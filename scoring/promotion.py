@@ -6,6 +6,7 @@ split (by problem, stable as data grows) plus pool problems the split would hold
 with their reference solutions (paired AUC) and graded candidates (best-of-N). The
 metrics themselves are plain functions in `scoring.evaluation`.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -35,8 +36,15 @@ class EvalSet:
     bon: list[list[tuple[Solution, list[str]]]]  # per problem: graded candidates
 
 
-def eval_set(*, examples: list[Example], trained_on: set[int], val_fraction: float, seed: int, max_problems: int,
-             max_candidates: int) -> EvalSet:
+def eval_set(
+    *,
+    examples: list[Example],
+    trained_on: set[int],
+    val_fraction: float,
+    seed: int,
+    max_problems: int,
+    max_candidates: int,
+) -> EvalSet:
     """Held-out labeled solutions plus, on held-out problems, references and graded candidates.
 
     Held out: the labeled validation problems and any pool problem the split would hold
@@ -48,7 +56,8 @@ def eval_set(*, examples: list[Example], trained_on: set[int], val_fraction: flo
     references = []
     for solution in pool.iterator(chunk_size=2000):
         held_out = solution.problem_id in problems or is_validation_problem(
-            solution.problem_id, val_fraction=val_fraction, seed=seed)
+            solution.problem_id, val_fraction=val_fraction, seed=seed
+        )
         if not held_out or solution.problem_id in trained_on:
             continue
         if solution.is_reference:
@@ -56,7 +65,9 @@ def eval_set(*, examples: list[Example], trained_on: set[int], val_fraction: flo
         elif solution.is_correct is not None:
             by_problem[solution.problem_id].append(solution)
     chosen = [p for p in sorted(by_problem) if len(by_problem[p]) >= 2][:max_problems]
-    texts = retraining.step_texts([s.pk for s in references] + [s.pk for p in chosen for s in by_problem[p][:max_candidates]])
+    texts = retraining.step_texts(
+        [s.pk for s in references] + [s.pk for p in chosen for s in by_problem[p][:max_candidates]]
+    )
     return EvalSet(
         labeled=examples,
         references=[(s.problem_id, s.problem.statement, texts[s.pk]) for s in references if s.problem_id in problems],
@@ -69,7 +80,9 @@ def step_labels(k: list[int], n: list[int]) -> list[int | None]:
     return [None if nn == 0 or 2 * kk == nn else int(2 * kk > nn) for kk, nn in zip(k, n)]
 
 
-def measure(loaded: prm.LoadedPRM, data: EvalSet, *, backbone_id: str, lam: float = 1.0, threshold: float = 0.5) -> dict:
+def measure(
+    loaded: prm.LoadedPRM, data: EvalSet, *, backbone_id: str, lam: float = 1.0, threshold: float = 0.5
+) -> dict:
     """All evaluation metrics of one loaded model on one EvalSet."""
     from . import training
 
@@ -77,15 +90,21 @@ def measure(loaded: prm.LoadedPRM, data: EvalSet, *, backbone_id: str, lam: floa
     labeled_items = [(e.row.problem, list(e.row.steps)) for e in data.labeled]
     ref_items = [(problem, steps) for _, problem, steps in data.references]
     bon_items = [(s.problem.statement, steps) for cands in data.bon for s, steps in cands]
-    probs = training.step_probabilities(loaded, labeled_items + ref_items + bon_items, cache=cache, backbone_id=backbone_id)
+    probs = training.step_probabilities(
+        loaded, labeled_items + ref_items + bon_items, cache=cache, backbone_id=backbone_id
+    )
     samples = []
     for e, p in zip(data.labeled, probs):
         labels = step_labels(e.k, e.n)
         first = verdicts.first_error(-1 if y == 0 else y for y in labels)
-        samples.append(evaluation.LabeledSample(e.row.problem_id, [s.p for s in p], labels, -1 if first is None else first))
-    for (problem_id, _, steps), p in zip(data.references, probs[len(labeled_items):]):
-        samples.append(evaluation.LabeledSample(problem_id, [s.p for s in p], [None] * len(steps), -1, is_reference=True))
-    rest = iter(probs[len(labeled_items) + len(ref_items):])
+        samples.append(
+            evaluation.LabeledSample(e.row.problem_id, [s.p for s in p], labels, -1 if first is None else first)
+        )
+    for (problem_id, _, steps), p in zip(data.references, probs[len(labeled_items) :]):
+        samples.append(
+            evaluation.LabeledSample(problem_id, [s.p for s in p], [None] * len(steps), -1, is_reference=True)
+        )
+    rest = iter(probs[len(labeled_items) + len(ref_items) :])
     problems = [[_candidate(s, next(rest)) for s, _ in cands] for cands in data.bon]
     return evaluation.evaluate(samples, problems, lam=lam, threshold=threshold)
 
@@ -103,39 +122,71 @@ def model_backbone_id(version: ModelVersion) -> str:
     return training.backbone_fingerprint(prm.backbone_folder(version.path, config))
 
 
-def evaluate_version(*, version: ModelVersion, val_fraction: float = 0.2, seed: int = 0, threshold: float = 0.5,
-                     max_problems: int = 32, max_candidates: int = 8) -> dict:
+def evaluate_version(
+    *,
+    version: ModelVersion,
+    val_fraction: float = 0.2,
+    seed: int = 0,
+    threshold: float = 0.5,
+    max_problems: int = 32,
+    max_candidates: int = 8,
+) -> dict:
     """Metrics of any registered version on today's held-out set (`eval_prm`)."""
     from . import registry
 
     train, val = split_by_problem(build_examples(retraining.gather_rows()), val_fraction=val_fraction, seed=seed)
-    data = eval_set(examples=val, trained_on={e.row.problem_id for e in train}, val_fraction=val_fraction, seed=seed,
-                    max_problems=max_problems, max_candidates=max_candidates)
+    data = eval_set(
+        examples=val,
+        trained_on={e.row.problem_id for e in train},
+        val_fraction=val_fraction,
+        seed=seed,
+        max_problems=max_problems,
+        max_candidates=max_candidates,
+    )
     return measure(registry.load(version), data, backbone_id=model_backbone_id(version), threshold=threshold)
 
 
-def evaluate_and_gate(run: TrainingRun, version: ModelVersion, result: training.TrainResult, *,
-                      options: retraining.RunOptions, log: Callable[[str], None]) -> dict:
+def evaluate_and_gate(
+    run: TrainingRun,
+    version: ModelVersion,
+    result: training.TrainResult,
+    *,
+    options: retraining.RunOptions,
+    log: Callable[[str], None],
+) -> dict:
     """Measure the new version and the current one on the same held-out data, record the
     decision on both rows, and promote or reject the new version; returns the decision."""
     from . import registry
 
-    data = eval_set(examples=result.val_examples, trained_on={e.row.problem_id for e in result.train_examples},
-                    val_fraction=result.config.val_fraction, seed=result.config.seed,
-                    max_problems=options.bon_max_problems, max_candidates=options.bon_max_candidates)
-    log(f"evaluating on {len(data.labeled)} held-out labeled solutions, {len(data.references)} references, "
-        f"{len(data.bon)} problems for best-of-N")
+    data = eval_set(
+        examples=result.val_examples,
+        trained_on={e.row.problem_id for e in result.train_examples},
+        val_fraction=result.config.val_fraction,
+        seed=result.config.seed,
+        max_problems=options.bon_max_problems,
+        max_candidates=options.bon_max_candidates,
+    )
+    log(
+        f"evaluating on {len(data.labeled)} held-out labeled solutions, {len(data.references)} references, "
+        f"{len(data.bon)} problems for best-of-N"
+    )
     new = measure(registry.load(version), data, backbone_id=model_backbone_id(version))
     current = ModelVersion.objects.current()
     old = measure(registry.load(current), data, backbone_id=model_backbone_id(current)) if current else None
     decision = gate(new=new, current=old, metric=options.gate_metric, tolerance=options.tolerance)
     decision |= {"current_version": current.name if current else None, "new_version": version.name}
-    version.metrics = version.metrics | {"eval": new, "compared_with": current.name if current else None,
-                                         "compared_eval": old, "gate": decision}
+    version.metrics = version.metrics | {
+        "eval": new,
+        "compared_with": current.name if current else None,
+        "compared_eval": old,
+        "gate": decision,
+    }
     version.save(update_fields=["metrics"])
     TrainingRun.objects.filter(pk=run.pk).update(gate=decision)
-    log(f"gate on {decision['metric']}: new {decision['new']} vs current {decision['current']} -> "
-        f"{'promoted' if decision['promoted'] else 'rejected'} ({decision['reason']})")
+    log(
+        f"gate on {decision['metric']}: new {decision['new']} vs current {decision['current']} -> "
+        f"{'promoted' if decision['promoted'] else 'rejected'} ({decision['reason']})"
+    )
     if decision["promoted"]:
         promote(version)
     else:
@@ -153,9 +204,14 @@ def gate(*, new: dict, current: dict | None, metric: str, tolerance: float = 0.0
         reason = f"{metric} cannot be measured on the held-out labels yet (need good and bad steps)"
     else:
         reason = "not worse than the current model" if promoted else "worse than the current model"
-    return {"metric": metric, "tolerance": tolerance, "new": value,
-            "current": evaluation.metric_value(current, metric) if current else None, "promoted": promoted,
-            "reason": reason}
+    return {
+        "metric": metric,
+        "tolerance": tolerance,
+        "new": value,
+        "current": evaluation.metric_value(current, metric) if current else None,
+        "promoted": promoted,
+        "reason": reason,
+    }
 
 
 def promote(version: ModelVersion) -> None:

@@ -21,6 +21,7 @@ from .charts import best_of_n_chart, dotted, loss_chart, reliability_chart
 from .models import ModelVersion, TrainingRun
 from .training_data import HEAD_TYPES, MODES
 
+
 class StartRunForm(forms.Form):
     head = forms.ChoiceField(choices=[(h, h) for h in HEAD_TYPES], initial="point")
     mode = forms.ChoiceField(choices=[(m, m) for m in MODES], initial="head",

@@ -19,6 +19,7 @@ the head's start), `features` (the frozen backbone, truncation, fingerprints and
 on-disk feature cache), `loop` (head-only and backbone training) and `checkpoints`
 (writing a version's folder). The names callers use are re-exported here.
 """
+
 from scoring.training_data import Example, LabeledRow, TrainConfig
 
 from .checkpoints import save_checkpoint
@@ -31,6 +32,7 @@ from .features import (
     step_probabilities,
     truncated,
 )
+from .loop import Progress, TrainResult, seed_everything, train
 from .losses import (
     KAPPA_EPS,
     StepTensors,
@@ -43,11 +45,31 @@ from .losses import (
     point_loss,
     step_tensors,
 )
-from .loop import Progress, TrainResult, seed_everything, train
 
 __all__ = [
-    "Example", "FeatureCache", "KAPPA_EPS", "LabeledRow", "Progress", "StepTensors", "TrainConfig", "TrainResult",
-    "backbone_fingerprint", "beta_binomial_nll", "beta_loss", "decoder_layers_owner", "default_layer", "head_loss",
-    "head_optimizer", "inverse_softplus", "load_backbone", "new_head", "point_loss", "save_checkpoint",
-    "seed_everything", "step_probabilities", "step_tensors", "train", "truncated",
+    "Example",
+    "FeatureCache",
+    "KAPPA_EPS",
+    "LabeledRow",
+    "Progress",
+    "StepTensors",
+    "TrainConfig",
+    "TrainResult",
+    "backbone_fingerprint",
+    "beta_binomial_nll",
+    "beta_loss",
+    "decoder_layers_owner",
+    "default_layer",
+    "head_loss",
+    "head_optimizer",
+    "inverse_softplus",
+    "load_backbone",
+    "new_head",
+    "point_loss",
+    "save_checkpoint",
+    "seed_everything",
+    "step_probabilities",
+    "step_tensors",
+    "train",
+    "truncated",
 ]

@@ -1,4 +1,5 @@
 """Writing a trained version's folder in prm's format (the registry hashes and loads it)."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,15 @@ from scoring import prm
 from .loop import TrainResult
 
 
-def save_checkpoint(result: TrainResult, folder: str | Path, *, parent_backbone: str | Path, tokenizer,
-                    separator: str = prm.DEFAULT_SEPARATOR, extra_meta: dict | None = None) -> Path:
+def save_checkpoint(
+    result: TrainResult,
+    folder: str | Path,
+    *,
+    parent_backbone: str | Path,
+    tokenizer,
+    separator: str = prm.DEFAULT_SEPARATOR,
+    extra_meta: dict | None = None,
+) -> Path:
     """Write the model folder in prm's format: head.safetensors + stepwise.json + meta.json.
 
     A head-only version references the parent's backbone folder (relative path) instead
@@ -37,5 +45,6 @@ def save_checkpoint(result: TrainResult, folder: str | Path, *, parent_backbone:
         "seconds": result.seconds,
         "torch": torch.__version__,
     } | (extra_meta or {})
-    return prm.save_head_model(folder, head=result.head, backbone=backbone, layer=result.layer,
-                               separator=separator, meta=meta)
+    return prm.save_head_model(
+        folder, head=result.head, backbone=backbone, layer=result.layer, separator=separator, meta=meta
+    )

@@ -6,6 +6,7 @@ are computed once per (solution, backbone, layer) and cached on disk, so retrain
 head is seconds of linear algebra. Where the cache lives is always the caller's choice
 (the app's is `settings.FEATURE_CACHE_DIR`): nothing is written into the current folder.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,13 @@ from torch import nn
 from scoring import prm
 
 
-def load_backbone(folder: str | Path, *, separator: str = prm.DEFAULT_SEPARATOR, device: str | torch.device | None = None,
-                  dtype: torch.dtype | None = None) -> prm.LoadedPRM:
+def load_backbone(
+    folder: str | Path,
+    *,
+    separator: str = prm.DEFAULT_SEPARATOR,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> prm.LoadedPRM:
     """A bare backbone (no head) wrapped as a LoadedPRM, to extract step features or train."""
     from transformers import AutoModel, AutoTokenizer
 
@@ -32,8 +38,12 @@ def load_backbone(folder: str | Path, *, separator: str = prm.DEFAULT_SEPARATOR,
     dtype = dtype or prm.choose_dtype(device)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModel.from_pretrained(folder, dtype=dtype, use_safetensors=True).to(device).eval()
-    config = {"kind": "head", "backbone": ".", "separator": separator,
-              "head": {"type": "point", "layer": None, "hidden_size": model.config.hidden_size}}
+    config = {
+        "kind": "head",
+        "backbone": ".",
+        "separator": separator,
+        "head": {"type": "point", "layer": None, "hidden_size": model.config.hidden_size},
+    }
     return prm.LoadedPRM(kind="head", config=config, model=model, tokenizer=tokenizer, device=device, dtype=dtype)
 
 
@@ -102,15 +112,30 @@ class FeatureCache:
         self.misses = 0
         self.computed_tokens = 0  # tokens run through the backbone to fill the cache
 
-    def path(self, backbone_id: str, layer: int | None, dtype: torch.dtype, separator: str, problem: str,
-             steps: Sequence[str]) -> Path:
+    def path(
+        self,
+        backbone_id: str,
+        layer: int | None,
+        dtype: torch.dtype,
+        separator: str,
+        problem: str,
+        steps: Sequence[str],
+    ) -> Path:
         key = hashlib.sha256(json.dumps([separator, problem, list(steps)]).encode()).hexdigest()
         # bf16 and fp32 forwards give (slightly) different states: the dtype is part of the key.
         where = f"{backbone_id[:16]}-{str(dtype).removeprefix('torch.')}"
         return self.root / where / f"L{'last' if layer is None else layer}" / key[:2] / f"{key}.safetensors"
 
-    def features(self, loaded: prm.LoadedPRM, items: Sequence[prm.Item], *, layer: int | None,
-                 backbone_id: str, progress: Callable[[int, int], None] | None = None, chunk: int = 8) -> list[torch.Tensor]:
+    def features(
+        self,
+        loaded: prm.LoadedPRM,
+        items: Sequence[prm.Item],
+        *,
+        layer: int | None,
+        backbone_id: str,
+        progress: Callable[[int, int], None] | None = None,
+        chunk: int = 8,
+    ) -> list[torch.Tensor]:
         """Features for every item, computing (in chunks) and storing only the missing ones."""
         from safetensors.torch import load_file, save_file
 
@@ -140,8 +165,9 @@ class FeatureCache:
         return [h for h in out if h is not None]
 
 
-def step_probabilities(loaded: prm.LoadedPRM, items: Sequence[prm.Item], *, cache: FeatureCache | None = None,
-                       backbone_id: str = "") -> list[list[prm.StepProbability]]:
+def step_probabilities(
+    loaded: prm.LoadedPRM, items: Sequence[prm.Item], *, cache: FeatureCache | None = None, backbone_id: str = ""
+) -> list[list[prm.StepProbability]]:
     """Step probabilities of a loaded model; head models reuse cached features when they can."""
     if loaded.kind != "head" or cache is None or not backbone_id:
         return loaded.step_probabilities(items)

@@ -2,6 +2,7 @@
 backbone (top-k layers, LoRA, full). Plain PyTorch/transformers, no Django: the Django side
 (`scoring/retraining.py`) hands over `LabeledRow`s and stores what `train()` returns.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,14 +54,21 @@ class TrainResult:
         def describe(examples: Sequence[Example]) -> dict:
             k = sum(sum(e.k) for e in examples)
             n = sum(sum(e.n) for e in examples)
-            return {"solutions": len(examples), "problems": len({e.row.problem_id for e in examples}),
-                    "labeled_steps": sum(e.labeled_steps for e in examples), "labels": n,
-                    "positive_rate": k / n if n else None}
+            return {
+                "solutions": len(examples),
+                "problems": len({e.row.problem_id for e in examples}),
+                "labeled_steps": sum(e.labeled_steps for e in examples),
+                "labels": n,
+                "positive_rate": k / n if n else None,
+            }
 
         ids = sorted(e.row.solution_id for e in self.train_examples)
-        return {"train": describe(self.train_examples), "val": describe(self.val_examples),
-                "train_solution_ids_sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
-                "val_problem_ids": sorted({e.row.problem_id for e in self.val_examples})}
+        return {
+            "train": describe(self.train_examples),
+            "val": describe(self.val_examples),
+            "train_solution_ids_sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+            "val_problem_ids": sorted({e.row.problem_id for e in self.val_examples}),
+        }
 
 
 def train(
@@ -94,7 +102,11 @@ def train(
         raise ValueError(f"layer={layer}; the backbone has hidden states 0..{num_layers}")
     train_t, val_t = step_tensors(train_set, config), step_tensors(val_set, config)
     base = float((train_t.weight * train_t.k).sum() / (train_t.weight * train_t.n).sum())
-    head = init_head if init_head is not None else new_head(backbone.model.config.hidden_size, config, min(max(base, 0.02), 0.98))
+    head = (
+        init_head
+        if init_head is not None
+        else new_head(backbone.model.config.hidden_size, config, min(max(base, 0.02), 0.98))
+    )
     result = TrainResult(head=head, layer=layer, config=config, train_examples=train_set, val_examples=val_set)
     notify = progress or (lambda *args: None)
     started = time.perf_counter()
@@ -106,14 +118,26 @@ def train(
     return result
 
 
-def _train_head_only(result: TrainResult, backbone: prm.LoadedPRM, cache: FeatureCache, backbone_id: str,
-                     train_t: StepTensors, val_t: StepTensors, notify: Progress) -> None:
+def _train_head_only(
+    result: TrainResult,
+    backbone: prm.LoadedPRM,
+    cache: FeatureCache,
+    backbone_id: str,
+    train_t: StepTensors,
+    val_t: StepTensors,
+    notify: Progress,
+) -> None:
     config, layer = result.config, result.layer
 
     def features(examples: Sequence[Example], what: str) -> torch.Tensor:
         items = [(e.row.problem, list(e.row.steps)) for e in examples]
-        hs = cache.features(backbone, items, layer=layer, backbone_id=backbone_id,
-                            progress=lambda done, total: notify(0, config.epochs, f"{what} features {done}/{total}", None))
+        hs = cache.features(
+            backbone,
+            items,
+            layer=layer,
+            backbone_id=backbone_id,
+            progress=lambda done, total: notify(0, config.epochs, f"{what} features {done}/{total}", None),
+        )
         rows = [h[[i for i, n in enumerate(e.n) if n > 0]] for h, e in zip(hs, examples)]
         return torch.cat(rows) if rows else torch.empty(0, backbone.model.config.hidden_size)
 
@@ -146,7 +170,9 @@ def _train_head_only(result: TrainResult, backbone: prm.LoadedPRM, cache: Featur
         monitored = val_loss if val_loss is not None else point["train_loss"]
         if monitored < best[0]:
             best = (monitored, _copy_state(head))
-        notify(epoch + 1, config.epochs, f"epoch {epoch + 1}: train {point['train_loss']:.4f} val {_fmt(val_loss)}", point)
+        notify(
+            epoch + 1, config.epochs, f"epoch {epoch + 1}: train {point['train_loss']:.4f} val {_fmt(val_loss)}", point
+        )
     head.load_state_dict(best[1])
     _scale_head(head, center, scale, inverse=False)
     head.eval()
@@ -190,15 +216,18 @@ def _evaluate_loss(head: prm.StepHead, x: torch.Tensor, t: StepTensors, lam: flo
     return float(head_loss(head, x, t, lam))
 
 
-def _train_backbone(result: TrainResult, backbone: prm.LoadedPRM, train_t: StepTensors, val_t: StepTensors,
-                    notify: Progress) -> None:
+def _train_backbone(
+    result: TrainResult, backbone: prm.LoadedPRM, train_t: StepTensors, val_t: StepTensors, notify: Progress
+) -> None:
     """Top-k layers, LoRA or full fine-tuning: forward passes with gradients."""
     config = result.config
     model = _prepare_backbone(backbone.model, config, result.layer)
     head = result.head.to(backbone.device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = head_optimizer(head, config, params)
-    encoded = {id(e): backbone.encode(e.row.problem, list(e.row.steps)) for e in result.train_examples + result.val_examples}
+    encoded = {
+        id(e): backbone.encode(e.row.problem, list(e.row.steps)) for e in result.train_examples + result.val_examples
+    }
     generator = torch.Generator().manual_seed(config.seed)
     steps_per_epoch = math.ceil(len(result.train_examples) / config.batch_size)
     total_batches = config.epochs * steps_per_epoch
@@ -252,9 +281,15 @@ def _prepare_backbone(model: nn.Module, config: TrainConfig, layer: int | None) 
     if config.mode == "lora":
         from peft import LoraConfig, get_peft_model
 
-        targets = [n for n in ("q_proj", "k_proj", "v_proj", "o_proj") if any(n in name for name, _ in model.named_modules())]
-        model = get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                                                 target_modules=targets or "all-linear"))
+        targets = [
+            n for n in ("q_proj", "k_proj", "v_proj", "o_proj") if any(n in name for name, _ in model.named_modules())
+        ]
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules=targets or "all-linear"
+            ),
+        )
     if config.gradient_checkpointing:
         _checkpointing(model, enable=True)
         if hasattr(model, "enable_input_require_grads"):
@@ -266,13 +301,16 @@ def _checkpointing(model: nn.Module, *, enable: bool) -> None:
     """Recompute activations in the backward pass: less memory for ~30 % more compute."""
     verb = "enable" if enable else "disable"
     # transformers 5 renamed gradient_* to activation_checkpointing_*; accept either.
-    method = getattr(model, f"activation_checkpointing_{verb}", None) or getattr(model, f"gradient_checkpointing_{verb}", None)
+    method = getattr(model, f"activation_checkpointing_{verb}", None) or getattr(
+        model, f"gradient_checkpointing_{verb}", None
+    )
     if method is not None:
         method()
 
 
-def _hidden_at_labels(backbone: prm.LoadedPRM, model: nn.Module, batch: Sequence[Example], encoded: dict,
-                      layer: int | None) -> torch.Tensor:
+def _hidden_at_labels(
+    backbone: prm.LoadedPRM, model: nn.Module, batch: Sequence[Example], encoded: dict, layer: int | None
+) -> torch.Tensor:
     """Hidden states [labeled steps, H] at the separators of a batch, with gradients."""
     device = backbone.device
     width = max(len(encoded[id(e)].ids) for e in batch)
@@ -294,13 +332,20 @@ def _hidden_at_labels(backbone: prm.LoadedPRM, model: nn.Module, batch: Sequence
 
 
 def _tensors_to(t: StepTensors, device: torch.device) -> StepTensors:
-    return StepTensors(k=t.k.to(device), n=t.n.to(device), pos_weight=t.pos_weight.to(device),
-                       neg_weight=t.neg_weight.to(device))
+    return StepTensors(
+        k=t.k.to(device), n=t.n.to(device), pos_weight=t.pos_weight.to(device), neg_weight=t.neg_weight.to(device)
+    )
 
 
 @torch.no_grad()
-def _backbone_val_loss(backbone: prm.LoadedPRM, model: nn.Module, head: prm.StepHead, result: TrainResult,
-                       encoded: dict, val_t: StepTensors) -> float | None:
+def _backbone_val_loss(
+    backbone: prm.LoadedPRM,
+    model: nn.Module,
+    head: prm.StepHead,
+    result: TrainResult,
+    encoded: dict,
+    val_t: StepTensors,
+) -> float | None:
     if not result.val_examples:
         return None
     model.eval()

@@ -1,6 +1,7 @@
 """Training's losses: labeled steps as tensors, the point (binomial) and BetaPRM losses, and
 the head's starting point and optimizer. Plain PyTorch.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,13 @@ def step_tensors(examples: Sequence[Example], config: TrainConfig) -> StepTensor
     return StepTensors(k=kt, n=nt, pos_weight=ones, neg_weight=ones.clone())
 
 
-def point_loss(mu_logit: torch.Tensor, k: torch.Tensor, n: torch.Tensor,
-               pos_weight: torch.Tensor | None = None, neg_weight: torch.Tensor | None = None) -> torch.Tensor:
+def point_loss(
+    mu_logit: torch.Tensor,
+    k: torch.Tensor,
+    n: torch.Tensor,
+    pos_weight: torch.Tensor | None = None,
+    neg_weight: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Binomial NLL of K of N with p = sigmoid(logit), per label: plain BCE when N = 1."""
     pos_weight = torch.ones_like(k) if pos_weight is None else pos_weight
     neg_weight = torch.ones_like(k) if neg_weight is None else neg_weight
@@ -72,14 +78,24 @@ def beta_binomial_nll(k: torch.Tensor, n: torch.Tensor, mu: torch.Tensor, kappa:
     alpha, beta = mu * kappa, (1 - mu) * kappa
     log_choose = torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
     log_beta_ratio = (
-        torch.lgamma(k + alpha) + torch.lgamma(n - k + beta) - torch.lgamma(n + alpha + beta)
-        + torch.lgamma(alpha + beta) - torch.lgamma(alpha) - torch.lgamma(beta)
+        torch.lgamma(k + alpha)
+        + torch.lgamma(n - k + beta)
+        - torch.lgamma(n + alpha + beta)
+        + torch.lgamma(alpha + beta)
+        - torch.lgamma(alpha)
+        - torch.lgamma(beta)
     )
     return -(log_choose + log_beta_ratio)
 
 
-def beta_loss(mu_logit: torch.Tensor, kappa: torch.Tensor, k: torch.Tensor, n: torch.Tensor,
-              weight: torch.Tensor | None = None, lam: float = 0.05) -> torch.Tensor:
+def beta_loss(
+    mu_logit: torch.Tensor,
+    kappa: torch.Tensor,
+    k: torch.Tensor,
+    n: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    lam: float = 0.05,
+) -> torch.Tensor:
     """BetaPRM: weighted mean beta-binomial NLL + lam * mean(|stopgrad(mu) - K/N| * kappa).
 
     The second term makes confidence (kappa) expensive exactly where the mean is off,
@@ -117,7 +133,9 @@ def inverse_softplus(y: float) -> float:
     return y + math.log(-math.expm1(-y))
 
 
-def head_optimizer(head: prm.StepHead, config: TrainConfig, extra: Sequence[nn.Parameter] = ()) -> torch.optim.Optimizer:
+def head_optimizer(
+    head: prm.StepHead, config: TrainConfig, extra: Sequence[nn.Parameter] = ()
+) -> torch.optim.Optimizer:
     """AdamW; the kappa head learns 10x faster (as in the BetaPRM code), the backbone slower."""
     groups = [{"params": list(head.mu.parameters()), "lr": config.lr}]
     if head.kappa is not None:

@@ -9,19 +9,18 @@ from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from annotate import labeling, queueing
-from annotate import verdicts
+from annotate import labeling, queueing, verdicts
 from annotate.models import Annotation, Completion, Generation
 from annotate.models.jobs import JobState
 from scoring import evaluation, promotion, registry, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
 from scoring.prm import StepHead, save_head_model
 from scoring.tasks import scheduled_retrain_task
+from scoring.tiny import build_tiny_backbone
 from tests.annotate.test_exporting import PHASE1_LINE, import_lines
 from tests.annotations import annotate
 from tests.conftest import wait_for
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
-from scoring.tiny import build_tiny_backbone
 
 WRONG = "so the answer is wrong"
 FAST = {"train": {"epochs": 60, "lr": 0.03, "val_fraction": 0.25}, "bon_max_problems": 8}

@@ -6,8 +6,15 @@ import pytest
 import torch
 
 from scoring import prm, training
-from scoring.training_data import LabeledRow, TrainConfig, build_examples, split_by_problem, step_counts, stratum_weights
 from scoring.tiny import build_tiny_backbone
+from scoring.training_data import (
+    LabeledRow,
+    TrainConfig,
+    build_examples,
+    split_by_problem,
+    step_counts,
+    stratum_weights,
+)
 
 
 def row(solution_id, problem_id, ratings, n_steps=4, weight=1.0):
