@@ -67,7 +67,8 @@ def line_chart(
             f'<text x="{sx(x):.1f}" y="{height - bottom + 14}" font-size="10" text-anchor="middle">{x:.3g}</text>'
         )
     parts.append(
-        f'<text x="{(left + width - right) / 2}" y="{plot_height - 6}" font-size="11" text-anchor="middle">{escape(x_label)}</text>'
+        f'<text x="{(left + width - right) / 2}" y="{plot_height - 6}" font-size="11" text-anchor="middle">'
+        f"{escape(x_label)}</text>"
     )
     parts.append(
         f'<text x="12" y="{(top + height - bottom) / 2}" font-size="11" text-anchor="middle" '
@@ -82,14 +83,16 @@ def line_chart(
         color = COLORS[i % len(COLORS)]
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts if y is not None)
         parts.append(
-            f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"><title>{escape(name)}</title></polyline>'
+            f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}">'
+            f"<title>{escape(name)}</title></polyline>"
         )
         parts.extend(
             f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}"/>' for x, y in pts if y is not None
         )
         legend_y = plot_height + 12 + 16 * i
         parts.append(
-            f'<line x1="{left}" y1="{legend_y - 4}" x2="{left + 18}" y2="{legend_y - 4}" stroke="{color}" stroke-width="2"/>'
+            f'<line x1="{left}" y1="{legend_y - 4}" x2="{left + 18}" y2="{legend_y - 4}" '
+            f'stroke="{color}" stroke-width="2"/>'
             f'<text x="{left + 24}" y="{legend_y}" font-size="11" fill="{color}">{escape(name)}</text>'
         )
     parts.append("</svg>")
