@@ -217,6 +217,9 @@ STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900, 
 # Seconds POST /api/score waits for the ml worker's answer before a 503 (the task's own
 # time limit is a little longer, so a late answer is never computed for nobody for long).
 STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minimum=0.1)
+# Loaded PRMs a worker keeps, by weight fingerprint (head-only versions share one backbone).
+STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2, minimum=1)
+FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
 CELERY_BEAT_SCHEDULE = {
     "resume-stalled-rescores": {
         "task": "scoring.tasks.resume_rescores_task",

@@ -121,6 +121,10 @@ class TrainingRun(Job):
     gate = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
 
+    resumable = False  # a half-run training cannot be picked up: a redelivery leaves it alone
+    finished_updates = {"active_slot": None}  # ending the run frees the single-run lock
+    progress_unit = "steps"
+
     class Meta(Job.Meta):
         constraints = [
             # The slot is held exactly while the run is active, so a finished run frees it.

@@ -2,12 +2,19 @@
 
 A version is its folder plus the sha256 of the files that decide its scores. Loading checks
 the hash again, so a model whose files changed on disk is refused rather than silently
-producing different scores under the old name. Loaded models are cached once per process
-(lazily, on first use inside the worker child: the parent never touches CUDA).
+producing different scores under the old name.
+
+Loaded models are cached per process (lazily, on first use inside the worker child: the
+parent never touches CUDA) by weight fingerprint, in a small LRU of
+`STEPWISE_MODEL_CACHE_SIZE` entries. Every head-only retrain is a new version on the same
+backbone: a version loaded while another on the same backbone files is cached reuses that
+backbone, so the cache holds at most its size in backbones, however many versions exist.
 """
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +31,13 @@ class ModelIntegrityError(RuntimeError):
     """The files of a registered model no longer match the hash recorded for them."""
 
 
-_loaded: dict[int, LoadedPRM] = {}
+@dataclass(frozen=True)
+class _Cached:
+    model: LoadedPRM
+    backbone: tuple  # (kind, backbone fingerprint, options): versions with equal keys share weights
+
+
+_loaded: OrderedDict[str, _Cached] = OrderedDict()  # weights_sha256 (+ options) -> model, oldest first
 _lock = threading.Lock()
 
 
@@ -91,19 +104,38 @@ def verify(version: ModelVersion) -> None:
 
 
 def load(version: ModelVersion, **options) -> LoadedPRM:
-    """The loaded model for a version, verified and cached for the life of this process."""
+    """The loaded model for a version: verified on load, then kept in the LRU (see above)."""
+    key = f"{version.weights_sha256}:{sorted(options.items())}"
     with _lock:
-        if version.pk not in _loaded:
-            from . import prm
+        if key in _loaded:
+            _loaded.move_to_end(key)
+            return _loaded[key].model
+        from . import prm
 
-            verify(version)
-            trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
-            dtype = _dtype_setting()
-            _loaded[version.pk] = prm.load_prm(
-                version.path, trust_remote_code=trust, dtype=dtype,
-                max_tokens=settings.STEPWISE_SCORING_MAX_TOKENS, **options,
-            )
-        return _loaded[version.pk]
+        verify(version)
+        backbone = _backbone_key(version, options)
+        shared = next((c.model for c in _loaded.values() if c.backbone == backbone), None)
+        trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
+        model = prm.load_prm(version.path, trust_remote_code=trust, dtype=_dtype_setting(),
+                             max_tokens=settings.STEPWISE_SCORING_MAX_TOKENS, shared=shared, **options)
+        _loaded[key] = _Cached(model, backbone)
+        while len(_loaded) > max(1, settings.STEPWISE_MODEL_CACHE_SIZE):
+            _loaded.popitem(last=False)  # the least recently used; its backbone goes when no one shares it
+        return model
+
+
+def _backbone_key(version: ModelVersion, options: dict) -> tuple:
+    from . import prm
+    from .training import backbone_fingerprint
+
+    folder = prm.backbone_folder(version.path, prm.read_model_config(version.path))
+    return (version.kind, backbone_fingerprint(folder), version.trust_remote_code, sorted(options.items()))
+
+
+def cached_fingerprints() -> list[str]:
+    """Weight fingerprints of the models this process holds, least recently used first."""
+    with _lock:
+        return [key.split(":", 1)[0] for key in _loaded]
 
 
 def forget_loaded() -> None:

@@ -14,6 +14,6 @@ urlpatterns: list = [
 # Retraining loop (training_views.py)
 urlpatterns += [
     path("training/", training_views.training_runs, name="training-runs"),
-    path("training/<int:run_id>/", training_views.training_run, name="training-run"),
+    path("jobs/training/<int:pk>/", training_views.training_run, name="training-run"),
     path("versions/<int:version_id>/evaluation/", training_views.model_evaluation, name="evaluation"),
 ]

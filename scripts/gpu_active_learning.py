@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.layer is not None:
         command.append(f"--layer={args.layer}")
     if args.tiny:
-        from tests.scoring.tiny_model import build_tiny_backbone
+        from scoring.tiny import build_tiny_backbone
 
         folder = build_tiny_backbone(Path(tempfile.mkdtemp(prefix="tiny-backbone-")))
         command += ["--pool", "synthetic", "--backbone", str(folder)]

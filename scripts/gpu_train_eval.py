@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = args.out or Path(tempfile.mkdtemp(prefix="prm-gpu-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.tiny:
-        from tests.scoring.tiny_model import build_tiny_backbone
+        from scoring.tiny import build_tiny_backbone
 
         backbone_folder = build_tiny_backbone(out / "tiny-backbone")
         args.problems, args.epochs = min(args.problems, 40), max(args.epochs, 2)

@@ -12,7 +12,7 @@ from rest_framework.authtoken.models import Token
 from scoring import registry
 from tests.annotations import annotate
 from tests.factories import SolutionFactory
-from tests.scoring.tiny_model import build_tiny_prm
+from scoring.tiny import build_tiny_prm
 
 # ~25 operations x 15 examples: about a minute on two cores.
 EXAMPLES = 15

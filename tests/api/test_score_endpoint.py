@@ -8,8 +8,8 @@ from rest_framework.test import APIClient
 
 from scoring import registry, scoring
 from scoring.api.serializers import MAX_ITEMS
+from scoring.tiny import build_tiny_prm
 from tests.conftest import WorkerProcess
-from tests.scoring.tiny_model import build_tiny_prm
 
 PROBLEM = "What is 12 + 7?"
 STEPS = ["First add the ones: 2 + 7 = 9.", "Then the tens: 10. So 12 + 7 = 19.", "# Answer\n\n19"]

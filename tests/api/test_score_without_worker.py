@@ -5,7 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from scoring import registry
-from tests.scoring.tiny_model import build_tiny_prm
+from scoring.tiny import build_tiny_prm
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from django.core.management import CommandError, call_command
 
 from scoring import registry
 from scoring.models import RescoreJob
-from tests.scoring.tiny_model import build_tiny_prm
+from scoring.tiny import build_tiny_prm
 
 
 def test_rescore_without_any_model_says_how_to_get_one(db):

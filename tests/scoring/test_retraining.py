@@ -9,17 +9,18 @@ from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from annotate import labeling, queueing
-from annotate.models import Annotation, Generation
+from annotate import labeling, queueing, verdicts
+from annotate.models import Annotation, Completion, Generation
 from annotate.models.jobs import JobState
-from scoring import evaluation, registry, retraining
+from scoring import evaluation, promotion, registry, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
 from scoring.prm import StepHead, save_head_model
 from scoring.tasks import scheduled_retrain_task
+from scoring.tiny import build_tiny_backbone
+from tests.annotate.test_exporting import PHASE1_LINE, import_lines
 from tests.annotations import annotate
 from tests.conftest import wait_for
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
-from tests.scoring.tiny_model import build_tiny_backbone
 
 WRONG = "so the answer is wrong"
 FAST = {"train": {"epochs": 60, "lr": 0.03, "val_fraction": 0.25}, "bon_max_problems": 8}
@@ -88,6 +89,25 @@ def test_rows_hold_one_rating_list_per_annotator_up_to_the_first_error(db):
 
 
 @pytest.mark.embedded
+def test_training_rows_read_the_step_verdict_so_a_human_completion_is_a_good_step(db, tmp_path):
+    # PRM800K phase 1: step 2's rated alternatives were rejected and a human completion written.
+    import_lines(tmp_path, [PHASE1_LINE])
+    [row] = retraining.gather_rows()
+    [annotation] = Annotation.objects.all()
+    assert row.ratings == (verdicts.verdicts(annotation).ratings,) == ((1, 1),)
+
+
+@pytest.mark.embedded
+def test_training_rows_end_at_the_first_error_and_follow_a_reviewer_override(db):
+    solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
+    annotation = annotate(solution, [1, 1, 1])
+    assert retraining.gather_rows()[0].ratings == ((1, 1, 1),)
+    # A reviewer overrides step 2 (the chosen completion's rating): training sees it at once.
+    Completion.objects.filter(step_label__annotation=annotation, step_label__index=1).update(rating=-1)
+    assert retraining.gather_rows()[0].ratings == ((1, -1, None),)
+
+
+@pytest.mark.embedded
 def test_labels_from_a_skewed_selection_are_reweighted_to_the_pool_mix(db, annotator):
     problem = ProblemFactory()
     right = [SolutionFactory(problem=problem, is_correct=True) for _ in range(5)]
@@ -144,7 +164,7 @@ def test_finishing_a_run_frees_the_slot_for_the_next(db):
     first = retraining.start_training_run(options=FAST, enqueue=False)
     with pytest.raises(retraining.TrainingAlreadyActive):
         retraining.start_training_run(options=FAST, enqueue=False)
-    retraining.finish_run(first, state=JobState.FAILED, error="stopped")
+    first.fail("stopped")
     second = retraining.start_training_run(options=FAST, enqueue=False)
     assert second.active_slot == 1 and TrainingRun.objects.get(pk=first.pk).active_slot is None
 
@@ -179,7 +199,8 @@ def test_the_schedule_retrains_only_when_enough_new_labels_exist(db):
     run = TrainingRun.objects.get(pk=run_id)
     assert run.trigger == TrainingRun.Trigger.SCHEDULE and run.state == JobState.PENDING
     assert scheduled_retrain_task(min_new_labels=1) is None  # one run at a time
-    retraining.finish_run(run, state=JobState.SUCCEEDED)
+    run.start()
+    run.succeed()
     assert retraining.new_label_count() == 0
     assert scheduled_retrain_task(min_new_labels=1) is None  # nothing new since that run
     annotate(solutions[3], [1, 1, 1], labeler="y")
@@ -242,6 +263,30 @@ def test_a_failed_run_frees_the_slot_and_says_why(constant_current):
     assert retraining.start_training_run(options=FAST, enqueue=False).active_slot == 1
 
 
+def test_a_failure_in_evaluation_ends_the_run_failed_with_its_message_and_frees_the_slot(constant_current, annotator):
+    make_pool()
+    label_everything(annotator)
+    # The current model's files change on disk after training started: the gate, which
+    # measures the current model, must refuse it, and the run must not stay running.
+    head = constant_current.path + "/head.safetensors"
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    with open(head, "ab") as handle:
+        handle.write(b"tampered")
+    with pytest.raises(registry.ModelIntegrityError):
+        retraining.run_training(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.state == JobState.FAILED and run.active_slot is None and run.finished_at is not None
+    assert run.error.startswith("ModelIntegrityError: model 'constant'") and "failed: ModelIntegrityError" in run.log
+    assert retraining.start_training_run(options=FAST, enqueue=False).active_slot == 1
+
+
+def test_a_redelivered_task_never_reruns_a_run_an_earlier_attempt_left_running(db):
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    assert run.start()  # the first attempt claimed it, then its worker vanished
+    assert retraining.run_training(run_id=run.pk).state == JobState.RUNNING  # not resumable: left alone
+    assert not ModelVersion.objects.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.embedded
 def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(constant_current, celery_worker_process):
@@ -264,6 +309,26 @@ def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(constant_cu
     wrong_steps = SolutionScore.objects.filter(model_version=new, solution__is_correct=False)
     right_steps = SolutionScore.objects.filter(model_version=new, solution__is_correct=True)
     assert max(s.min for s in wrong_steps) < max(s.min for s in right_steps)
+
+
+# --- model memory ---------------------------------------------------------------------------------
+
+
+def test_loading_more_versions_than_the_cache_size_keeps_that_many_on_one_shared_backbone(db, tmp_path, settings):
+    settings.STEPWISE_MODEL_CACHE_SIZE = 2
+    backbone = build_tiny_backbone(tmp_path / "backbone")
+    versions = []
+    for i in range(4):  # four head-only versions on one backbone, as four retrains make
+        torch.manual_seed(i)
+        folder = save_head_model(tmp_path / f"v{i}", head=StepHead(32, "point"), backbone=str(backbone.resolve()), layer=1)
+        versions.append(registry.register_model_version(name=f"v{i}", path=folder))
+    loaded = [registry.load(version) for version in versions]
+    assert registry.cached_fingerprints() == [v.weights_sha256 for v in versions[2:]]
+    assert all(model.model is loaded[0].model for model in loaded)  # one backbone in memory, not four
+    assert len({id(model.head) for model in loaded}) == 4
+    assert registry.load(versions[3]) is loaded[3]  # a hit: nothing reloaded
+    registry.load(versions[0])  # loaded again, verified again; the least recently used goes
+    assert registry.cached_fingerprints() == [versions[3].weights_sha256, versions[0].weights_sha256]
 
 
 # --- pages ----------------------------------------------------------------------------------------
@@ -300,10 +365,12 @@ def test_run_page_polls_a_partial_with_the_loss_curve_until_finished(client, adm
     client.force_login(admin_user)
     url = reverse("scoring:training-run", args=[run.pk])
     page = client.get(url).content.decode()
-    assert "<html" in page and 'hx-trigger="every 2s"' in page and "<polyline" in page
+    assert url == f"/models/jobs/training/{run.pk}/"
+    assert "<html" in page and 'hx-trigger="every 1s"' in page and "<polyline" in page
     partial = client.get(url, headers={"HX-Request": "true"}).content.decode()
-    assert "<html" not in partial and 'id="run-progress"' in partial and "50" in partial
-    retraining.finish_run(run, state=JobState.SUCCEEDED)
+    assert "<html" not in partial and 'id="job-progress"' in partial and 'value="50"' in partial
+    assert "epoch 1" in partial  # the log, in the training extras
+    run.succeed()
     assert "hx-trigger" not in client.get(url, headers={"HX-Request": "true"}).content.decode()
 
 
@@ -356,6 +423,6 @@ def test_train_prm_refuses_bad_options_and_a_second_run(db):
 
 
 def test_without_measurable_held_out_labels_the_current_model_stays():
-    decision = retraining.gate(new={"step_auc": None}, current={"step_auc": None}, metric="step_auc")
+    decision = promotion.gate(new={"step_auc": None}, current={"step_auc": None}, metric="step_auc")
     assert decision["promoted"] is False and "cannot be measured" in decision["reason"]
-    assert retraining.gate(new={"step_auc": None}, current=None, metric="step_auc")["promoted"] is True
+    assert promotion.gate(new={"step_auc": None}, current=None, metric="step_auc")["promoted"] is True

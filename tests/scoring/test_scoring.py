@@ -8,7 +8,7 @@ from scoring import registry, scoring
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.prm import aggregate
 from tests.factories import SolutionFactory
-from tests.scoring.tiny_model import build_tiny_prm
+from scoring.tiny import build_tiny_prm
 
 
 @pytest.fixture

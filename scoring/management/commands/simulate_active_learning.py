@@ -38,7 +38,7 @@ class Command(BaseCommand):
         parser.add_argument("--epochs", type=int, default=30, help="head training epochs (production default 30)")
         parser.add_argument("--lr", type=float, default=1e-3, help="head learning rate (production default 1e-3)")
         parser.add_argument("--cache-dir", type=Path, default=None,
-                            help="feature cache (default: the product's, <data dir>/models/feature-cache)")
+                            help="feature cache (default: the product's, settings.FEATURE_CACHE_DIR)")
         parser.add_argument("--plot", type=Path, default=None, help="PNG of the curves (default: data dir)")
         parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
 
@@ -57,7 +57,7 @@ class Command(BaseCommand):
         except ValueError as error:
             raise CommandError(str(error)) from None
         backbone = simulation.load_backbone(options["backbone"] or default_backbone(),
-                                            cache_dir=options["cache_dir"] or settings.MODELS_DIR / "feature-cache",
+                                            cache_dir=options["cache_dir"] or settings.FEATURE_CACHE_DIR,
                                             layer=options["layer"])
         with simulation.scratch_database():
             result = simulation.simulate(backbone=backbone, pool=pool, held_out=held_out, sim=sim,

@@ -1,4 +1,4 @@
-"""Tiny PRMs built in-process for tests and benchmarks: a small Llama and a tokenizer trained
+"""Tiny PRMs built in-process for tests, benchmarks and scripts: a small Llama and a tokenizer trained
 in seconds. Nothing downloaded, nothing committed.
 
     backbone = build_tiny_backbone(tmp_path / "backbone")
