@@ -125,8 +125,6 @@ def test_an_override_that_would_not_become_the_verdict_is_refused(tmp_path, revi
     assert verdicts.verdicts(annotation).ratings == (1, 0, -1) and not RatingOverride.objects.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="scoring.retraining.gather_rows reads completions itself until helper C's "
-                   "branch is merged; lead: drop this marker once it passes")
 def test_phase1_line_training_rows_match_the_verdicts(phase1, reviewer):
     from scoring import retraining
 
