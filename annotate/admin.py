@@ -189,7 +189,7 @@ class ImportJobAdmin(JobAdmin):
 
     @admin.display(description="progress page")
     def page(self, job: ImportJob) -> str:
-        return format_html('<a href="{}">open</a>', reverse("import-detail", args=[job.pk]))
+        return format_html('<a href="{}">open</a>', reverse("annotate:import-detail", args=[job.pk]))
 
 
 @admin.register(ExportJob)

@@ -40,7 +40,7 @@ def export_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         options = exporting.ExportOptions.from_dict(form.cleaned_data)
         job = exporting.create_export_job(format=form.cleaned_data["format"], options=options, user=request.user)
-        return redirect("export-detail", pk=job.pk)
+        return redirect("annotate:export-detail", pk=job.pk)
     jobs = ExportJob.objects.select_related("created_by").order_by("-id")[:20]
     return render(request, "annotate/export_list.html", {"form": form, "jobs": jobs})
 

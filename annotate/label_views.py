@@ -28,7 +28,7 @@ def label_start(request: HttpRequest) -> HttpResponse:
     """The page between tasks: resume the open one or offer the next (claiming is a POST)."""
     task = queueing.current_task(annotator=request.user)
     if task is not None:
-        return redirect("label-task", pk=task.pk)
+        return redirect("annotate:label-task", pk=task.pk)
     return render(request, "annotate/label_start.html", {"available": queueing.available_count()})
 
 
@@ -40,11 +40,11 @@ def label_next(request: HttpRequest) -> HttpResponse:
         task = queueing.claim_next(annotator=request.user)
     except queueing.ScreeningFailed as error:
         messages.error(request, f"No tasks: {error}.")
-        return redirect("home")
+        return redirect("annotate:home")
     if task is None:
         messages.info(request, "Nothing left to label right now. Thank you!")
-        return redirect("home")
-    return redirect("label-task", pk=task.pk)
+        return redirect("annotate:home")
+    return redirect("annotate:label-task", pk=task.pk)
 
 
 @require_GET
@@ -111,7 +111,7 @@ def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
     ))
     if refusal:
         return refusal
-    target = reverse("home") if request.POST.get("then") == "home" else _next_task_url(request)
+    target = reverse("annotate:home") if request.POST.get("then") == "home" else _next_task_url(request)
     return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
 
 
@@ -130,7 +130,7 @@ def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpRe
     if request.htmx:
         context = {"task": labeling.task_view(annotation), "annotation": annotation}
         return render(request, "annotate/label.html#task", context)
-    return redirect("label-task", pk=pk)
+    return redirect("annotate:label-task", pk=pk)
 
 
 def _perform(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> HttpResponse | None:
@@ -149,7 +149,7 @@ def _refuse(request: HttpRequest, annotation: Annotation, status: int, message: 
     if request.htmx or status == 409:
         return plain_text(message, status=status)
     messages.error(request, message)
-    return redirect("label-task", pk=annotation.pk)
+    return redirect("annotate:label-task", pk=annotation.pk)
 
 
 def _next_task_url(request: HttpRequest) -> str:
@@ -158,4 +158,4 @@ def _next_task_url(request: HttpRequest) -> str:
         task = queueing.claim_next(annotator=request.user)
     except queueing.ScreeningFailed:
         task = None
-    return reverse("label-task", args=[task.pk]) if task else reverse("label-start")
+    return reverse("annotate:label-task", args=[task.pk]) if task else reverse("annotate:label-start")

@@ -40,7 +40,7 @@ def import_list(request: HttpRequest) -> HttpResponse:
             path=path, original_name=upload.name, format=form.cleaned_data["format"],
             source=form.cleaned_data["source"], atomic=form.cleaned_data["atomic"], user=request.user,
         )
-        return redirect("import-detail", pk=job.pk)
+        return redirect("annotate:import-detail", pk=job.pk)
     jobs = ImportJob.objects.select_related("created_by").order_by("-id")[:20]
     return render(request, "annotate/import_list.html", {"form": form, "jobs": jobs})
 

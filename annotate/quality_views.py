@@ -29,4 +29,4 @@ def quality_reset_screening(request: HttpRequest, user_id: int) -> HttpResponse:
     person = get_object_or_404(get_user_model(), pk=user_id)
     quality.reset_screening(annotator=person)
     messages.success(request, f"{person.get_username()} can take the screening set again.")
-    return redirect("quality")
+    return redirect("annotate:quality")

@@ -70,7 +70,7 @@ def review_override(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, str(error))
     else:
         messages.success(request, "Rating overridden; the old value is kept in the history.")
-    return redirect("review-detail", pk=pk)
+    return redirect("annotate:review-detail", pk=pk)
 
 
 @require_POST
@@ -78,7 +78,7 @@ def review_override(request: HttpRequest, pk: int) -> HttpResponse:
 def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
     quality.make_gold(annotation=_submitted(pk))
     messages.success(request, "This solution is now a gold item with these ratings.")
-    return redirect("review-detail", pk=pk)
+    return redirect("annotate:review-detail", pk=pk)
 
 
 @require_POST
@@ -90,7 +90,7 @@ def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         queueing.add_to_screening(solution=annotation.solution)
         messages.success(request, "Added to the screening set: every annotator labels it before real tasks.")
-    return redirect("review-detail", pk=pk)
+    return redirect("annotate:review-detail", pk=pk)
 
 
 def _submitted(pk: int) -> Annotation:

@@ -2,6 +2,7 @@ from django.urls import path
 
 from . import export_views, home_views, label_views, pool_views, quality_views, review_views
 
+app_name = "annotate"
 urlpatterns = [
     path("", home_views.home, name="home"),
     path("label/", label_views.label_start, name="label-start"),

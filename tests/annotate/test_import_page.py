@@ -27,12 +27,12 @@ GSM8K_LINES = [
 
 def upload(client, content: bytes, **fields):
     data = {"file": SimpleUploadedFile("gsm8k-sample.jsonl", content), "format": "auto", **fields}
-    return client.post(reverse("import-list"), data)
+    return client.post(reverse("annotate:import-list"), data)
 
 
 @pytest.mark.django_db
 def test_only_admins_see_the_upload_page(client, annotator):
-    url = reverse("import-list")
+    url = reverse("annotate:import-list")
     assert client.get(url).status_code == 302  # anonymous: to the login page
     client.force_login(annotator)
     assert client.get(url).status_code == 403
@@ -46,7 +46,7 @@ def test_upload_saves_the_file_and_queues_an_import_job(client, admin_user, djan
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = upload(client, jsonl(GSM8K_LINES), source="upload-test")
     job = ImportJob.objects.get()
-    assert response.status_code == 302 and response.url == reverse("import-detail", args=[job.pk])
+    assert response.status_code == 302 and response.url == reverse("annotate:import-detail", args=[job.pk])
     assert len(callbacks) == 1  # the task is sent only after the job row is committed
     assert (job.state, job.original_name, job.source, job.created_by) == (
         JobState.PENDING, "gsm8k-sample.jsonl", "upload-test", admin_user)
@@ -58,7 +58,7 @@ def test_upload_saves_the_file_and_queues_an_import_job(client, admin_user, djan
 @pytest.mark.django_db
 def test_an_invalid_upload_shows_the_form_again(client, admin_user):
     client.force_login(admin_user)
-    response = client.post(reverse("import-list"), {"format": "yaml"})
+    response = client.post(reverse("annotate:import-list"), {"format": "yaml"})
     assert response.status_code == 200
     assert response.context["form"].errors.keys() == {"file", "format"}
 
@@ -69,7 +69,7 @@ def test_the_job_runs_the_import_and_the_page_shows_progress_and_the_report(clie
     upload(client, jsonl(GSM8K_LINES))
     job = ImportJob.objects.get()
 
-    url = reverse("import-detail", args=[job.pk])
+    url = reverse("annotate:import-detail", args=[job.pk])
     assert url == f"/jobs/import/{job.pk}/"
     page = client.get(url).content.decode()
     assert "<progress" in page and 'hx-trigger="every 1s"' in page  # still pending: polls
@@ -87,12 +87,12 @@ def test_the_job_runs_the_import_and_the_page_shows_progress_and_the_report(clie
     assert "every 1s" not in partial  # finished: polling stops
     assert "2 created · 0 duplicates · 1 errors" in partial
     assert 'value="100"' in partial
-    report = client.get(reverse("import-report", args=[job.pk]))
+    report = client.get(reverse("annotate:import-report", args=[job.pk]))
     lines = [json.loads(line) for line in b"".join(report.streaming_content).decode().splitlines()]
     assert [line["status"] for line in lines] == ["created", "created", "error"]
 
-    listing = client.get(reverse("import-list")).content.decode()
-    assert reverse("import-detail", args=[job.pk]) in listing and "gsm8k-sample.jsonl" in listing
+    listing = client.get(reverse("annotate:import-list")).content.decode()
+    assert reverse("annotate:import-detail", args=[job.pk]) in listing and "gsm8k-sample.jsonl" in listing
 
     # Running the task again (a redelivery) changes nothing.
     import_pool_task(job.pk)
@@ -116,10 +116,10 @@ def test_the_job_page_is_whole_without_htmx_and_on_a_history_restore(client, adm
     client.force_login(admin_user)
     upload(client, jsonl(GSM8K_LINES[:1]))
     job = ImportJob.objects.get()
-    response = client.get(reverse("import-detail", args=[job.pk]), **headers)
+    response = client.get(reverse("annotate:import-detail", args=[job.pk]), **headers)
     assert response.status_code == 200 and "<html" in response.content.decode()
     assert "HX-Request" in response["Vary"]
-    assert client.get(reverse("import-report", args=[job.pk])).status_code == 404  # not finished yet
+    assert client.get(reverse("annotate:import-report", args=[job.pk])).status_code == 404  # not finished yet
 
 
 @pytest.mark.django_db
@@ -127,7 +127,7 @@ def test_the_import_job_page_has_no_second_progress_url(client, admin_user):
     client.force_login(admin_user)
     upload(client, jsonl(GSM8K_LINES[:1]))
     job = ImportJob.objects.get()
-    for old in (f"/imports/{job.pk}/progress", f"/imports/{job.pk}/", reverse("import-detail", args=[job.pk]) + "progress"):
+    for old in (f"/imports/{job.pk}/progress", f"/imports/{job.pk}/", reverse("annotate:import-detail", args=[job.pk]) + "progress"):
         assert client.get(old, HTTP_HX_REQUEST="true").status_code == 404, old
 
 
@@ -148,5 +148,5 @@ def test_a_real_worker_runs_an_uploaded_import_to_the_end(client, admin_user, ce
     assert (job.state, job.created, job.errors) == (JobState.SUCCEEDED, 40, 0), job.error
     assert Solution.objects.filter(is_correct=True).count() == 20
     assert Solution.objects.filter(is_correct=False).count() == 20
-    page = client.get(reverse("import-detail", args=[job.pk])).content.decode()
-    assert "succeeded" in page and reverse("import-report", args=[job.pk]) in page
+    page = client.get(reverse("annotate:import-detail", args=[job.pk])).content.decode()
+    assert "succeeded" in page and reverse("annotate:import-report", args=[job.pk]) in page

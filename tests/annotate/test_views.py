@@ -29,8 +29,8 @@ def task(annotator, pool):
     return queueing.claim_next(annotator=annotator)
 
 
-ANNOTATOR_PAGES = ["home", "label-start"]
-REVIEWER_PAGES = ["review-list", "quality"]
+ANNOTATOR_PAGES = ["annotate:home", "annotate:label-start"]
+REVIEWER_PAGES = ["annotate:review-list", "annotate:quality"]
 
 
 @pytest.mark.parametrize("name", ANNOTATOR_PAGES + REVIEWER_PAGES)
@@ -40,9 +40,9 @@ def test_every_page_needs_a_login(client, name):
 
 
 @pytest.mark.parametrize("name,role,status", [
-    ("label-start", "annotator", 200), ("review-list", "annotator", 403), ("quality", "annotator", 403),
-    ("label-start", "reviewer", 200), ("review-list", "reviewer", 200), ("quality", "reviewer", 200),
-    ("label-start", "admin", 200), ("review-list", "admin", 200), ("quality", "admin", 200),
+    ("annotate:label-start", "annotator", 200), ("annotate:review-list", "annotator", 403), ("annotate:quality", "annotator", 403),
+    ("annotate:label-start", "reviewer", 200), ("annotate:review-list", "reviewer", 200), ("annotate:quality", "reviewer", 200),
+    ("annotate:label-start", "admin", 200), ("annotate:review-list", "admin", 200), ("annotate:quality", "admin", 200),
 ])
 def test_permission_matrix_of_the_pages(name, role, status):
     user = user_with_role(f"{role}-user", role)
@@ -52,8 +52,8 @@ def test_permission_matrix_of_the_pages(name, role, status):
 def test_a_user_without_a_role_cannot_label(django_user_model, pool):
     nobody = django_user_model.objects.create_user("nobody", password="x")
     client = client_for(nobody)
-    assert "no role yet" in client.get(reverse("home")).content.decode()
-    assert client.post(reverse("label-next")).status_code == 403
+    assert "no role yet" in client.get(reverse("annotate:home")).content.decode()
+    assert client.post(reverse("annotate:label-next")).status_code == 403
     assert not Annotation.objects.exists()
 
 
@@ -64,9 +64,9 @@ def test_there_is_no_sign_up_page(client):
 
 def test_start_labeling_leases_an_item_and_shows_the_steps_blind(annotator, pool):
     client = client_for(annotator)
-    response = client.post(reverse("label-next"))
+    response = client.post(reverse("annotate:label-next"))
     task = Annotation.objects.get(annotator=annotator)
-    assert response["Location"] == reverse("label-task", args=[task.pk])
+    assert response["Location"] == reverse("annotate:label-task", args=[task.pk])
     page = client.get(response["Location"]).content.decode()
     assert "Let $x = 2$." in page and 'id="step-2"' in page
     assert "PRM" not in page and "default order" not in page  # No scores or selection reasons.
@@ -75,14 +75,14 @@ def test_start_labeling_leases_an_item_and_shows_the_steps_blind(annotator, pool
 
 def test_coming_back_resumes_the_same_task(annotator, task):
     client = client_for(annotator)
-    assert client.post(reverse("label-next"))["Location"] == reverse("label-task", args=[task.pk])
-    assert client.get(reverse("label-start"))["Location"] == reverse("label-task", args=[task.pk])
+    assert client.post(reverse("annotate:label-next"))["Location"] == reverse("annotate:label-task", args=[task.pk])
+    assert client.get(reverse("annotate:label-start"))["Location"] == reverse("annotate:label-task", args=[task.pk])
 
 
 def test_rating_with_htmx_answers_with_the_task_partial(annotator, task):
     client = client_for(annotator)
     data = {"index": 0, "rating": 1, "total_ms": 900, "step_ms": "0:800"}
-    response = client.post(reverse("label-rate", args=[task.pk]), data, **HTMX)
+    response = client.post(reverse("annotate:label-rate", args=[task.pk]), data, **HTMX)
     body = response.content.decode()
     assert response.status_code == 200
     assert body.lstrip().startswith('<section id="task"') and "<html" not in body
@@ -93,20 +93,20 @@ def test_rating_with_htmx_answers_with_the_task_partial(annotator, task):
 
 def test_plain_form_posts_work_without_javascript(annotator, task):
     client = client_for(annotator)
-    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1})
-    assert response.status_code == 302 and response["Location"] == reverse("label-task", args=[task.pk])
-    response = client.post(reverse("label-submit", args=[task.pk]))
+    response = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": -1})
+    assert response.status_code == 302 and response["Location"] == reverse("annotate:label-task", args=[task.pk])
+    response = client.post(reverse("annotate:label-submit", args=[task.pk]))
     following = Annotation.objects.get(annotator=annotator, status="in_progress")
-    assert response["Location"] == reverse("label-task", args=[following.pk])  # Straight on to the next.
+    assert response["Location"] == reverse("annotate:label-task", args=[following.pk])  # Straight on to the next.
     assert Annotation.objects.get(pk=task.pk).finish_reason == "found_error"
 
 
 def test_submit_with_htmx_redirects_the_page_to_the_next_task(annotator, task):
     client = client_for(annotator)
-    client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX)
-    response = client.post(reverse("label-submit", args=[task.pk]), **HTMX)
+    client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX)
+    response = client.post(reverse("annotate:label-submit", args=[task.pk]), **HTMX)
     following = Annotation.objects.get(annotator=annotator, status="in_progress")
-    assert response["HX-Redirect"] == reverse("label-task", args=[following.pk])
+    assert response["HX-Redirect"] == reverse("annotate:label-task", args=[following.pk])
 
 
 def test_after_the_last_task_submit_lands_on_the_page_between_tasks(annotator):
@@ -114,20 +114,20 @@ def test_after_the_last_task_submit_lands_on_the_page_between_tasks(annotator):
     queueing.ensure_default_queue()
     task = queueing.claim_next(annotator=annotator)
     client = client_for(annotator)
-    client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1})
-    response = client.post(reverse("label-submit", args=[task.pk]))
-    assert response["Location"] == reverse("label-start")
+    client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": 1})
+    response = client.post(reverse("annotate:label-submit", args=[task.pk]))
+    assert response["Location"] == reverse("annotate:label-start")
     assert "0 solutions waiting" in client.get(response["Location"]).content.decode()
 
 
 def test_a_repeated_post_changes_nothing_and_a_post_after_submit_gets_409(annotator, task):
     client = client_for(annotator)
     for _ in range(2):
-        assert client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX).status_code == 200
+        assert client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX).status_code == 200
     assert [s.rating for s in labeling.task_view(task).steps] == [-1, None, None]
-    assert client.post(reverse("label-submit", args=[task.pk]), **HTMX).status_code == 200
+    assert client.post(reverse("annotate:label-submit", args=[task.pk]), **HTMX).status_code == 200
     actions = [
-        ("label-rate", {"index": 0, "rating": 1}), ("label-submit", {}), ("label-flag", {"index": 0, "flagged": "1"}),
+        ("annotate:label-rate", {"index": 0, "rating": 1}), ("annotate:label-submit", {}), ("annotate:label-flag", {"index": 0, "flagged": "1"}),
     ]
     for name, data in actions:
         assert client.post(reverse(name, args=[task.pk]), data, **HTMX).status_code == 409
@@ -137,16 +137,16 @@ def test_a_repeated_post_changes_nothing_and_a_post_after_submit_gets_409(annota
 
 def test_bad_input_gets_400_naming_the_field(annotator, task):
     client = client_for(annotator)
-    response = client.post(reverse("label-rate", args=[task.pk]), {"index": "x", "rating": 1}, **HTMX)
+    response = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": "x", "rating": 1}, **HTMX)
     assert response.status_code == 400 and "index" in response.content.decode()
-    response = client.post(reverse("label-submit", args=[task.pk]), {"finish_reason": "give_up"}, **HTMX)
+    response = client.post(reverse("annotate:label-submit", args=[task.pk]), {"finish_reason": "give_up"}, **HTMX)
     assert response.status_code == 400 and "note" in response.content.decode()
 
 
 def test_give_up_needs_a_reason_and_then_submits(annotator, task):
     client = client_for(annotator)
     data = {"finish_reason": "give_up", "note": "too long", "then": "home"}
-    client.post(reverse("label-submit", args=[task.pk]), data)
+    client.post(reverse("annotate:label-submit", args=[task.pk]), data)
     task.refresh_from_db()
     assert (task.status, task.finish_reason, task.finish_note) == ("submitted", "give_up", "too long")
 
@@ -154,7 +154,7 @@ def test_give_up_needs_a_reason_and_then_submits(annotator, task):
 def test_heartbeat_keeps_the_lease_and_records_time(annotator, task):
     client = client_for(annotator)
     before = QueueItem.objects.get(pk=task.queue_item_id).lease_expires_at
-    response = client.post(reverse("label-heartbeat", args=[task.pk]), {"total_ms": 5000, "step_ms": "0:5000"})
+    response = client.post(reverse("annotate:label-heartbeat", args=[task.pk]), {"total_ms": 5000, "step_ms": "0:5000"})
     assert response.status_code == 204
     assert QueueItem.objects.get(pk=task.queue_item_id).lease_expires_at >= before
     task.refresh_from_db()
@@ -164,8 +164,8 @@ def test_heartbeat_keeps_the_lease_and_records_time(annotator, task):
 def test_no_task_is_reachable_by_id_across_annotators(annotator, task):
     other = user_with_role("other", "annotator")
     client = client_for(other)
-    assert client.get(reverse("label-task", args=[task.pk])).status_code == 404
-    for name in ("label-rate", "label-flag", "label-undo", "label-submit", "label-heartbeat", "label-complete"):
+    assert client.get(reverse("annotate:label-task", args=[task.pk])).status_code == 404
+    for name in ("annotate:label-rate", "annotate:label-flag", "annotate:label-undo", "annotate:label-submit", "annotate:label-heartbeat", "annotate:label-complete"):
         assert client.post(reverse(name, args=[task.pk]), {"index": 0, "rating": 1}, **HTMX).status_code == 404
     assert labeling.task_view(task).steps[0].rating is None
 
@@ -174,21 +174,21 @@ def test_annotators_cannot_review_or_override(annotator, task):
     labeling.rate(annotation=task, index=0, rating=-1)
     labeling.submit(annotation=task)
     client = client_for(annotator)
-    assert client.get(reverse("review-detail", args=[task.pk])).status_code == 403
-    assert client.post(reverse("review-override", args=[task.pk]), {"index": 0, "rating": 1}).status_code == 403
-    assert client.post(reverse("review-make-gold", args=[task.pk])).status_code == 403
+    assert client.get(reverse("annotate:review-detail", args=[task.pk])).status_code == 403
+    assert client.post(reverse("annotate:review-override", args=[task.pk]), {"index": 0, "rating": 1}).status_code == 403
+    assert client.post(reverse("annotate:review-make-gold", args=[task.pk])).status_code == 403
     assert not RatingOverride.objects.exists()
 
 
 def test_htmx_posts_without_the_csrf_token_are_refused(annotator, task):
     client = client_for(annotator, enforce_csrf_checks=True)
-    response = client.post(reverse("label-rate", args=[task.pk]), {"index": 0, "rating": 1}, **HTMX)
+    response = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": 1}, **HTMX)
     assert response.status_code == 403
     assert labeling.task_view(task).steps[0].rating is None
-    page = client.get(reverse("label-task", args=[task.pk]))
+    page = client.get(reverse("annotate:label-task", args=[task.pk]))
     token = page.cookies["csrftoken"].value
     data = {"index": 0, "rating": 1}
-    response = client.post(reverse("label-rate", args=[task.pk]), data, HTTP_X_CSRFTOKEN=token, **HTMX)
+    response = client.post(reverse("annotate:label-rate", args=[task.pk]), data, HTTP_X_CSRFTOKEN=token, **HTMX)
     assert response.status_code == 200
     assert 'hx-headers=\'{"X-CSRFToken": "' in page.content.decode()
 
@@ -199,12 +199,12 @@ def test_imported_script_tags_are_escaped_everywhere(annotator, reviewer):
     queueing.ensure_default_queue()
     task = queueing.claim_next(annotator=annotator)
     assert task.solution == solution
-    page = client_for(annotator).get(reverse("label-task", args=[task.pk])).content.decode()
+    page = client_for(annotator).get(reverse("annotate:label-task", args=[task.pk])).content.decode()
     assert "<script>alert" not in page and "<img src=x" not in page and "<b>2</b>" not in page
     assert "&lt;script&gt;alert(&#x27;s&#x27;)&lt;/script&gt;" in page
     labeling.rate(annotation=task, index=0, rating=-1)
     labeling.submit(annotation=task)
-    for url in (reverse("review-list"), reverse("review-detail", args=[task.pk])):
+    for url in (reverse("annotate:review-list"), reverse("annotate:review-detail", args=[task.pk])):
         body = client_for(reviewer).get(url).content.decode()
         assert "<script>alert" not in body and "<img src=x" not in body
 
@@ -213,7 +213,7 @@ def test_calculator_annotations_are_hidden_on_the_page(annotator):
     SolutionFactory(steps=["She has 48/2 = <<48/2=24>>24 clips."])
     queueing.ensure_default_queue()
     task = queueing.claim_next(annotator=annotator)
-    page = client_for(annotator).get(reverse("label-task", args=[task.pk])).content.decode()
+    page = client_for(annotator).get(reverse("annotate:label-task", args=[task.pk])).content.decode()
     assert "48/2 = 24 clips." in page and "&lt;&lt;48/2=24&gt;&gt;" not in page
 
 
@@ -236,9 +236,9 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     for step in mine.solution.steps.all():
         StepScore.objects.create(step=step, model_version=version, p=0.125 + step.index)
     client = client_for(reviewer)
-    listed = client.get(reverse("review-list"), {"annotator": annotator.pk, "disagreement": "1"}).content.decode()
-    assert reverse("review-detail", args=[mine.pk]) in listed
-    detail = client.get(reverse("review-detail", args=[mine.pk])).content.decode()
+    listed = client.get(reverse("annotate:review-list"), {"annotator": annotator.pk, "disagreement": "1"}).content.decode()
+    assert reverse("annotate:review-detail", args=[mine.pk]) in listed
+    detail = client.get(reverse("annotate:review-detail", args=[mine.pk])).content.decode()
     scores_url = reverse("scoring:review-scores", args=[mine.solution_id])
     assert f'hx-get="{scores_url}"' in detail and 'hx-trigger="load"' in detail
     assert "prm-v1" not in detail  # The labeling page itself reads no scores.
@@ -247,14 +247,14 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     assert "0.100" in partial  # The solution's min score.
     assert "prm-v1" in client.get(scores_url).content.decode()  # Without htmx, a page of its own.
     assert client_for(annotator).get(scores_url).status_code == 403
-    client.post(reverse("review-override", args=[mine.pk]), {"index": 1, "rating": -1, "note": "step 2 is wrong"})
+    client.post(reverse("annotate:review-override", args=[mine.pk]), {"index": 1, "rating": -1, "note": "step 2 is wrong"})
     override = RatingOverride.objects.get()
     assert (override.previous_rating, override.new_rating, override.reviewer) == (1, -1, reviewer)
     assert labeling.task_view(mine).steps[1].rating == -1
-    assert "step 2 is wrong" in client.get(reverse("review-detail", args=[mine.pk])).content.decode()
+    assert "step 2 is wrong" in client.get(reverse("annotate:review-detail", args=[mine.pk])).content.decode()
     # Now both agree, so the disagreement filter drops it.
-    listed = client.get(reverse("review-list"), {"disagreement": "1"}).content.decode()
-    assert reverse("review-detail", args=[mine.pk]) not in listed
+    listed = client.get(reverse("annotate:review-list"), {"disagreement": "1"}).content.decode()
+    assert reverse("annotate:review-detail", args=[mine.pk]) not in listed
 
 
 def test_the_review_scores_partial_says_when_the_current_model_has_not_scored_the_solution(reviewer, pool):
@@ -281,7 +281,7 @@ def test_annotate_reads_no_scoring_model():
 def test_admin_makes_a_solution_gold_from_a_label(admin_user, annotator, task):
     labeling.rate(annotation=task, index=0, rating=-1)
     labeling.submit(annotation=task)
-    client_for(admin_user).post(reverse("review-make-gold", args=[task.pk]))
+    client_for(admin_user).post(reverse("annotate:review-make-gold", args=[task.pk]))
     solution = Solution.objects.get(pk=task.solution_id)
     assert solution.is_gold
     assert [s.gold_rating for s in solution.steps.order_by("index")] == [-1, None, None]
@@ -290,7 +290,7 @@ def test_admin_makes_a_solution_gold_from_a_label(admin_user, annotator, task):
 def test_home_shows_progress_and_median_time(annotator, task):
     labeling.rate(annotation=task, index=0, rating=-1, times=labeling.ActiveTime(total_ms=42_000))
     labeling.submit(annotation=task)
-    page = client_for(annotator).get(reverse("home")).content.decode()
+    page = client_for(annotator).get(reverse("annotate:home")).content.decode()
     assert "42 s" in page and "Start labeling" in page
 
 
@@ -298,12 +298,12 @@ def test_admin_puts_a_gold_solution_in_the_screening_set(admin_user, annotator, 
     labeling.rate(annotation=task, index=0, rating=-1)
     labeling.submit(annotation=task)
     client = client_for(admin_user)
-    client.post(reverse("review-add-to-screening", args=[task.pk]))
+    client.post(reverse("annotate:review-add-to-screening", args=[task.pk]))
     assert not QueueItem.objects.filter(generation=-1).exists()  # Not gold yet: refused.
-    client.post(reverse("review-make-gold", args=[task.pk]))
-    client.post(reverse("review-add-to-screening", args=[task.pk]))
+    client.post(reverse("annotate:review-make-gold", args=[task.pk]))
+    client.post(reverse("annotate:review-add-to-screening", args=[task.pk]))
     item = QueueItem.objects.get(generation=-1)
     assert item.is_initial_screening and item.solution_id == task.solution_id
     newcomer = user_with_role("newcomer", "annotator")
     assert queueing.claim_next(annotator=newcomer).is_initial_screening
-    assert client_for(annotator).post(reverse("review-add-to-screening", args=[task.pk])).status_code == 403
+    assert client_for(annotator).post(reverse("annotate:review-add-to-screening", args=[task.pk])).status_code == 403

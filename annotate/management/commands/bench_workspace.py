@@ -159,11 +159,11 @@ def _label(user_id: int, tasks: int, barrier) -> dict[str, list]:
     client.force_login(user)
     htmx = {"HTTP_HX_REQUEST": "true"}
     out: dict[str, list] = {"claim": [], "next": [], "save": [], "solutions": []}
-    client.get(reverse("home"))  # Warm up (imports, templates), as a long-running server is.
+    client.get(reverse("annotate:home"))  # Warm up (imports, templates), as a long-running server is.
     barrier.wait()
     for _ in range(tasks):
         started = time.perf_counter()
-        response = client.post(reverse("label-next"))
+        response = client.post(reverse("annotate:label-next"))
         claimed = time.perf_counter()
         if response.status_code != 302:
             raise RuntimeError(f"POST /label/next answered {response.status_code}")
@@ -178,8 +178,8 @@ def _label(user_id: int, tasks: int, barrier) -> dict[str, list]:
         assert page.status_code == 200
         for index in range(STEPS_PER_SOLUTION):
             started = time.perf_counter()
-            saved = client.post(reverse("label-rate", args=[pk]), {"index": index, "rating": 1, "total_ms": 1000 * (index + 1)}, **htmx)
+            saved = client.post(reverse("annotate:label-rate", args=[pk]), {"index": index, "rating": 1, "total_ms": 1000 * (index + 1)}, **htmx)
             out["save"].append(1000 * (time.perf_counter() - started))
             assert saved.status_code == 200, saved.content
-        client.post(reverse("label-submit", args=[pk]), {"then": "home"})
+        client.post(reverse("annotate:label-submit", args=[pk]), {"then": "home"})
     return out
