@@ -158,7 +158,9 @@ def progress(*, annotator) -> Progress:
     mine = Annotation.objects.submitted().filter(annotator=annotator)
     start_of_day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
     today = mine.filter(timestamp__gte=start_of_day)
-    times = list(mine.filter(total_time_ms__isnull=False).order_by("-timestamp").values_list("total_time_ms", flat=True)[:500])
+    times = list(
+        mine.filter(total_time_ms__isnull=False).order_by("-timestamp").values_list("total_time_ms", flat=True)[:500]
+    )
     return Progress(
         today=today.count(),
         overall=mine.count(),

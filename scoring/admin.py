@@ -57,7 +57,9 @@ class RescoreChunkInline(admin.TabularInline):
 
 @admin.register(RescoreJob)
 class RescoreJobAdmin(admin.ModelAdmin):
-    list_display = ["pk", "model_version", "state", "done", "total", "chunks_done", "chunks_total", "generation", "created_at"]
+    list_display = [
+        "pk", "model_version", "state", "done", "total", "chunks_done", "chunks_total", "generation", "created_at"
+    ]
     list_filter = ["state"]
     inlines = [RescoreChunkInline]
 

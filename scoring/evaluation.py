@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -164,7 +164,7 @@ def best_of_n(
         eligible = [c for c in problems if len(c) >= n]
         if not eligible:
             continue
-        hits = {m: 0.0 for m in methods}
+        hits = dict.fromkeys(methods, 0.0)
         for cands in eligible:
             picks = _subsets(len(cands), n, draws, rng)
             for m in methods:

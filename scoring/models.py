@@ -39,7 +39,9 @@ class ModelVersion(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["is_current"], condition=models.Q(is_current=True), name="one_current_model"),
+            models.UniqueConstraint(
+                fields=["is_current"], condition=models.Q(is_current=True), name="one_current_model"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -56,6 +58,9 @@ class StepScore(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "model_version"], name="one_score_per_step_model")]
 
+    def __str__(self) -> str:
+        return f"Score {self.p} of step {self.step_id} by model {self.model_version_id}"
+
 
 class SolutionScore(models.Model):
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="scores")
@@ -70,6 +75,9 @@ class SolutionScore(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["solution", "model_version"], name="one_score_per_solution_model")
         ]
+
+    def __str__(self) -> str:
+        return f"Score of solution {self.solution_id} by model {self.model_version_id}"
 
 
 class RescoreJob(Job):
@@ -101,6 +109,9 @@ class RescoreChunk(models.Model):
         ordering = ["job", "index"]
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="unique_rescore_chunk")]
 
+    def __str__(self) -> str:
+        return f"Chunk {self.index} of rescore job {self.job_id}"
+
 
 class TrainingRun(Job):
     class Trigger(models.TextChoices):
@@ -109,7 +120,9 @@ class TrainingRun(Job):
 
     config = models.JSONField(default=dict, blank=True)
     parent = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    result = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="training_runs")
+    result = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="training_runs"
+    )
     loss_curve = models.JSONField(default=list, blank=True)
     log = models.TextField(blank=True)
     n_labels = models.PositiveIntegerField(default=0)

@@ -123,7 +123,9 @@ def save_head_model(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     head.save(folder)
-    write_model_config(folder, {"kind": "head", "backbone": backbone, "separator": separator, "head": head.config(layer)})
+    write_model_config(
+        folder, {"kind": "head", "backbone": backbone, "separator": separator, "head": head.config(layer)}
+    )
     if meta is not None:
         (folder / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
     return folder
@@ -366,7 +368,8 @@ def load_prm(
         head = StepHead.load(folder, config["head"]).to(device).eval()
         if head.hidden_size != model.config.hidden_size:
             raise ModelFormatError(
-                f"{folder / CONFIG_NAME}: head.hidden_size {head.hidden_size} != backbone hidden size {model.config.hidden_size}"
+                f"{folder / CONFIG_NAME}: head.hidden_size {head.hidden_size} "
+                f"!= backbone hidden size {model.config.hidden_size}"
             )
     if config["kind"] == "token_classification" and getattr(model.config, "num_labels", 2) != 2:
         raise ModelFormatError(f"{backbone}: a token-classification PRM needs 2 labels, has {model.config.num_labels}")

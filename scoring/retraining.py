@@ -67,7 +67,9 @@ class RunOptions:
             raise ValueError(f"unknown run option(s): {', '.join(sorted(unknown))}")
         TrainConfig.from_dict(options.train)
         if options.gate_metric not in evaluation.GATE_METRICS:
-            raise ValueError(f"gate_metric={options.gate_metric!r}; expected one of {', '.join(evaluation.GATE_METRICS)}")
+            raise ValueError(
+                f"gate_metric={options.gate_metric!r}; expected one of {', '.join(evaluation.GATE_METRICS)}"
+            )
         return options
 
 
@@ -133,7 +135,9 @@ def gather_rows(*, solution_ids=None) -> list[LabeledRow]:
     result = []
     for solution, weight in zip(solutions, weights):
         steps = texts.get(solution.pk, [])
-        ratings = tuple(path_ratings(verdict, len(steps)) for _, verdict in sorted(labeled[solution.pk], key=lambda pair: pair[0]))
+        ratings = tuple(
+            path_ratings(verdict, len(steps)) for _, verdict in sorted(labeled[solution.pk], key=lambda pair: pair[0])
+        )
         result.append(LabeledRow(solution_id=solution.pk, problem_id=solution.problem_id,
                                  problem=solution.problem.statement, steps=tuple(steps),
                                  ratings=ratings, weight=weight))
@@ -245,7 +249,9 @@ def version_name(run: TrainingRun) -> str:
     return f"run{run.pk}-{train.get('head', 'point')}-{train.get('mode', 'head')}"
 
 
-def _train_and_register(run: TrainingRun, folder: Path, options: RunOptions) -> tuple[ModelVersion, training.TrainResult]:
+def _train_and_register(
+    run: TrainingRun, folder: Path, options: RunOptions
+) -> tuple[ModelVersion, training.TrainResult]:
     from . import registry, training
 
     config = TrainConfig.from_dict(options.train)

@@ -115,7 +115,9 @@ def score_on_worker(
     try:
         answer = result.get(timeout=timeout, interval=0.02)
     except CeleryTimeout:
-        raise ScoringUnavailable(f"no scoring worker answered within {timeout:g} s; is the ml worker running?") from None
+        raise ScoringUnavailable(
+            f"no scoring worker answered within {timeout:g} s; is the ml worker running?"
+        ) from None
     result.forget()  # Answered once, read once: no result left in the backend.
     if answer.get("status") == 400:
         raise ValueError(answer["error"])

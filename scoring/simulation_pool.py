@@ -87,7 +87,9 @@ def math500_problems(path: Path, *, n: int, skip: int, variants: int, seed: int)
         for kind in rng.sample(corruption.MATH_KINDS, k=min(variants, len(corruption.MATH_KINDS))):
             bad = corruption.corrupt_boxed(steps, rng, kind=kind)
             if bad is not None:
-                solutions.append(PoolSolution([*bad.steps, f"# Answer\n\n{bad.answer}"], bad.answer, bad.first_error, kind))
+                solutions.append(
+                    PoolSolution([*bad.steps, f"# Answer\n\n{bad.answer}"], bad.answer, bad.first_error, kind)
+                )
         if len(solutions) > 1:
             problems.append(PoolProblem(obj["question"].strip(), answer, solutions))
     return problems
@@ -203,13 +205,18 @@ def position_probabilities(pool: Sequence[PoolProblem]) -> dict[int, float]:
     return {i: good[i] / seen[i] for i in seen}
 
 
-ARITHMETIC = re.compile(r"((?:\$?\d[\d,]*(?:\.\d+)?\s*[-+*/x×÷]\s*)+\$?\d[\d,]*(?:\.\d+)?)\s*=\s*\$?(-?\d[\d,]*(?:\.\d+)?)")
+ARITHMETIC = re.compile(
+    r"((?:\$?\d[\d,]*(?:\.\d+)?\s*[-+*/x×÷]\s*)+\$?\d[\d,]*(?:\.\d+)?)"  # the expression: a op b [op c ...]
+    r"\s*=\s*\$?(-?\d[\d,]*(?:\.\d+)?)"  # = the written result
+)
 
 
 def arithmetic_ok(step: str) -> bool:
     """Whether every `a op b = c` written in the step is right (the rule-based baseline)."""
     for match in ARITHMETIC.finditer(step):
-        expression = match.group(1).replace("$", "").replace(",", "").replace("x", "*").replace("×", "*").replace("÷", "/")
+        expression = (
+            match.group(1).replace("$", "").replace(",", "").replace("x", "*").replace("×", "*").replace("÷", "/")
+        )
         try:
             value = eval(expression, {"__builtins__": {}}, {})  # digits and operators only (the regex)
         except (ArithmeticError, SyntaxError):

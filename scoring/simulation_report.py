@@ -8,7 +8,8 @@ from pathlib import Path
 
 # The curve metrics of a round; higher is better for all.
 METRICS = ("paired_auc", "step_auc", "solution_auc", "processbench_f1", "best_of_n")
-TITLES = {"paired_auc": "paired AUC (vs reference step)", "step_auc": "step AUC", "solution_auc": "solution AUC (product)",
+TITLES = {"paired_auc": "paired AUC (vs reference step)", "step_auc": "step AUC",
+          "solution_auc": "solution AUC (product)",
           "processbench_f1": "ProcessBench F1", "best_of_n": "best-of-N accuracy (product)",
           "wrong_share": "share of labeled solutions with a wrong answer"}
 
@@ -73,7 +74,9 @@ def efficiency(curves: dict[str, list[list[dict]]], *, resamples: int = 500, see
             spread.sort()
             out[strategy][metric] = point | {
                 "std": _mean_std(spread)[1] if spread else 0.0,
-                "interval_90": [spread[int(0.05 * (len(spread) - 1))], spread[int(0.95 * (len(spread) - 1))]] if spread else None,
+                "interval_90": (
+                    [spread[int(0.05 * (len(spread) - 1))], spread[int(0.95 * (len(spread) - 1))]] if spread else None
+                ),
             }
     return out
 

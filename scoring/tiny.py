@@ -45,12 +45,12 @@ def build_tiny_tokenizer(*, vocab_size: int = 400):
 def tiny_llama_config(tokenizer, **overrides):
     from transformers import LlamaConfig
 
-    fields = dict(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
-    )
+    fields = {
+        "vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id, "tie_word_embeddings": False,
+    }
     fields.update(overrides)
     return LlamaConfig(**fields)
 

@@ -97,7 +97,9 @@ class Example:
         return sum(1 for n in self.n if n > 0)
 
 
-def step_counts(ratings: Sequence[Sequence[int | None]], n_steps: int, *, neutral: str = "positive") -> tuple[list[int], list[int]]:
+def step_counts(
+    ratings: Sequence[Sequence[int | None]], n_steps: int, *, neutral: str = "positive"
+) -> tuple[list[int], list[int]]:
     """(K positive, N labels) per step; each annotator stops counting after their first -1."""
     if neutral not in NEUTRAL_MODES:
         raise ValueError(f"neutral={neutral!r}; expected one of {', '.join(NEUTRAL_MODES)}")
@@ -152,7 +154,9 @@ def validation_problems(problem_ids: Sequence[int], *, val_fraction: float, seed
     return val
 
 
-def split_by_problem(examples: Sequence[Example], *, val_fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
+def split_by_problem(
+    examples: Sequence[Example], *, val_fraction: float, seed: int
+) -> tuple[list[Example], list[Example]]:
     """Train/validation split by problem, never by solution."""
     val = validation_problems([e.row.problem_id for e in examples], val_fraction=val_fraction, seed=seed)
     return [e for e in examples if e.row.problem_id not in val], [e for e in examples if e.row.problem_id in val]

@@ -27,7 +27,9 @@ class StartRunForm(forms.Form):
     mode = forms.ChoiceField(choices=[(m, m) for m in MODES], initial="head",
                              help_text="head: frozen backbone, cached features (the CPU default)")
     epochs = forms.IntegerField(min_value=1, max_value=1000, initial=30)
-    gate_metric = forms.ChoiceField(choices=[(m, m) for m in evaluation.GATE_METRICS], initial=retraining.DEFAULT_GATE_METRIC)
+    gate_metric = forms.ChoiceField(
+        choices=[(m, m) for m in evaluation.GATE_METRICS], initial=retraining.DEFAULT_GATE_METRIC
+    )
 
     def options(self) -> dict:
         data = self.cleaned_data

@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     args.out.mkdir(parents=True, exist_ok=True)
-    command = ["--json", "--output", str(args.out / "active-learning.json"), "--plot", str(args.out / "active-learning.png"),
+    command = ["--json", "--output", str(args.out / "active-learning.json"),
+               "--plot", str(args.out / "active-learning.png"),
                "--data", str(args.data), "--seeds", *map(str, settings.pop("seeds"))]
     command += [f"--{name}={value}" for name, value in settings.items()]
     if args.layer is not None:

@@ -73,7 +73,9 @@ def evaluate(loaded, examples, answers, *, threshold: float, lam: float) -> dict
         labels = [None if n == 0 else int(k == n) for k, n in zip(e.k, e.n)]
         final, correct = answers[e.row.solution_id]
         first = next((i for i, y in enumerate(labels) if y == 0), -1)
-        samples.append(evaluation.LabeledSample(e.row.problem_id, [s.p for s in ps], labels, first, is_reference=correct))
+        samples.append(
+            evaluation.LabeledSample(e.row.problem_id, [s.p for s in ps], labels, first, is_reference=correct)
+        )
         sigma = [s.sigma for s in ps] if ps and ps[0].sigma is not None else None
         by_problem.setdefault(e.row.problem_id, []).append(
             evaluation.Candidate(mu=[s.p for s in ps], correct=correct, answer=final, sigma=sigma))
@@ -128,8 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = prm.choose_dtype(device) if args.mode == "head" else torch.float32
     backbone = training.load_backbone(backbone_folder, device=device, dtype=dtype)
     batch = args.batch_size if args.mode != "head" else 256
-    config = training.TrainConfig(head=args.head, mode=args.mode, layer=args.layer, epochs=args.epochs, batch_size=batch,
-                                  lr=args.lr, backbone_lr=args.backbone_lr, seed=args.seed, bias_correction="none",
+    config = training.TrainConfig(head=args.head, mode=args.mode, layer=args.layer, epochs=args.epochs,
+                                  batch_size=batch, lr=args.lr, backbone_lr=args.backbone_lr, seed=args.seed,
+                                  bias_correction="none",
                                   gradient_checkpointing=args.gradient_checkpointing)
     started = time.perf_counter()
     result = training.train(rows, backbone=backbone, config=config, cache=training.FeatureCache(out / "feature-cache"),
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
     report = {
         "device": str(device), "backbone": str(backbone_folder), "mode": args.mode, "head": args.head,
         "layer": result.layer, "train_solutions": len(result.train_examples), "val_solutions": len(result.val_examples),
-        "train_seconds": round(time.perf_counter() - started, 1), "train_tokens_per_s": round(result.tokens_per_second, 1),
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "train_tokens_per_s": round(result.tokens_per_second, 1),
         "loss_curve": result.loss_curve,
         "eval": evaluate(loaded, result.val_examples, answers, threshold=args.threshold, lam=args.lam),
     }

@@ -43,9 +43,9 @@ def test_rescore_button_and_score_api_leave_the_web_process_without_torch(celery
     from annotate.models.jobs import JobState
     from scoring import registry
     from scoring.models import RescoreJob
+    from scoring.tiny import build_tiny_prm
     from tests.conftest import REPO_ROOT, wait_for, worker_environment
     from tests.factories import SolutionFactory
-    from scoring.tiny import build_tiny_prm
 
     SolutionFactory.create_batch(3)
     version = registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"), make_current=True)

@@ -36,7 +36,9 @@ class Job(models.Model):
     total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -122,6 +124,9 @@ class ImportJob(Job):
 
     progress_unit = "lines"
 
+    def __str__(self) -> str:
+        return f"Import {self.pk} of {self.original_name or self.path}"
+
 
 class ExportJob(Job):
     format = models.CharField(max_length=30, default="prm800k")
@@ -130,3 +135,6 @@ class ExportJob(Job):
     lines = models.PositiveIntegerField(default=0)
 
     progress_unit = "rows"
+
+    def __str__(self) -> str:
+        return f"Export {self.pk} ({self.format})"

@@ -65,12 +65,12 @@ class Annotation(models.Model):
             models.UniqueConstraint(fields=["solution", "labeler"], name="one_annotation_per_labeler"),
         ]
 
+    def __str__(self) -> str:
+        return f"Annotation {self.pk} by {self.labeler} of solution {self.solution_id}"
+
     @property
     def is_submitted(self) -> bool:
         return self.status == Annotation.Status.SUBMITTED
-
-    def __str__(self) -> str:
-        return f"Annotation {self.pk} by {self.labeler} of solution {self.solution_id}"
 
 
 class StepLabel(models.Model):
@@ -85,6 +85,9 @@ class StepLabel(models.Model):
     class Meta:
         ordering = ["annotation", "index"]
         constraints = [models.UniqueConstraint(fields=["annotation", "index"], name="unique_step_label")]
+
+    def __str__(self) -> str:
+        return f"Step {self.index} of annotation {self.annotation_id}"
 
 
 class Completion(models.Model):
@@ -105,3 +108,6 @@ class Completion(models.Model):
                 condition=models.Q(rating__in=[-1, 0, 1]) | models.Q(rating__isnull=True), name="rating_in_range"
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"Completion {self.index} of step label {self.step_label_id}"

@@ -127,7 +127,10 @@ def test_the_import_job_page_has_no_second_progress_url(client, admin_user):
     client.force_login(admin_user)
     upload(client, jsonl(GSM8K_LINES[:1]))
     job = ImportJob.objects.get()
-    for old in (f"/imports/{job.pk}/progress", f"/imports/{job.pk}/", reverse("annotate:import-detail", args=[job.pk]) + "progress"):
+    for old in (
+        f"/imports/{job.pk}/progress", f"/imports/{job.pk}/",
+        reverse("annotate:import-detail", args=[job.pk]) + "progress",
+    ):
         assert client.get(old, HTTP_HX_REQUEST="true").status_code == 404, old
 
 

@@ -40,8 +40,10 @@ def test_every_page_needs_a_login(client, name):
 
 
 @pytest.mark.parametrize("name,role,status", [
-    ("annotate:label-start", "annotator", 200), ("annotate:review-list", "annotator", 403), ("annotate:quality", "annotator", 403),
-    ("annotate:label-start", "reviewer", 200), ("annotate:review-list", "reviewer", 200), ("annotate:quality", "reviewer", 200),
+    ("annotate:label-start", "annotator", 200), ("annotate:review-list", "annotator", 403),
+    ("annotate:quality", "annotator", 403),
+    ("annotate:label-start", "reviewer", 200), ("annotate:review-list", "reviewer", 200),
+    ("annotate:quality", "reviewer", 200),
     ("annotate:label-start", "admin", 200), ("annotate:review-list", "admin", 200), ("annotate:quality", "admin", 200),
 ])
 def test_permission_matrix_of_the_pages(name, role, status):
@@ -123,11 +125,13 @@ def test_after_the_last_task_submit_lands_on_the_page_between_tasks(annotator):
 def test_a_repeated_post_changes_nothing_and_a_post_after_submit_gets_409(annotator, task):
     client = client_for(annotator)
     for _ in range(2):
-        assert client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX).status_code == 200
+        rated = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX)
+        assert rated.status_code == 200
     assert [s.rating for s in labeling.task_view(task).steps] == [-1, None, None]
     assert client.post(reverse("annotate:label-submit", args=[task.pk]), **HTMX).status_code == 200
     actions = [
-        ("annotate:label-rate", {"index": 0, "rating": 1}), ("annotate:label-submit", {}), ("annotate:label-flag", {"index": 0, "flagged": "1"}),
+        ("annotate:label-rate", {"index": 0, "rating": 1}), ("annotate:label-submit", {}),
+        ("annotate:label-flag", {"index": 0, "flagged": "1"}),
     ]
     for name, data in actions:
         assert client.post(reverse(name, args=[task.pk]), data, **HTMX).status_code == 409
@@ -165,7 +169,8 @@ def test_no_task_is_reachable_by_id_across_annotators(annotator, task):
     other = user_with_role("other", "annotator")
     client = client_for(other)
     assert client.get(reverse("annotate:label-task", args=[task.pk])).status_code == 404
-    for name in ("annotate:label-rate", "annotate:label-flag", "annotate:label-undo", "annotate:label-submit", "annotate:label-heartbeat", "annotate:label-complete"):
+    for name in ("annotate:label-rate", "annotate:label-flag", "annotate:label-undo", "annotate:label-submit",
+                 "annotate:label-heartbeat", "annotate:label-complete"):
         assert client.post(reverse(name, args=[task.pk]), {"index": 0, "rating": 1}, **HTMX).status_code == 404
     assert labeling.task_view(task).steps[0].rating is None
 
@@ -175,7 +180,8 @@ def test_annotators_cannot_review_or_override(annotator, task):
     labeling.submit(annotation=task)
     client = client_for(annotator)
     assert client.get(reverse("annotate:review-detail", args=[task.pk])).status_code == 403
-    assert client.post(reverse("annotate:review-override", args=[task.pk]), {"index": 0, "rating": 1}).status_code == 403
+    overridden = client.post(reverse("annotate:review-override", args=[task.pk]), {"index": 0, "rating": 1})
+    assert overridden.status_code == 403
     assert client.post(reverse("annotate:review-make-gold", args=[task.pk])).status_code == 403
     assert not RatingOverride.objects.exists()
 
@@ -232,11 +238,15 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
             labeling.rate(annotation=task, index=index, rating=rating)
         labeling.submit(annotation=task)
     version = ModelVersion.objects.create(name="prm-v1", path="x", weights_sha256="0" * 64, is_current=True)
-    SolutionScore.objects.create(solution=mine.solution, model_version=version, product=0.2, min=0.1, last=0.3, mean=0.5)
+    SolutionScore.objects.create(
+        solution=mine.solution, model_version=version, product=0.2, min=0.1, last=0.3, mean=0.5
+    )
     for step in mine.solution.steps.all():
         StepScore.objects.create(step=step, model_version=version, p=0.125 + step.index)
     client = client_for(reviewer)
-    listed = client.get(reverse("annotate:review-list"), {"annotator": annotator.pk, "disagreement": "1"}).content.decode()
+    listed = client.get(
+        reverse("annotate:review-list"), {"annotator": annotator.pk, "disagreement": "1"}
+    ).content.decode()
     assert reverse("annotate:review-detail", args=[mine.pk]) in listed
     detail = client.get(reverse("annotate:review-detail", args=[mine.pk])).content.decode()
     scores_url = reverse("scoring:review-scores", args=[mine.solution_id])
@@ -247,7 +257,9 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     assert "0.100" in partial  # The solution's min score.
     assert "prm-v1" in client.get(scores_url).content.decode()  # Without htmx, a page of its own.
     assert client_for(annotator).get(scores_url).status_code == 403
-    client.post(reverse("annotate:review-override", args=[mine.pk]), {"index": 1, "rating": -1, "note": "step 2 is wrong"})
+    client.post(
+        reverse("annotate:review-override", args=[mine.pk]), {"index": 1, "rating": -1, "note": "step 2 is wrong"}
+    )
     override = RatingOverride.objects.get()
     assert (override.previous_rating, override.new_rating, override.reviewer) == (1, -1, reviewer)
     assert labeling.task_view(mine).steps[1].rating == -1

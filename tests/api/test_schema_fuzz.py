@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 
 from scoring import registry
+from scoring.tiny import build_tiny_prm
 from tests.annotations import annotate
 from tests.factories import SolutionFactory
-from scoring.tiny import build_tiny_prm
 
 # ~25 operations x 15 examples: about a minute on two cores.
 EXAMPLES = 15

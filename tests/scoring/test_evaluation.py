@@ -93,7 +93,9 @@ def test_the_gate_passes_equal_and_better_and_stops_worse():
 
 
 def test_evaluate_puts_everything_in_one_json_ready_dict():
-    samples = [LabeledSample(1, [0.9, 0.2], [1, 0], first_error=1), LabeledSample(2, [0.8, 0.7], [1, 1], first_error=-1)]
+    samples = [
+        LabeledSample(1, [0.9, 0.2], [1, 0], first_error=1), LabeledSample(2, [0.8, 0.7], [1, 1], first_error=-1)
+    ]
     report = evaluation.evaluate(samples, [[Candidate([0.9], True, "1"), Candidate([0.1], False, "2")]])
     assert report["step_auc"] == 1.0 and report["n_steps"] == 4
     assert report["processbench"]["f1"] == 1.0

@@ -26,7 +26,9 @@ KINDS = [
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("prms")
     return {
-        (kind, head_type, layer): build_tiny_prm(root / f"{kind}-{head_type}-{layer}", kind=kind, head_type=head_type, layer=layer)
+        (kind, head_type, layer): build_tiny_prm(
+            root / f"{kind}-{head_type}-{layer}", kind=kind, head_type=head_type, layer=layer
+        )
         for kind, head_type, layer in [p.values for p in KINDS]
     }
 

@@ -156,7 +156,9 @@ def test_two_concurrent_starts_make_exactly_one_run(transactional_db):
         thread.join()
     runs = list(TrainingRun.objects.all())
     assert len(runs) == 1
-    assert sorted(outcomes, key=str) == sorted([runs[0].pk, f"training run #{runs[0].pk} (pending) is still active"], key=str)
+    assert sorted(outcomes, key=str) == sorted(
+        [runs[0].pk, f"training run #{runs[0].pk} (pending) is still active"], key=str
+    )
 
 
 @pytest.mark.embedded
@@ -320,7 +322,9 @@ def test_loading_more_versions_than_the_cache_size_keeps_that_many_on_one_shared
     versions = []
     for i in range(4):  # four head-only versions on one backbone, as four retrains make
         torch.manual_seed(i)
-        folder = save_head_model(tmp_path / f"v{i}", head=StepHead(32, "point"), backbone=str(backbone.resolve()), layer=1)
+        folder = save_head_model(
+            tmp_path / f"v{i}", head=StepHead(32, "point"), backbone=str(backbone.resolve()), layer=1
+        )
         versions.append(registry.register_model_version(name=f"v{i}", path=folder))
     loaded = [registry.load(version) for version in versions]
     assert registry.cached_fingerprints() == [v.weights_sha256 for v in versions[2:]]
@@ -340,7 +344,8 @@ def test_training_pages_are_for_admins_only(client, annotator):
     assert client.get(url).status_code == 302  # to the login page
     client.force_login(annotator)
     assert client.get(url).status_code == 403
-    assert client.post(url, {"head": "point", "mode": "head", "epochs": 3, "gate_metric": "step_auc"}).status_code == 403
+    data = {"head": "point", "mode": "head", "epochs": 3, "gate_metric": "step_auc"}
+    assert client.post(url, data).status_code == 403
     assert not TrainingRun.objects.exists()
 
 

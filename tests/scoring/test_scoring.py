@@ -7,8 +7,8 @@ from annotate.models.jobs import JobState
 from scoring import registry, scoring
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.prm import aggregate
-from tests.factories import SolutionFactory
 from scoring.tiny import build_tiny_prm
+from tests.factories import SolutionFactory
 
 
 @pytest.fixture
@@ -23,7 +23,9 @@ def tiny_version(db, tmp_path, settings):
 @pytest.fixture
 def pool(db):
     return [
-        SolutionFactory(steps=[f"Step {i} of solution {n}: x = {i * n}." for i in range(1 + n % 4)], is_correct=n % 2 == 0)
+        SolutionFactory(
+            steps=[f"Step {i} of solution {n}: x = {i * n}." for i in range(1 + n % 4)], is_correct=n % 2 == 0
+        )
         for n in range(6)
     ]
 

@@ -87,7 +87,10 @@ def test_no_problem_gets_more_than_its_cap(version, fixture_pool):
     for n in range(6):
         scored(version, score=0.99 - n / 100, is_correct=False, problem=problem)
     generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=60, per_problem=1, seed=6))
-    per_problem = Counter(item.solution.problem_id for item in QueueItem.objects.filter(generation=generation.number).select_related("solution"))
+    per_problem = Counter(
+        item.solution.problem_id
+        for item in QueueItem.objects.filter(generation=generation.number).select_related("solution")
+    )
     assert max(per_problem.values()) == 1
 
 
@@ -101,7 +104,9 @@ def test_rebuild_starts_a_new_generation_and_retires_only_waiting_items(version,
 
     second = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=10, seed=7))
     assert second.number == first.number + 1
-    statuses = dict(QueueItem.objects.filter(pk__in=[waiting.pk, leased.pk, done.pk, qc.pk]).values_list("pk", "status"))
+    statuses = dict(
+        QueueItem.objects.filter(pk__in=[waiting.pk, leased.pk, done.pk, qc.pk]).values_list("pk", "status")
+    )
     assert statuses == {waiting.pk: "retired", leased.pk: "leased", done.pk: "done", qc.pk: "available"}
     # What someone holds or finished is not queued again.
     requeued = set(QueueItem.objects.filter(generation=second.number).values_list("solution_id", flat=True))
@@ -158,7 +163,7 @@ def test_with_overlap_two_different_annotators_label_each_selected_solution_afte
                 labeling.rate(annotation=task, index=index, rating=1)
             labeling.submit(annotation=task)
             labelers.setdefault(task.solution_id, set()).add(task.labeler)
-    assert {solution: len(names) for solution, names in labelers.items()} == {s: 2 for s in selected}
+    assert {solution: len(names) for solution, names in labelers.items()} == dict.fromkeys(selected, 2)
 
 
 def test_a_rebuilt_queue_is_not_topped_up_past_its_size_by_a_restart(version, fixture_pool, settings):

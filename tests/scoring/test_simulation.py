@@ -65,7 +65,9 @@ def test_convincing_wrong_queues_wrong_answers_best_score_first_unlike_random(db
     picked = queued["convincing_wrong"]
     assert len(picked) == 8 and all(s.is_correct is False for s in picked)
     score = dict(SolutionScore.objects.filter(model_version=version).values_list("solution_id", "product"))
-    best_wrong = max((s for s in Solution.objects.filter(is_correct=False, meta__split="pool")), key=lambda s: score[s.pk])
+    best_wrong = max(
+        (s for s in Solution.objects.filter(is_correct=False, meta__split="pool")), key=lambda s: score[s.pk]
+    )
     assert picked[0] == best_wrong
     assert [score[s.pk] for s in picked] == sorted((score[s.pk] for s in picked), reverse=True)
     # Random picks are not the same solutions and include right answers (the pool is ~1/4 right).
@@ -119,8 +121,12 @@ def test_rule_baseline_checks_every_written_calculation():
 
 def test_efficiency_is_labels_random_needs_over_labels_the_strategy_needs():
     labels = [10, 20, 30, 40]
-    random_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.6, 0.7, 0.8])]
-    fast_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.7, 0.8, 0.8])]
+    random_run = [
+        {"labels": n, **dict.fromkeys(simulation_report.METRICS, v)} for n, v in zip(labels, [0.5, 0.6, 0.7, 0.8])
+    ]
+    fast_run = [
+        {"labels": n, **dict.fromkeys(simulation_report.METRICS, v)} for n, v in zip(labels, [0.5, 0.7, 0.8, 0.8])
+    ]
     ratio = simulation_report.efficiency({"random": [random_run], "fast": [fast_run]})["fast"]["paired_auc"]
     # Levels 0.6, 0.7, 0.8: random needs 20, 30, 40 labels; fast needs 15, 20, 30.
     expected = (20 / 15 * 30 / 20 * 40 / 30) ** (1 / 3)
@@ -149,8 +155,8 @@ def test_math_corruption_changes_the_boxed_step_and_the_final_answer():
 
 def test_a_level_never_reached_counts_at_the_last_label_count_as_an_upper_bound():
     labels = [10, 20, 30]
-    random_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.6, 0.7])]
-    slow_run = [{"labels": n, **{m: v for m in simulation_report.METRICS}} for n, v in zip(labels, [0.5, 0.55, 0.6])]
+    random_run = [{"labels": n, **dict.fromkeys(simulation_report.METRICS, v)} for n, v in zip(labels, [0.5, 0.6, 0.7])]
+    slow_run = [{"labels": n, **dict.fromkeys(simulation_report.METRICS, v)} for n, v in zip(labels, [0.5, 0.55, 0.6])]
     ratio = simulation_report.efficiency({"random": [random_run], "slow": [slow_run]})["slow"]["paired_auc"]
     # Level 0.6: random 20, slow 30; level 0.7: random 30, slow never (counted as 30).
     assert ratio["per_level"] == pytest.approx([20 / 30, 1.0])

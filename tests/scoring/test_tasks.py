@@ -7,8 +7,8 @@ from annotate.models.pool import content_hash
 from scoring import registry, scoring
 from scoring.models import RescoreJob, SolutionScore, StepScore
 from scoring.tasks import resume_rescores_task
-from tests.conftest import WorkerProcess, wait_for
 from scoring.tiny import build_tiny_prm
+from tests.conftest import WorkerProcess, wait_for
 
 
 def make_pool(n_solutions: int, steps: int = 8) -> None:

@@ -256,7 +256,9 @@ def test_backbone_modes_train_and_save_their_backbone(tiny_backbone, tmp_path, m
     assert changed
     if mode == "topk":  # only the top layers below the read-out layer moved
         assert all(n.startswith(f"layers.{result.layer - 1}.") for n in changed)
-    folder = training.save_checkpoint(result, tmp_path / "m", parent_backbone=tiny_backbone, tokenizer=backbone.tokenizer)
+    folder = training.save_checkpoint(
+        result, tmp_path / "m", parent_backbone=tiny_backbone, tokenizer=backbone.tokenizer
+    )
     assert json.loads((folder / prm.CONFIG_NAME).read_text())["backbone"] == "."
     loaded = prm.load_prm(folder, device="cpu", dtype=torch.float32)
     assert len(loaded.step_probabilities([("Problem 1", ["add 1", "wrong"])])[0]) == 2

@@ -6,8 +6,8 @@ from annotate.models import Generation, QueueItem
 from annotate.models.jobs import JobState
 from scoring import registry
 from scoring.models import RescoreJob
-from tests.factories import SolutionFactory
 from scoring.tiny import build_tiny_prm
+from tests.factories import SolutionFactory
 
 
 @pytest.fixture
@@ -82,7 +82,9 @@ def test_queue_page_shows_reason_and_score_in_serving_order(client, reviewer, db
     Generation.objects.create(number=2, model_version_name="tiny-v")
     low, high = SolutionFactory(), SolutionFactory(is_correct=False)
     QueueItem.objects.create(solution=low, generation=2, priority=1, reason="random", score_at_selection=0.2)
-    QueueItem.objects.create(solution=high, generation=2, priority=9, reason="convincing_wrong", score_at_selection=0.91)
+    QueueItem.objects.create(
+        solution=high, generation=2, priority=9, reason="convincing_wrong", score_at_selection=0.91
+    )
     client.force_login(reviewer)
     page = client.get(reverse("scoring:queue")).content.decode()
     assert page.index("convincing_wrong") < page.index(">random<")

@@ -59,7 +59,7 @@ class Command(BaseCommand):
         try:
             pool = Solution.objects.filter(source=SOURCE).count()
             self.stdout.write(f"Stepwise workspace benchmark on {connection.vendor} "
-                              f"({pool:,} solutions in the pool{', built in %.1f s' % built if built else ''}); "
+                              f"({pool:,} solutions in the pool{f', built in {built:.1f} s' if built else ''}); "
                               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
             self.stdout.write(f"{'clients':>7} {'tasks':>6} {'next p50':>9} {'next p95':>9} {'claim p95':>9} "
                               f"{'save p50':>9} {'save p95':>9} {'dup':>4} {'tasks/s':>8}  (ms)")
@@ -129,7 +129,8 @@ class Command(BaseCommand):
         db_dups = sum(1 for c in Counter(a["solution_id"] for a in in_db).values() if c > 1)
         self.stdout.write(
             f"{n:>7} {len(claimed):>6} {_pct(nxt, 50):>9.1f} {_pct(nxt, 95):>9.1f} {_pct(claim, 95):>9.1f} "
-            f"{_pct(save, 50):>9.1f} {_pct(save, 95):>9.1f} {max(duplicates, db_dups):>4} {len(claimed) / elapsed:>8.1f}"
+            f"{_pct(save, 50):>9.1f} {_pct(save, 95):>9.1f} {max(duplicates, db_dups):>4} "
+            f"{len(claimed) / elapsed:>8.1f}"
         )
 
 
@@ -178,7 +179,8 @@ def _label(user_id: int, tasks: int, barrier) -> dict[str, list]:
         assert page.status_code == 200
         for index in range(STEPS_PER_SOLUTION):
             started = time.perf_counter()
-            saved = client.post(reverse("annotate:label-rate", args=[pk]), {"index": index, "rating": 1, "total_ms": 1000 * (index + 1)}, **htmx)
+            data = {"index": index, "rating": 1, "total_ms": 1000 * (index + 1)}
+            saved = client.post(reverse("annotate:label-rate", args=[pk]), data, **htmx)
             out["save"].append(1000 * (time.perf_counter() - started))
             assert saved.status_code == 200, saved.content
         client.post(reverse("annotate:label-submit", args=[pk]), {"then": "home"})

@@ -41,7 +41,9 @@ def make_pool(tag: str, n: int) -> list[int]:
     rng = random.Random(0)
     made = [synthetic.make_problem(rng, n_operations=STEPS - 1) for _ in range(n)]
     problems = Problem.objects.bulk_create(
-        Problem(statement=m.statement, ground_truth_answer=str(m.answer), content_hash=content_hash("bench", tag, "p", i))
+        Problem(
+            statement=m.statement, ground_truth_answer=str(m.answer), content_hash=content_hash("bench", tag, "p", i)
+        )
         for i, m in enumerate(made)
     )
     solutions = Solution.objects.bulk_create(
@@ -49,7 +51,10 @@ def make_pool(tag: str, n: int) -> list[int]:
         for i, p in enumerate(problems)
     )
     Step.objects.bulk_create(
-        (Step(solution=s, index=k, text=text) for s, m in zip(solutions, made) for k, text in enumerate(m.correct.steps)),
+        (
+            Step(solution=s, index=k, text=text)
+            for s, m in zip(solutions, made) for k, text in enumerate(m.correct.steps)
+        ),
         batch_size=5000,
     )
     return [s.pk for s in solutions]
@@ -65,9 +70,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
-        parser.add_argument("--model", default="tiny", help="tiny (built in-process), default (SmolLM2) or a version name")
+        parser.add_argument(
+            "--model", default="tiny", help="tiny (built in-process), default (SmolLM2) or a version name"
+        )
         parser.add_argument("--solutions", type=int, default=0, help="pool size for the three rates (default by model)")
-        parser.add_argument("--pool-size", type=int, default=10000, help="solutions for the tiny-model rescore timing (0: skip)")
+        parser.add_argument(
+            "--pool-size", type=int, default=10000, help="solutions for the tiny-model rescore timing (0: skip)"
+        )
         parser.add_argument("--rounds", type=int, default=3, help="alternating bare/e2e measurements (best of)")
         parser.add_argument("--api-requests", type=int, default=20,
                             help="POST /api/score calls per batch size, through the ml worker (0: skip)")
@@ -162,7 +171,10 @@ class Command(BaseCommand):
 
         with tempfile.TemporaryDirectory() as workdir:
             owned = options["model"] == "tiny"
-            version = self.tiny_version(Path(workdir), "bench-api") if owned else self.version(options["model"], Path(workdir))
+            version = (
+                self.tiny_version(Path(workdir), "bench-api") if owned
+                else self.version(options["model"], Path(workdir))
+            )
             user = get_user_model().objects.create(username=f"bench-api-{time.time_ns()}")
             grant_role(user, REVIEWER)
             client = Client(SERVER_NAME="localhost")
@@ -175,11 +187,12 @@ class Command(BaseCommand):
                     version.delete()
 
     def api_rounds(self, client, model: str, requests: int) -> dict:
-        problem, steps = "What is 12 + 7?", ["Add the ones: 2 + 7 = 9.", "Then the tens: 12 + 7 = 19.", "# Answer\n\n19"]
+        problem = "What is 12 + 7?"
+        steps = ["Add the ones: 2 + 7 = 9.", "Then the tens: 12 + 7 = 19.", "# Answer\n\n19"]
         results: dict = {}
         for size in (1, 16):
             body = {"model": model, "items": [{"problem": problem, "steps": steps}] * size}
-            post = lambda: client.post("/api/score", body, content_type="application/json")  # noqa: E731
+            post = lambda body=body: client.post("/api/score", body, content_type="application/json")  # noqa: E731
             warm = post()  # the worker loads the model on its first request
             if warm.status_code != 200:
                 return {"api_error": f"{warm.status_code}: {warm.json().get('detail', warm.content[:200])}"}

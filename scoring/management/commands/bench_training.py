@@ -53,9 +53,11 @@ def synthetic_rows(n: int, seed: int = 0):
             ratings.append(-1 if k == bad else 1)
             if k == bad:
                 break
-        rows.append(LabeledRow(solution_id=i, problem_id=i // 2, problem=f"Problem {i // 2}: list the multiples of {a}.",
-                               steps=tuple(steps) + tuple(f"Step {k + 1}: and so on." for k in range(len(steps), STEPS)),
-                               ratings=(tuple(ratings),)))
+        rows.append(LabeledRow(
+            solution_id=i, problem_id=i // 2, problem=f"Problem {i // 2}: list the multiples of {a}.",
+            steps=tuple(steps) + tuple(f"Step {k + 1}: and so on." for k in range(len(steps), STEPS)),
+            ratings=(tuple(ratings),),
+        ))
     return rows
 
 
@@ -114,14 +116,18 @@ class Command(BaseCommand):
             config = training.TrainConfig(mode=mode, layer=2, epochs=1, batch_size=8, val_fraction=0.0)
             result = training.train(rows, backbone=fresh, config=config)
             figures[f"{mode}_train_tokens_per_s"] = round(result.tokens_per_second, 1)
-        figures["head_epoch_over_full_step"] = round(figures["head_only_epoch_tokens_per_s"] / figures["full_train_tokens_per_s"], 1)
+        figures["head_epoch_over_full_step"] = round(
+            figures["head_only_epoch_tokens_per_s"] / figures["full_train_tokens_per_s"], 1
+        )
         return figures
 
     def default(self, workdir: Path, n: int) -> dict:
         from scoring import default_model, training
 
         # The same converted backbone the app uses (converted once, then reused).
-        folder = default_model.convert_gguf(default_model.gguf_path(), settings.MODELS_DIR / default_model.BACKBONE_NAME)
+        folder = default_model.convert_gguf(
+            default_model.gguf_path(), settings.MODELS_DIR / default_model.BACKBONE_NAME
+        )
         backbone = training.load_backbone(folder, device="cpu")
         layers = backbone.model.config.num_hidden_layers
         layer = training.default_layer(layers)
@@ -129,7 +135,9 @@ class Command(BaseCommand):
         items = [(r.problem, list(r.steps)) for r in rows]
         tokens = sum(len(backbone.encode(p, s).ids) for p, s in items)
         backbone.step_features(items[:2], layer=layer)  # warm-up
-        truncated = timed(lambda: training.FeatureCache(workdir / "c1").features(backbone, items, layer=layer, backbone_id="d"))
+        truncated = timed(
+            lambda: training.FeatureCache(workdir / "c1").features(backbone, items, layer=layer, backbone_id="d")
+        )
         whole = timed(lambda: [backbone.step_features(items[i : i + 8], layer=layer) for i in range(0, len(items), 8)])
         cache = training.FeatureCache(workdir / "c1")
         config = training.TrainConfig(mode="head", layer=layer, epochs=30, val_fraction=0.0)

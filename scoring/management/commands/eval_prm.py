@@ -37,7 +37,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({"model": version.name, **metrics}, indent=2))
             return
         pb = metrics["processbench"]
-        self.stdout.write(f"{version.name}: {metrics['n_solutions']} held-out solutions, {metrics['n_steps']} labeled steps")
+        self.stdout.write(
+            f"{version.name}: {metrics['n_solutions']} held-out solutions, {metrics['n_steps']} labeled steps"
+        )
         for label, value in (("step AUC", metrics["step_auc"]), ("paired AUC", metrics["paired_auc"]),
                              ("ProcessBench F1", pb["f1"]), ("ECE", metrics["calibration"]["ece"])):
             self.stdout.write(f"  {label:16} {'-' if value is None else f'{value:.4f}'}")

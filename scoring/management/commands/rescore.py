@@ -42,7 +42,9 @@ class Command(BaseCommand):
     def wait(self, job: RescoreJob) -> None:
         while True:
             job.refresh_from_db()
-            self.stdout.write(f"  {job.state}: {job.done}/{job.total} solutions, {job.chunks_done}/{job.chunks_total} chunks")
+            self.stdout.write(
+                f"  {job.state}: {job.done}/{job.total} solutions, {job.chunks_done}/{job.chunks_total} chunks"
+            )
             if job.is_finished:
                 break
             time.sleep(2)

@@ -15,5 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--min-new-labels", type=int, default=50)
 
     def handle(self, *args, **options):
-        task = retraining.ensure_schedule(every_minutes=options["every_minutes"], min_new_labels=options["min_new_labels"])
+        task = retraining.ensure_schedule(
+            every_minutes=options["every_minutes"], min_new_labels=options["min_new_labels"]
+        )
         self.stdout.write(f"{task.name}: every {task.interval}, kwargs {task.kwargs}, enabled={task.enabled}")

@@ -27,14 +27,18 @@ class Command(BaseCommand):
         parser.add_argument("--batch", type=int, default=20, help="solutions labeled per round (B)")
         parser.add_argument("--initial", type=int, default=20, help="random first pick, shared by all strategies")
         parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
-        parser.add_argument("--strategies", nargs="+", default=None, help="subset of random convincing_wrong uncertainty mix")
+        parser.add_argument(
+            "--strategies", nargs="+", default=None, help="subset of random convincing_wrong uncertainty mix"
+        )
         parser.add_argument("--pool", default="gsm8k", help="gsm8k (real problems, needs --data) or synthetic")
         parser.add_argument("--problems", type=int, default=150, help="pool problems")
         parser.add_argument("--heldout", type=int, default=40, help="held-out problems for evaluation")
         parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with gsm8k/{train,test}.jsonl")
         parser.add_argument("--backbone", type=Path, default=None,
                             help="transformers folder (default: the SmolLM2-135M default model's backbone)")
-        parser.add_argument("--layer", type=int, default=None, help="hidden state read by the head (default ~60%% depth)")
+        parser.add_argument(
+            "--layer", type=int, default=None, help="hidden state read by the head (default ~60%% depth)"
+        )
         parser.add_argument("--epochs", type=int, default=30, help="head training epochs (production default 30)")
         parser.add_argument("--lr", type=float, default=1e-3, help="head learning rate (production default 1e-3)")
         parser.add_argument("--cache-dir", type=Path, default=None,
@@ -86,7 +90,8 @@ def summary_table(result: dict) -> str:
     for name, summary in result["strategies"].items():
         ratio = result["efficiency_ratio"].get(name, {}).get("paired_auc", {})
         last = {m: summary[m]["mean"][-1] for m in ("paired_auc", "step_auc", "solution_auc")}
-        lines.append(f"{name:18} {_f(last['paired_auc']):>12} {_f(last['step_auc']):>10} {_f(last['solution_auc']):>13} "
+        lines.append(f"{name:18} {_f(last['paired_auc']):>12} {_f(last['step_auc']):>10} "
+                     f"{_f(last['solution_auc']):>13} "
                      f"{'<=' if ratio.get('unreached') else '':>3}{_f(ratio.get('ratio')):>9} ± {_f(ratio.get('std'))}")
     lines.append("<= : some quality levels were never reached, so the ratio is an upper bound")
     lines.append(f"plot: {result['plot']}")

@@ -29,8 +29,12 @@ class Command(BaseCommand):
         parser.add_argument("--bias-correction", choices=BIAS_CORRECTIONS)
         parser.add_argument("--target-base-rate", type=float)
         parser.add_argument("--seed", type=int)
-        parser.add_argument("--gate-metric", choices=list(evaluation.GATE_METRICS), default=retraining.DEFAULT_GATE_METRIC)
-        parser.add_argument("--tolerance", type=float, default=0.0, help="allowed drop of the gate metric (negative: required gain)")
+        parser.add_argument(
+            "--gate-metric", choices=list(evaluation.GATE_METRICS), default=retraining.DEFAULT_GATE_METRIC
+        )
+        parser.add_argument(
+            "--tolerance", type=float, default=0.0, help="allowed drop of the gate metric (negative: required gain)"
+        )
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                             help="any other training option, e.g. --set lr=0.01 --set lora_r=16 (JSON values)")
 
@@ -83,5 +87,6 @@ class Command(BaseCommand):
         gate = run.gate
         self.stdout.write(
             f"run {run.pk} {run.state}: {run.result.name if run.result else '-'}; gate {gate.get('metric')} "
-            f"new {gate.get('new')} vs current {gate.get('current')} -> {'promoted' if gate.get('promoted') else 'rejected'}"
+            f"new {gate.get('new')} vs current {gate.get('current')} "
+            f"-> {'promoted' if gate.get('promoted') else 'rejected'}"
         )
