@@ -31,10 +31,13 @@ class ModelIntegrityError(RuntimeError):
     """The files of a registered model no longer match the hash recorded for them."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Cached:
     model: LoadedPRM
     backbone: tuple  # (kind, backbone fingerprint, options): versions with equal keys share weights
+    # (name, size, mtime) of the identity files when last verified: a cheap stat on every use
+    # notices files changed under a loaded model, and only then is everything hashed again.
+    stamp: tuple
 
 
 _loaded: OrderedDict[str, _Cached] = OrderedDict()  # weights_sha256 (+ options) -> model, oldest first
@@ -89,6 +92,15 @@ def find_version(name: str | None) -> ModelVersion | None:
         raise UnknownModelVersion(f"{name!r}: no such model version (known: {known})") from None
 
 
+def _files_stamp(version: ModelVersion) -> tuple:
+    from .model_files import ModelFormatError, identity_files
+
+    try:
+        return tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in identity_files(version.path))
+    except (ModelFormatError, OSError) as error:
+        raise ModelIntegrityError(f"model {version.name!r}: {error}") from None
+
+
 def verify(version: ModelVersion) -> None:
     from . import prm
 
@@ -108,17 +120,23 @@ def load(version: ModelVersion, **options) -> LoadedPRM:
     key = f"{version.weights_sha256}:{sorted(options.items())}"
     with _lock:
         if key in _loaded:
+            cached = _loaded[key]
+            stamp = _files_stamp(version)
+            if stamp != cached.stamp:
+                verify(version)  # raises ModelIntegrityError when the bytes really changed
+                cached.stamp = stamp
             _loaded.move_to_end(key)
-            return _loaded[key].model
+            return cached.model
         from . import prm
 
         verify(version)
+        stamp = _files_stamp(version)
         backbone = _backbone_key(version, options)
         shared = next((c.model for c in _loaded.values() if c.backbone == backbone), None)
         trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
         model = prm.load_prm(version.path, trust_remote_code=trust, dtype=_dtype_setting(),
                              max_tokens=settings.STEPWISE_SCORING_MAX_TOKENS, shared=shared, **options)
-        _loaded[key] = _Cached(model, backbone)
+        _loaded[key] = _Cached(model, backbone, stamp)
         while len(_loaded) > max(1, settings.STEPWISE_MODEL_CACHE_SIZE):
             _loaded.popitem(last=False)  # the least recently used; its backbone goes when no one shares it
         return model
