@@ -1,0 +1,95 @@
+"""python manage.py bench_grading [--data ../shared/data] [--gsm8k-lines N] [--show N]
+
+Grades real data from scratch (cache cleared) and prints agreement and unknown counts:
+
+- model responses (``model-responses/*.jsonl``: real Qwen2.5-Math responses with their
+  published correctness): each response's extracted answer against the problem's
+  ``answer`` and against the publisher's normalized key ``gt``; agreement with ``score``;
+- MATH-500 and GSM8K references, read by the importer's own parsers: every reference
+  solution must grade correct against its problem's ground truth.
+
+Disagreements and unknowns are listed (up to --show) with the rule that decided them, so a
+publisher error can be told from a grader error. Reads data only; writes nothing.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+from annotate import grading
+from annotate.answers import extract_answer
+from annotate.importing import formats
+
+
+class Command(BaseCommand):
+    help = "Grading agreement with published correctness on real model responses, and on references."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        default = Path(settings.BASE_DIR).parent / "shared" / "data"
+        parser.add_argument("--data", type=Path, default=default, help=f"data folder (default {default})")
+        parser.add_argument("--gsm8k-lines", type=int, default=0, help="GSM8K lines per split (default all)")
+        parser.add_argument("--show", type=int, default=10, help="disagreements to list per set")
+
+    def handle(self, *args, data: Path, gsm8k_lines: int, show: int, **options) -> None:
+        grading.clear_cache()
+        for path in sorted((data / "model-responses").glob("*.jsonl")):
+            for key in ("answer", "gt"):
+                self._report(f"{path.name} vs {key}", _responses(path, key), show)
+        self._report("MATH-500 references", _references(data / "math500" / "test.jsonl", formats.parse_math), show)
+        for split in ("test", "train"):
+            lines = _references(data / "gsm8k" / f"{split}.jsonl", formats.parse_gsm8k, limit=gsm8k_lines)
+            self._report(f"GSM8K {split} references", lines, show)
+
+    def _report(self, name: str, cases: Iterator[tuple[str | None, str, bool]], show: int) -> None:
+        started = time.monotonic()
+        outcomes: Counter[str] = Counter()
+        notes: Counter[str] = Counter()
+        shown = []
+        for answer, truth, published in cases:
+            graded = grading.judge(answer=answer, truth=truth)
+            outcomes[_outcome(graded.is_correct, published)] += 1
+            if graded.note:
+                notes[graded.note] += 1
+            if graded.is_correct is not published and len(shown) < show:
+                how = f"graded {graded.is_correct} ({graded.note or 'plain'}), published {published}"
+                shown.append(f"    answer {answer!r} truth {truth!r}: {how}")
+        total = sum(outcomes.values())
+        seconds = time.monotonic() - started
+        self.stdout.write(
+            f"{name}: {outcomes['agree']}/{total} agree ({100 * outcomes['agree'] / max(total, 1):.2f} %),"
+            f" {outcomes['disagree']} disagree, {outcomes['unknown']} unknown, {seconds:.1f} s"
+        )
+        for note, count in notes.most_common():
+            self.stdout.write(f"    decided by: {note}: {count}")
+        for line in shown:
+            self.stdout.write(line)
+
+
+def _outcome(graded: bool | None, published: bool) -> str:
+    if graded is None:
+        return "unknown"
+    return "agree" if graded is published else "disagree"
+
+
+def _responses(path: Path, key: str) -> Iterator[tuple[str | None, str, bool]]:
+    """(extracted answer, the problem's `key`, published correctness) per response."""
+    with open(path) as handle:
+        for problem in map(json.loads, handle):
+            for response, published in zip(problem["response"], problem["score"], strict=True):
+                yield extract_answer(response), problem[key], bool(published)
+
+
+def _references(path: Path, parse, limit: int = 0) -> Iterator[tuple[str | None, str, bool]]:
+    """(the reference's final answer, the ground truth, True) per line, as the importer reads it."""
+    with open(path) as handle:
+        for line_no, line in enumerate(handle, 1):
+            if limit and line_no > limit:
+                return
+            record = parse(json.loads(line), line_no)
+            yield record.final_answer, record.ground_truth_answer, True
