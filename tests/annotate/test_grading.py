@@ -206,3 +206,15 @@ def test_grading_works_from_worker_threads():
     for thread in threads:
         thread.join(timeout=60)
     assert results == {1: True, 2: True, 3: True, 4: True}
+
+
+def test_bench_grading_prints_agreement_on_real_responses_and_references():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("bench_grading", data=SHARED_DATA, gsm8k_lines=30, stdout=out)
+    lines = [line for line in out.getvalue().splitlines() if not line.startswith("    ")]
+    assert lines[0].startswith("math_qwen25_cot_20x8.jsonl vs answer: 160/160 agree (100.00 %)")
+    assert len(lines) == 7 and all(", 0 disagree, 0 unknown," in line for line in lines)

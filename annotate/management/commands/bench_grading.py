@@ -6,7 +6,10 @@ Grades real data from scratch (cache cleared) and prints agreement and unknown c
   published correctness): each response's extracted answer against the problem's
   ``answer`` and against the publisher's normalized key ``gt``; agreement with ``score``;
 - MATH-500 and GSM8K references, read by the importer's own parsers: every reference
-  solution must grade correct against its problem's ground truth.
+  solution must grade correct against its problem's ground truth;
+- GSM8K answers restated as models state them (``\\boxed{1,080}``, ``\\$1080``,
+  ``1080 dollars``, ``1080.00``) must grade correct, one more than the answer wrong, and a
+  reference cut off before its final line (a truncated generation) wrong for having no answer.
 
 Disagreements and unknowns are listed (up to --show) with the rule that decided them, so a
 publisher error can be told from a grader error. Reads data only; writes nothing.
@@ -45,6 +48,9 @@ class Command(BaseCommand):
         for split in ("test", "train"):
             lines = _references(data / "gsm8k" / f"{split}.jsonl", formats.parse_gsm8k, limit=gsm8k_lines)
             self._report(f"GSM8K {split} references", lines, show)
+        test = data / "gsm8k" / "test.jsonl"
+        self._report("GSM8K test answers as models state them", _restated(test, gsm8k_lines), show)
+        self._report("GSM8K test references cut before the answer", _truncated(test, gsm8k_lines), show)
 
     def _report(self, name: str, cases: Iterator[tuple[str | None, str, bool]], show: int) -> None:
         started = time.monotonic()
@@ -93,3 +99,23 @@ def _references(path: Path, parse, limit: int = 0) -> Iterator[tuple[str | None,
                 return
             record = parse(json.loads(line), line_no)
             yield record.final_answer, record.ground_truth_answer, True
+
+
+def _restated(path: Path, limit: int) -> Iterator[tuple[str | None, str, bool]]:
+    for _, truth, _ in _references(path, formats.parse_gsm8k, limit=limit):
+        plain = truth.replace(",", "")
+        grouped = f"{int(plain):,}" if plain.lstrip("-").isdigit() else plain
+        for style in (f"\\boxed{{{grouped}}}", f"\\${plain}", f"{plain} dollars", f"{plain}.00"):
+            yield extract_answer(f"So the total is {style}.\nThe answer is {style}."), truth, True
+        if plain.lstrip("-").isdigit():
+            yield extract_answer(f"The answer is {int(plain) + 1}."), truth, False
+
+
+def _truncated(path: Path, limit: int) -> Iterator[tuple[str | None, str, bool]]:
+    with open(path) as handle:
+        for line_no, line in enumerate(handle, 1):
+            if limit and line_no > limit:
+                return
+            record = formats.parse_gsm8k(json.loads(line), line_no)
+            text = record.ground_truth_solution.rsplit("####", 1)[0]
+            yield extract_answer(text[: len(text) * 3 // 4]), record.ground_truth_answer, False
