@@ -25,10 +25,12 @@ _LEFT_RIGHT = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree(?![a-zA-Z])")
 _PERCENT = re.compile(r"\\?%")
 _DOLLAR = re.compile(r"\\\$|\$")
-_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d,])")
+# Only a whole answer: inside (2,12) \cup (12,102) a comma separates numbers.
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 # A number (or a closing bracket) followed only by words: "18 dollars", "\frac34 of the pie",
-# "5 cm^2", "12 sq. units". The words must be plain letters, so "2\pi" and "x + y" stay.
-_TRAILING_WORDS = re.compile(r"(?<=[\d})\]])\s+[a-zA-Z][a-zA-Z. ]*(?:\^\{?\d\}?)?$")
+# "5 cm^2", "12 sq. units". The words must be plain letters, so "2\pi" and "x + y" stay, and
+# the first one two letters long at least, so "2 x" stays a product.
+_TRAILING_WORDS = re.compile(r"(?<=[\d})\]])\s+[a-zA-Z]{2}[a-zA-Z. ]*(?:\^\{?\d\}?)?$")
 _LEADING_VARIABLE = re.compile(r"^[a-zA-Z]\s*=\s*(?=[^=]+$)")
 _CHOICE = re.compile(r"^\(([A-Ea-e])\)$")
 _WORDS = re.compile(r"^[a-zA-Z][a-zA-Z' -]*$")
@@ -57,7 +59,8 @@ def normalize(answer: str) -> str:
     text = text.strip().rstrip(".").strip()
     text = _TRAILING_WORDS.sub("", text)
     text = _LEADING_VARIABLE.sub("", text)
-    text = _THOUSANDS.sub(lambda m: m[0].replace(",", ""), text)
+    if _THOUSANDS.fullmatch(text):
+        text = text.replace(",", "")
     text = re.sub(r"\s+", "", text) if not _WORDS.match(text) else " ".join(text.split())
     if match := _CHOICE.match(text):
         text = match[1]

@@ -93,6 +93,12 @@ REAL_STYLE_CASES = [
     ("3\\sqrt{2}", "3 \\sqrt2", True),
     ("x \\in [-2,7]", "[-2,7]", True),
     ("2\\text{ and }3", "2, 3", True),
+    ("6 - 5i.", "6 - 5i", True),  # math-verify rejects a trailing full stop
+    ("y = 2x + 3.", "y = 2x + 3", True),
+    # what normalization must not make equal
+    ("2 x", "2", False),
+    ("(2,12) \\cup (12102)", "(2,12) \\cup (12,102)", False),
+    ("5\\text{ cm}", "6\\text{ cm}", False),
 ]
 
 # math-verify reads "4:30 p.m." as the ratio 4/30: times of day are compared as times.
@@ -143,6 +149,7 @@ def test_normalization_strips_decorations_and_keeps_the_mathematics():
     assert normalize("x + y") == "x+y"  # trailing letters of an expression are not units
     assert normalize("2\\pi") == "2\\pi"
     assert normalize("(1,2)") == "(1,2)"  # a pair, not one thousand two hundred
+    assert normalize("(2,12) \\cup (12,102)") == "(2,12)\\cup(12,102)"
     assert time_of_day("4:30\\text{ p.m.}") == (16, 30, True)
     assert time_of_day("4:30") == (4, 30, False)
     assert time_of_day("13:30 p.m.") is None
@@ -214,7 +221,7 @@ def test_bench_grading_prints_agreement_on_real_responses_and_references():
     from django.core.management import call_command
 
     out = StringIO()
-    call_command("bench_grading", data=SHARED_DATA, gsm8k_lines=30, stdout=out)
+    call_command("bench_grading", data=SHARED_DATA, lines=30, stdout=out)
     lines = [line for line in out.getvalue().splitlines() if not line.startswith("    ")]
     assert lines[0].startswith("math_qwen25_cot_20x8.jsonl vs answer: 160/160 agree (100.00 %)")
-    assert len(lines) == 7 and all(", 0 disagree, 0 unknown," in line for line in lines)
+    assert len(lines) == 9 and all(", 0 disagree, 0 unknown," in line for line in lines)

@@ -1,4 +1,4 @@
-"""python manage.py bench_grading [--data ../shared/data] [--gsm8k-lines N] [--show N]
+"""python manage.py bench_grading [--data ../shared/data] [--lines N] [--show N]
 
 Grades real data from scratch (cache cleared) and prints agreement and unknown counts:
 
@@ -7,6 +7,8 @@ Grades real data from scratch (cache cleared) and prints agreement and unknown c
   ``answer`` and against the publisher's normalized key ``gt``; agreement with ``score``;
 - MATH-500 and GSM8K references, read by the importer's own parsers: every reference
   solution must grade correct against its problem's ground truth;
+- MATH-500 answers restated (``\\dfrac``, ``\\left(``, a trailing full stop, the normalized
+  form) must grade correct, and with one digit changed (also followed by a unit) wrong;
 - GSM8K answers restated as models state them (``\\boxed{1,080}``, ``\\$1080``,
   ``1080 dollars``, ``1080.00``) must grade correct, one more than the answer wrong, and a
   reference cut off before its final line (a truncated generation) wrong for having no answer.
@@ -17,6 +19,7 @@ publisher error can be told from a grader error. Reads data only; writes nothing
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +28,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from annotate import grading
+from annotate import grading, normalizing
 from annotate.answers import extract_answer
 from annotate.importing import formats
 
@@ -36,21 +39,24 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         default = Path(settings.BASE_DIR).parent / "shared" / "data"
         parser.add_argument("--data", type=Path, default=default, help=f"data folder (default {default})")
-        parser.add_argument("--gsm8k-lines", type=int, default=0, help="GSM8K lines per split (default all)")
+        parser.add_argument("--lines", type=int, default=0, help="reference lines read per file (default all)")
         parser.add_argument("--show", type=int, default=10, help="disagreements to list per set")
 
-    def handle(self, *args, data: Path, gsm8k_lines: int, show: int, **options) -> None:
+    def handle(self, *args, data: Path, lines: int, show: int, **options) -> None:
         grading.clear_cache()
         for path in sorted((data / "model-responses").glob("*.jsonl")):
             for key in ("answer", "gt"):
                 self._report(f"{path.name} vs {key}", _responses(path, key), show)
-        self._report("MATH-500 references", _references(data / "math500" / "test.jsonl", formats.parse_math), show)
+        math500 = data / "math500" / "test.jsonl"
+        self._report("MATH-500 references", _references(math500, formats.parse_math, limit=lines), show)
+        self._report("MATH-500 answers restated", _math_variants(math500, lines, wrong=False), show)
+        self._report("MATH-500 answers with a digit changed", _math_variants(math500, lines, wrong=True), show)
         for split in ("test", "train"):
-            lines = _references(data / "gsm8k" / f"{split}.jsonl", formats.parse_gsm8k, limit=gsm8k_lines)
-            self._report(f"GSM8K {split} references", lines, show)
+            references = _references(data / "gsm8k" / f"{split}.jsonl", formats.parse_gsm8k, limit=lines)
+            self._report(f"GSM8K {split} references", references, show)
         test = data / "gsm8k" / "test.jsonl"
-        self._report("GSM8K test answers as models state them", _restated(test, gsm8k_lines), show)
-        self._report("GSM8K test references cut before the answer", _truncated(test, gsm8k_lines), show)
+        self._report("GSM8K test answers as models state them", _restated(test, lines), show)
+        self._report("GSM8K test references cut before the answer", _truncated(test, lines), show)
 
     def _report(self, name: str, cases: Iterator[tuple[str | None, str, bool]], show: int) -> None:
         started = time.monotonic()
@@ -119,3 +125,18 @@ def _truncated(path: Path, limit: int) -> Iterator[tuple[str | None, str, bool]]
             record = formats.parse_gsm8k(json.loads(line), line_no)
             text = record.ground_truth_solution.rsplit("####", 1)[0]
             yield extract_answer(text[: len(text) * 3 // 4]), record.ground_truth_answer, False
+
+
+def _math_variants(path: Path, limit: int, *, wrong: bool) -> Iterator[tuple[str | None, str, bool]]:
+    for _, truth, _ in _references(path, formats.parse_math, limit=limit):
+        digit = re.search(r"\d", truth)
+        if wrong and digit is None:
+            continue
+        answer = truth
+        if wrong:
+            answer = truth[: digit.start()] + str((int(digit[0]) + 1) % 10) + truth[digit.end():]
+        bracketed = answer.replace("(", "\\left(").replace(")", "\\right)")
+        styles = {answer.replace("\\frac", "\\dfrac"), bracketed, answer + "."}
+        styles |= {answer + "\\text{ units}"} if wrong else {normalizing.normalize(answer)}
+        for style in styles:
+            yield style, truth, not wrong
