@@ -225,3 +225,28 @@ def test_bench_grading_prints_agreement_on_real_responses_and_references():
     lines = [line for line in out.getvalue().splitlines() if not line.startswith("    ")]
     assert lines[0].startswith("math_qwen25_cot_20x8.jsonl vs answer: 160/160 agree (100.00 %)")
     assert len(lines) == 9 and all(", 0 disagree, 0 unknown," in line for line in lines)
+
+
+@pytest.mark.django_db
+def test_imported_solutions_keep_the_grade_and_the_reason_a_person_checking_needs(tmp_path):
+    from annotate import importing
+    from annotate.models import Solution
+
+    lines = [
+        {"problem": "When does the train arrive?", "ground_truth_answer": "4:30\\text{ p.m.}",
+         "steps": ["It leaves at 2:00 p.m. and takes 2.5 hours.", "The answer is 4:30 p.m."]},
+        {"problem": "How much does she pay?", "ground_truth_answer": "18",
+         "steps": ["3 times 6 is 18.", "The answer is 18 dollars."]},
+        {"problem": "How many eggs are left?", "ground_truth_answer": "9",
+         "steps": ["She had 16 eggs and ate 3, so"]},  # a generation cut off before its answer
+    ]
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    importing.import_pool(path=path)
+    graded = {s.problem.ground_truth_answer: (s.is_correct, s.grading_note)
+              for s in Solution.objects.select_related("problem")}
+    assert graded == {
+        "4:30\\text{ p.m.}": (True, "compared as times of day"),
+        "18": (True, "equal after normalization (math-verify said no)"),
+        "9": (False, NO_ANSWER),
+    }
