@@ -1,7 +1,8 @@
 """Grading an extracted final answer against the ground truth.
 
-``grade(answer=..., truth=...)`` is True, False, or None (unknown: nothing to grade, or
-math-verify could not decide in time). It never raises on odd input.
+
+``grade(answer=..., truth=...)`` is True, False, or None (unknown: no ground truth, or an
+answer nothing here can read in time). It never raises on odd input.
 
 Two paths, because grading must keep up with imports of 50k solutions:
 
@@ -13,6 +14,14 @@ Two paths, because grading must keep up with imports of 50k solutions:
   seconds for the child's answer and kills the child when it is late (a sympy call stuck
   in C code cannot be interrupted any other way). This works on any thread, in web
   processes and in Celery workers alike.
+
+Then a second opinion (``annotate.normalizing``) for what math-verify leaves unknown or
+rejects: decorations stripped (``\\text{}``, units, degrees, percents, dollars, thousands
+separators, ``\\dfrac``, ``\\left``/``\\right``), compared as strings, as plain numbers, and by
+math-verify once more. Times of day are compared as clock times before anything else,
+because math-verify reads ``4:30 p.m.`` as the ratio 4/30. A solution that states no final
+answer is wrong, as a person grading it would say; only a missing ground truth, or two
+answers neither side can read, stay unknown. ``judge`` says which rule decided.
 
 Results are cached by (answer, truth): pools repeat the same answers many times.
 """
@@ -30,6 +39,9 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
+
+from annotate import normalizing
 
 DEFAULT_TIMEOUT = 5.0
 # math-verify rounds floats to 6 places: numbers closer than this may still be equal to it.
@@ -42,11 +54,30 @@ _SLASH = re.compile(r"^([+-]?\d+)/([+-]?\d+)$")
 _FRAC = re.compile(r"^([+-]?)\\[dt]?frac\{([+-]?\d+)\}\{([+-]?\d+)\}$")
 
 
+NO_ANSWER = "no final answer found in the solution"
+NO_TRUTH = "the problem has no ground-truth answer"
+UNDECIDED = "math-verify could not decide (unreadable or too slow)"
+
+
+class Grade(NamedTuple):
+    """A grade and, when a person checking the pool should know, how it was reached."""
+
+    is_correct: bool | None
+    note: str = ""  # empty for the ordinary paths (plain numbers, math-verify)
+
+
 def grade(*, answer: str | None, truth: str | None, timeout: float | None = None) -> bool | None:
     """Whether `answer` equals `truth` mathematically; None when that cannot be decided."""
-    if not answer or not truth or not answer.strip() or not truth.strip():
-        return None
-    return _grade_cached(answer.strip(), truth.strip(), _timeout(timeout))
+    return judge(answer=answer, truth=truth, timeout=timeout).is_correct
+
+
+def judge(*, answer: str | None, truth: str | None, timeout: float | None = None) -> Grade:
+    """The grade of `answer` against `truth`, with the reason when it is not plain."""
+    if not truth or not truth.strip():
+        return Grade(None, NO_TRUTH)
+    if not answer or not answer.strip():
+        return Grade(False, NO_ANSWER)
+    return _judge_cached(answer.strip(), truth.strip(), _timeout(timeout))
 
 
 def _timeout(timeout: float | None) -> float:
@@ -61,16 +92,43 @@ def _timeout(timeout: float | None) -> float:
 
 
 @lru_cache(maxsize=200_000)
-def _grade_cached(answer: str, truth: str, timeout: float) -> bool | None:
+def _judge_cached(answer: str, truth: str, timeout: float) -> Grade:
+    a, t = normalizing.time_of_day(answer), normalizing.time_of_day(truth)
+    if (a and a.meridiem) or (t and t.meridiem):  # only then is 4:30 a time, not a ratio
+        return Grade(a is not None and t is not None and normalizing.same_time(a, t), "compared as times of day")
     fast = grade_fast(answer, truth)
     if fast is not None:
-        return fast
-    return _WORKER.verify(answer, truth, timeout)
+        return Grade(fast)
+    first = _WORKER.verify(answer, truth, timeout)
+    if first is True:
+        return Grade(True)
+    return _second_opinion(answer, truth, first, timeout)
+
+
+def _second_opinion(answer: str, truth: str, first: bool | None, timeout: float) -> Grade:
+    """Normalized comparison for what math-verify rejected (`first` False) or left unknown."""
+    a, t = normalizing.normalize(answer), normalizing.normalize(truth)
+    if not a or not t:
+        return Grade(first, "" if first is False else UNDECIDED)
+    if a == t:
+        return Grade(True, "equal after normalization" + (" (math-verify said no)" if first is False else ""))
+    fast = grade_fast(a, t)
+    if fast is not None:
+        return Grade(fast, "compared as numbers after normalization" if fast or first is None else "")
+    second = _WORKER.verify(a, t, timeout) if (a, t) != (answer, truth) else None
+    if second is True:
+        return Grade(True, "math-verify after normalization")
+    if first is False or second is False:
+        return Grade(False)
+    if normalizing.is_words(a) or normalizing.is_words(t):
+        # "Monday" against "Tuesday", or "no solution" against 5: a person says wrong.
+        return Grade(False, "different words after normalization")
+    return Grade(None, UNDECIDED)
 
 
 def clear_cache() -> None:
     """Forget cached results (benchmarks measure grading from scratch)."""
-    _grade_cached.cache_clear()
+    _judge_cached.cache_clear()
 
 
 def grade_fast(answer: str, truth: str) -> bool | None:

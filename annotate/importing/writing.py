@@ -13,7 +13,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from annotate import prm800k
-from annotate.grading import grade
+from annotate.grading import judge
 from annotate.models import Annotation, Completion, Problem, Solution, Step, StepLabel
 
 from .formats import Record
@@ -23,19 +23,13 @@ from .report import Outcome
 def write_batch(records: list[Record]) -> list[Outcome]:
     """Grade and write one batch in one transaction; one outcome per record, in order."""
     for record in records:
-        record.is_correct = grade(answer=record.final_answer, truth=record.ground_truth_answer)
+        record.is_correct = judge(answer=record.final_answer, truth=record.ground_truth_answer).is_correct
     return _write_atomically(records)
 
 
 def grading_note(record: Record) -> str:
-    """Why a solution's grade is unknown, for the admin; empty when it is known."""
-    if record.is_correct is not None:
-        return ""
-    if not record.final_answer:
-        return "no final answer found in the solution"
-    if not record.ground_truth_answer:
-        return "the problem has no ground-truth answer"
-    return "math-verify could not decide (unreadable or too slow)"
+    """How the grade was reached when an admin should know (unknown, no answer, second opinion)."""
+    return judge(answer=record.final_answer, truth=record.ground_truth_answer).note  # cached
 
 
 def _write_atomically(records: list[Record]) -> list[Outcome]:

@@ -22,7 +22,16 @@ EXTRACTION_CASES = [
     ("We add them.\nAnswer: $-\\frac{3}{4}$", "-\\frac{3}{4}"),
     ("Q: what is 2+2?\nA: 4", "4"),
     ("Final Answer: 12", "12"),
-    # no answer stated
+    # Qwen2.5-Math: display math on single lines, the answer boxed inside \\( ... \\)
+    ("\\[\n\\frac{4}{36} = \\frac{1}{9}\n\\]\n\nThus, the probability that the sum rolled is 9 is "
+     "\\(\\boxed{\\frac{1}{9}}\\).", "\\frac{1}{9}"),
+    ("Therefore, the correct graph is \\(\\boxed{A}\\).", "A"),
+    ("**Final Answer**\n\\[\n\\boxed{1 \\frac{1}{4}}\n\\]", "1 \\frac{1}{4}"),
+    ("The final answer is $\\boxed{5}$. I hope it is correct.", "5"),
+    # GSM8K-style model output: the answer with its unit (grading strips the unit)
+    ("So she pays 18 dollars.\nThe answer is 18 dollars.", "18 dollars"),
+    # no answer stated (a generation cut off before its answer, too)
+    ("She had 16 eggs and ate 3, so", None),
     ("I am not sure how to go on.", None),
     ("", None),
     (None, None),

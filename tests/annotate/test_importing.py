@@ -114,7 +114,7 @@ def test_generic_lines_take_steps_or_split_solution_text_and_grade_answers(tmp_p
     assert (summary.format, summary.created, summary.errors) == ("generic", 4, 0)
     report = read_report(report_path)
     assert [(e["answer"], e["is_correct"], e["n_steps"]) for e in report] == [
-        ("2", True, 2), ("5", False, 2), ("6.0", True, 1), (None, None, 1),
+        ("2", True, 2), ("5", False, 2), ("6.0", True, 1), (None, False, 1),
     ]
     assert Solution.objects.get(pk=report[3]["solution"]).grading_note == "no final answer found in the solution"
     assert Solution.objects.get(pk=report[0]["solution"]).grading_note == ""
