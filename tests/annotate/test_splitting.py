@@ -1,8 +1,10 @@
 """The step splitter: lead-ins keep their equations, math blocks are never cut, modes per import."""
 import json
 import re
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 
 from annotate.answers import extract_answer
 from annotate.splitting import (
@@ -206,3 +208,16 @@ def test_on_real_text_splitting_then_joining_keeps_every_non_whitespace_characte
 def test_on_real_responses_no_step_after_the_first_is_a_lone_equation(mode):
     for text in real_responses():
         assert not [step for step in split_steps(text, mode)[1:] if is_lone_equation(step)], text
+
+
+def test_the_benchmark_prints_before_and_after_figures_for_each_corpus():
+    out = StringIO()
+    call_command("bench_splitting", "--data-dir", str(SHARED_DATA), "--modes", "auto", stdout=out)
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.getvalue().splitlines()[1:]}
+    assert set(rows) == {(corpus, splitter) for corpus in ("qwen25-math", "math500", "gsm8k")
+                         for splitter in ("before", "auto")}
+    solutions, _, lone, colon, cut, _ = rows[("qwen25-math", "before")]
+    assert solutions == "160" and float(colon.rstrip("%")) > 10 and float(lone.rstrip("%")) > 10
+    for corpus in ("qwen25-math", "math500", "gsm8k"):
+        _, _, lone, colon, cut, _ = rows[(corpus, "auto")]
+        assert (lone, colon, cut) == ("0.0%", "0.0%", "0")
