@@ -199,6 +199,11 @@ def test_the_import_command_and_the_upload_job_take_a_split_mode(tmp_path, clien
     assert job.split_mode == "blank_line"
     importing.run_import_job(job_id=job.pk)
     assert _step_texts(2) == ["One is 1.\nTwo is 2."]
+    with open(write(tmp_path, [_generic_text(3, text)], "api.jsonl"), "rb") as handle:
+        created = client.post("/api/imports", {"file": handle, "split_mode": "line"})
+    assert created.status_code == 201 and created.json()["split_mode"] == "line"
+    importing.run_import_job(job_id=created.json()["id"])
+    assert _step_texts(3) == ["One is 1.", "Two is 2."]
 
 
 def test_report_has_one_entry_per_line_in_the_documented_shape(tmp_path):
