@@ -51,7 +51,8 @@ _EMPHASIS_TAIL = re.compile(r"[\s*_]+$")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?:\$|\\\)|\\\])?$")
 _SENTENCE_START = re.compile(r"[A-Z]|\$|\\\(|\*\*")
 _AFTER_DISPLAY = re.compile(r"[ \t]*(?=[A-Z])")
-_ABBREVIATION = re.compile(r"(?:^|[\s(])(?:e\.g|i\.e|etc|vs|cf|Mr|Mrs|Ms|Dr|St|No|Fig|[A-Za-z]|\d+)\.$")
+_ABBREVIATION = re.compile(r"[\s(](?:e\.g|i\.e|etc|vs|cf|Mr|Mrs|Ms|Dr|St|No|Fig)\.$")
+_LIST_NUMBER = re.compile(r"[ \t]*\d{1,3}[.)]")
 
 
 @dataclass(frozen=True)
@@ -200,8 +201,10 @@ def _sentence_cuts(text: str, blocks: list[Block]) -> Iterator[tuple[int, int]]:
     # A space after ".", "?" or "!" (maybe closing a quote or inline math) before a capital;
     # and the end of a display block before a capital: MATH writes "\\end{align*} Now, ...".
     for start, end in _cuts(text, blocks, _SPACE):
-        before, after = text[max(0, start - 40):start], text[end:end + 2]
-        if _SENTENCE_END.search(before) and _SENTENCE_START.match(after) and not _ABBREVIATION.search(before):
+        before, after = " " + text[max(0, start - 40):start], text[end:end + 2]
+        line = text[text.rfind("\n", 0, start) + 1:start]
+        if (_SENTENCE_END.search(before) and _SENTENCE_START.match(after) and not _ABBREVIATION.search(before)
+                and not _LIST_NUMBER.fullmatch(line)):
             yield start, end
     for block in blocks:
         gap = _AFTER_DISPLAY.match(text, block.end)

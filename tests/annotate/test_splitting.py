@@ -112,11 +112,11 @@ def test_auto_splits_paragraphs_when_the_text_has_blank_lines_and_lines_otherwis
 
 
 def test_sentence_mode_cuts_after_sentences_but_not_inside_math_numbers_or_abbreviations():
-    text = ("We have $r = 3.$  Also, e.g. Dr. Smith says 3.5 is $x. Y$ here. "
-            "Then \\begin{align*}\na &= b.\n\\end{align*} Now, distribute again.")
+    text = ("We have $r = 3.$  Also, e.g. Dr. Smith says 3.5 is $x. Y$ here. The sum is 5. "
+            "Then \\begin{align*}\na &= b.\n\\end{align*} Now, distribute again.\n2. Count them.")
     assert split_steps(text, "sentence") == [
-        "We have $r = 3.$", "Also, e.g. Dr. Smith says 3.5 is $x. Y$ here.",
-        "Then \\begin{align*}\na &= b.\n\\end{align*}", "Now, distribute again.",
+        "We have $r = 3.$", "Also, e.g. Dr. Smith says 3.5 is $x. Y$ here.", "The sum is 5.",
+        "Then \\begin{align*}\na &= b.\n\\end{align*}", "Now, distribute again.", "2. Count them.",
     ]
 
 
