@@ -1,4 +1,4 @@
-"""Reading solution text: final-answer extraction, step splitting, calculator annotations.
+"""Reading solution text: final-answer extraction, calculator annotations (steps: annotate.splitting).
 
 Plain string functions with no Django imports, shared by the importer, the workspace and
 the export. Extraction follows the conventions real data uses, most specific first:
@@ -9,9 +9,6 @@ the export. Extraction follows the conventions real data uses, most specific fir
 - otherwise the last ``\\boxed{...}`` (or ``\\fbox{...}``) anywhere, nested braces allowed.
 """
 import re
-from typing import Literal
-
-SplitMode = Literal["auto", "blank", "lines"]
 
 _ANSWER_HEADING = re.compile(r"^[ \t]*#[ \t]*Answer[ \t]*:?[ \t]*$", re.MULTILINE | re.IGNORECASE)
 _GSM8K_FINAL = re.compile(r"^[ \t]*####[ \t]*(.+?)[ \t]*$", re.MULTILINE)
@@ -19,7 +16,6 @@ _THE_ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORE
 _ANSWER_PREFIX = re.compile(r"^\s*(?:final\s+answer|answer|a)\s*:\s*", re.IGNORECASE)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
-_BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 
 def extract_answer(text: str | None) -> str | None:
@@ -115,35 +111,6 @@ def clean_answer(answer: str) -> str:
         if answer == before:
             break
     return answer
-
-
-def split_steps(text: str, mode: SplitMode = "auto") -> list[str]:
-    """Steps of a solution text.
-
-    ``blank``: paragraphs separated by blank lines; ``lines``: one step per line;
-    ``auto``: paragraphs when the text has any blank line, else lines (GSM8K puts one
-    step per line, MATH and PRM800K separate steps by blank lines).
-    """
-    if mode not in ("auto", "blank", "lines"):
-        raise ValueError(f"unknown split mode {mode!r}; expected auto, blank or lines")
-    text = text.replace("\r\n", "\n").strip()
-    if mode == "auto":
-        mode = "blank" if _BLANK_LINE.search(text) else "lines"
-    parts = _BLANK_LINE.split(text) if mode == "blank" else text.split("\n")
-    steps = [part.strip() for part in parts if part.strip()]
-    if mode == "blank":
-        steps = _keep_answer_block_with_last_step(steps)
-    return steps
-
-
-def _keep_answer_block_with_last_step(steps: list[str]) -> list[str]:
-    # PRM800K's last step is "...so it is 5.\n\n# Answer\n\n5": the heading and the answer
-    # after it are part of the step that reaches the answer, not steps of their own.
-    for i, step in enumerate(steps):
-        if _ANSWER_HEADING.fullmatch(step):
-            block = "\n\n".join(steps[max(i - 1, 0):])
-            return steps[: max(i - 1, 0)] + [block]
-    return steps
 
 
 def strip_calculator_annotations(text: str) -> str:

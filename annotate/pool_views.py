@@ -19,11 +19,23 @@ FORMAT_CHOICES = [
     ("math", 'math: {"problem", "solution"} with \\boxed{}'),
     ("generic", 'generic: {"problem", "ground_truth_answer", "steps" | "solution", ...}'),
 ]
+SPLIT_CHOICES = [
+    ("auto", "auto: blank-line paragraphs if the text has them, else lines"),
+    ("blank_line", "blank_line: one step per paragraph"),
+    ("line", "line: one step per line"),
+    ("sentence", "sentence: one step per sentence"),
+    ("explicit", 'explicit: every line gives its "steps" as a list'),
+]
 
 
 class ImportForm(forms.Form):
     file = forms.FileField(help_text="JSON Lines: one object per line")
     format = forms.ChoiceField(choices=FORMAT_CHOICES, initial="auto")
+    # Not required: a form posted by an older page or a script without the field means auto.
+    split_mode = forms.TypedChoiceField(
+        choices=SPLIT_CHOICES, initial="auto", required=False, empty_value="auto", label="Steps",
+        help_text='How solution text becomes steps (a lead-in ending in ":" always keeps what it introduces)',
+    )
     source = forms.CharField(required=False, max_length=100, help_text="Stored on problems and solutions")
     atomic = forms.BooleanField(required=False, label="All or nothing", help_text="Import nothing if any line fails")
 
@@ -38,6 +50,7 @@ def import_list(request: HttpRequest) -> HttpResponse:
         path = importing.save_upload(chunks=upload.chunks(), original_name=upload.name)
         job = importing.create_import_job(
             path=path, original_name=upload.name, format=form.cleaned_data["format"],
+            split_mode=form.cleaned_data["split_mode"],
             source=form.cleaned_data["source"], atomic=form.cleaned_data["atomic"], user=request.user,
         )
         return redirect("annotate:import-detail", pk=job.pk)

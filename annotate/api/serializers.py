@@ -2,7 +2,7 @@
 from django.urls import reverse
 from rest_framework import serializers
 
-from annotate import exporting, importing
+from annotate import exporting, importing, splitting
 from annotate.models import (
     Annotation,
     Completion,
@@ -89,7 +89,8 @@ class ImportJobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ImportJob
-        fields = JOB_FIELDS + ["original_name", "format", "source", "atomic", "created", "duplicates", "errors"]
+        fields = JOB_FIELDS + ["original_name", "format", "split_mode", "source", "atomic", "created", "duplicates",
+                               "errors"]
 
 
 class ExportJobSerializer(serializers.ModelSerializer):
@@ -114,6 +115,7 @@ class ImportRequestSerializer(serializers.Serializer):
 
     file = serializers.FileField()
     format = serializers.ChoiceField(choices=importing.FORMATS, default="auto")
+    split_mode = serializers.ChoiceField(choices=splitting.SPLIT_MODES, default="auto")
     source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     atomic = serializers.BooleanField(default=False, help_text="One bad line and nothing is imported")
 

@@ -115,8 +115,8 @@ class ImportJobViewSet(JobViewSet):
         upload = data["file"]
         path = importing.save_upload(chunks=upload.chunks(), original_name=upload.name)
         return importing.create_import_job(
-            path=path, original_name=upload.name, format=data["format"], source=data["source"],
-            atomic=data["atomic"], user=user,
+            path=path, original_name=upload.name, format=data["format"], split_mode=data["split_mode"],
+            source=data["source"], atomic=data["atomic"], user=user,
         )
 
 

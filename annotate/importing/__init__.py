@@ -19,8 +19,8 @@ from pathlib import Path
 
 from django.db import transaction
 
-from annotate.answers import SplitMode
 from annotate.prm800k import LineError
+from annotate.splitting import SplitMode, check_mode
 
 from .formats import (
     FORMATS,
@@ -64,6 +64,7 @@ def import_pool(
 ) -> ImportSummary:
     """Import one JSONL file into the pool; see the module docstring."""
     check_format(format)
+    split_mode = check_mode(split_mode)
     if source is not None and len(source) > 100:
         raise ValueError("source is longer than 100 characters")
     path = Path(path)

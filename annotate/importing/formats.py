@@ -11,6 +11,10 @@ Formats (``auto`` picks one per file from its first valid line, see ``detect_for
   "ground_truth_solution"?, "steps": [...] | "solution": "text", "answer"?, "source"?,
   "generator"?, "meta"?}``.
 
+Solution text is split into steps by ``annotate.splitting`` in the import's split mode; a
+line that gives its ``steps`` as a list (any text format) keeps them as given, and split mode
+``explicit`` requires that of every line.
+
 Every error is a ``LineError`` naming the field, so the report can say what to fix.
 """
 from __future__ import annotations
@@ -20,10 +24,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from annotate import prm800k
-from annotate.answers import SplitMode, extract_answer, split_steps
+from annotate import prm800k, splitting
+from annotate.answers import extract_answer
 from annotate.models import Problem, Solution
 from annotate.prm800k import LineError
+from annotate.splitting import SplitMode
 
 FORMATS = ("auto", "prm800k", "gsm8k", "math", "generic")
 
@@ -108,6 +113,21 @@ def _one_of(obj: dict, keys: tuple[str, str]) -> str:
     raise LineError(keys[0], f"is missing (expected '{keys[0]}' or '{keys[1]}')")
 
 
+def _steps(obj: dict, text: str | None, split_mode: SplitMode) -> list[str]:
+    """The line's own ``steps`` list when it has one, else its solution `text` split in `split_mode`."""
+    if "steps" in obj:
+        steps = obj["steps"]
+        if not isinstance(steps, list) or not steps:
+            raise LineError("steps", f"must be a non-empty list of strings, got {prm800k.type_name(steps)}")
+        for i, step in enumerate(steps):
+            if not isinstance(step, str) or not step.strip():
+                raise LineError(f"steps[{i}]", f"must be a non-empty string, got {prm800k.type_name(step)}")
+        return steps
+    if split_mode == "explicit":
+        raise LineError("steps", "is missing (split mode 'explicit' takes every line's steps as a list)")
+    return splitting.split_steps(text or "", split_mode)
+
+
 def parse_gsm8k(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
     question = _text(obj, "question")
     answer = _text(obj, "answer")
@@ -116,7 +136,8 @@ def parse_gsm8k(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> R
         raise LineError("answer", "has no final line '#### N'")
     return Record(
         line_no=line_no, statement=question, ground_truth_answer=final, ground_truth_solution=answer,
-        steps=split_steps(answer, "lines" if split_mode == "auto" else split_mode), final_answer=final,
+        # GSM8K writes one step per line, with or without blank lines between them.
+        steps=_steps(obj, answer, "line" if split_mode == "auto" else split_mode), final_answer=final,
         is_reference=True, generator="reference",
     )
 
@@ -130,10 +151,10 @@ def parse_math(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Re
     truth = _text(obj, "answer") if solution_key == "solution" and "answer" in obj else final
     if truth is None:
         raise LineError(solution_key, "has no final answer (no \\boxed{...} and no 'The answer is: ...')")
-    meta = {k: v for k, v in obj.items() if k not in ("problem", "question", "solution", "answer")}
+    meta = {k: v for k, v in obj.items() if k not in ("problem", "question", "solution", "answer", "steps")}
     return Record(
         line_no=line_no, statement=statement, ground_truth_answer=truth, ground_truth_solution=solution,
-        steps=split_steps(solution, split_mode), final_answer=final, is_reference=True, generator="reference",
+        steps=_steps(obj, solution, split_mode), final_answer=final, is_reference=True, generator="reference",
         meta=meta,
     )
 
@@ -141,17 +162,9 @@ def parse_math(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Re
 def parse_generic(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
     statement = _text(obj, "problem")
     truth = _text(obj, "ground_truth_answer")
-    if "steps" in obj:
-        steps = obj["steps"]
-        if not isinstance(steps, list) or not steps:
-            raise LineError("steps", f"must be a non-empty list of strings, got {prm800k.type_name(steps)}")
-        for i, step in enumerate(steps):
-            if not isinstance(step, str) or not step.strip():
-                raise LineError(f"steps[{i}]", f"must be a non-empty string, got {prm800k.type_name(step)}")
-    elif "solution" in obj:
-        steps = split_steps(_text(obj, "solution"), split_mode)
-    else:
+    if "steps" not in obj and "solution" not in obj:
         raise LineError("steps", "is missing (expected 'steps' or 'solution')")
+    steps = _steps(obj, None if "steps" in obj else _text(obj, "solution"), split_mode)
     meta = obj.get("meta", {})
     if not isinstance(meta, dict):
         raise LineError("meta", f"must be an object, got {prm800k.type_name(meta)}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from django.conf import settings
 
 from annotate.models import ImportJob
+from annotate.splitting import check_mode
 
 from .formats import check_format
 from .report import ImportSummary
@@ -34,14 +35,16 @@ def save_upload(*, chunks: Iterable[bytes], original_name: str) -> Path:
 
 
 def create_import_job(
-    *, path: Path, original_name: str = "", format: str = "auto", source: str = "", atomic: bool = False, user=None
+    *, path: Path, original_name: str = "", format: str = "auto", split_mode: str = "auto", source: str = "",
+    atomic: bool = False, user=None,
 ) -> ImportJob:
     """An ImportJob row for a saved file, queued for a worker once the transaction commits."""
     from annotate.tasks import import_pool_task
 
     check_format(format)
     job = ImportJob.objects.create(
-        path=str(path), original_name=original_name[:300], format=format, source=source, atomic=atomic,
+        path=str(path), original_name=original_name[:300], format=format, split_mode=check_mode(split_mode),
+        source=source, atomic=atomic,
         report_path=str(path.with_name(path.stem + "-report.jsonl")), created_by=user,
     )
     import_pool_task.delay_on_commit(job.pk)
@@ -63,7 +66,7 @@ def run_import_job(*, job_id: int) -> ImportJob:
 
     with job.failure_recorded():
         summary = import_pool(path=job.path, format=job.format, source=job.source or None, atomic=job.atomic,
-                              report_path=job.report_path, progress=progress)
+                              report_path=job.report_path, progress=progress, split_mode=job.split_mode)
         counts = {"format": summary.format, "total": summary.lines, "done": summary.lines,
                   "created": summary.created, "duplicates": summary.duplicates, "errors": summary.errors}
         if summary.rolled_back:

@@ -1,7 +1,7 @@
 """Final-answer extraction, step splitting and calculator annotations."""
 import pytest
 
-from annotate.answers import clean_answer, extract_answer, last_boxed, split_steps, strip_calculator_annotations
+from annotate.answers import clean_answer, extract_answer, last_boxed, strip_calculator_annotations
 
 EXTRACTION_CASES = [
     # PRM800K: the text after a line "# Answer"
@@ -58,29 +58,6 @@ def test_escaped_braces_do_not_end_a_boxed_answer():
 def test_cleaning_removes_dollars_box_and_full_stop_only():
     assert clean_answer(" $\\boxed{x^2}$. ") == "x^2"
     assert clean_answer("3.5") == "3.5"
-
-
-def test_steps_split_on_blank_lines_when_there_are_any():
-    text = "First line\nstill first.\n\nSecond.\n\n\n# Answer\n\n5"
-    assert split_steps(text) == ["First line\nstill first.", "Second.\n\n# Answer\n\n5"]
-
-
-def test_an_answer_block_stays_with_the_step_that_reaches_it():
-    step = "So the greatest common factor is $320,\\!000$.\n\n# Answer\n\n320,000"
-    assert split_steps("I factor both numbers.\n\n" + step) == ["I factor both numbers.", step]
-    assert split_steps("# Answer\n\n7") == ["# Answer\n\n7"]
-
-
-def test_steps_split_on_lines_when_there_are_no_blank_lines():
-    assert split_steps("a = 1\nb = 2\n#### 3\n") == ["a = 1", "b = 2", "#### 3"]
-
-
-def test_step_splitting_is_configurable():
-    text = "a\nb\n\nc"
-    assert split_steps(text, "lines") == ["a", "b", "c"]
-    assert split_steps(text, "blank") == ["a\nb", "c"]
-    with pytest.raises(ValueError, match="unknown split mode"):
-        split_steps(text, "words")
 
 
 def test_calculator_annotations_are_hidden_for_display_only():

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.urls import reverse
 
 from annotate import importing
 from annotate.models import ImportJob, JobState, Problem, Solution, Step
@@ -128,17 +129,81 @@ def test_the_source_option_names_where_everything_came_from(tmp_path):
     assert Solution.objects.get().source == Problem.objects.get().source == "run-7"
 
 
-def test_step_splitting_can_be_chosen(tmp_path):
-    line = generic(1, solution="a\nb\n\nc\n\n# Answer\n\n2")
+def _generic_text(n: int, solution: str) -> dict:
+    line = generic(n, solution=solution)
     del line["steps"]
-    importing.import_pool(path=write(tmp_path, [line]), split_mode="lines")
-    assert list(Step.objects.values_list("text", flat=True)) == ["a", "b", "c", "# Answer", "2"]
-    line = generic(2, solution="a\nb\n\nc\n\n# Answer\n\n4")
-    del line["steps"]
-    importing.import_pool(path=write(tmp_path, [line]), split_mode="blank")
-    assert list(Step.objects.filter(solution__final_answer="4").values_list("text", flat=True)) == [
-        "a\nb", "c\n\n# Answer\n\n4",
-    ]
+    return line
+
+
+def _step_texts(n: int) -> list[str]:
+    """The steps of the solution to ``generic(n)``'s problem."""
+    steps = Step.objects.filter(solution__problem__statement=f"What is {n} + {n}?").order_by("index")
+    return list(steps.values_list("text", flat=True))
+
+
+def test_step_splitting_can_be_chosen_per_import(tmp_path):
+    text = "One is 1.\nTwo is 2.\n\nThree is 3.\n\n# Answer\n\n3"
+    modes = ["line", "blank_line", "sentence", "lines", "blank"]
+    for n, mode in enumerate(modes, start=1):
+        importing.import_pool(path=write(tmp_path, [_generic_text(n, text)]), split_mode=mode)
+    by_line = ["One is 1.", "Two is 2.", "Three is 3.\n\n# Answer\n\n3"]
+    by_paragraph = ["One is 1.\nTwo is 2.", "Three is 3.\n\n# Answer\n\n3"]
+    assert [_step_texts(n) for n in range(1, 6)] == [by_line, by_paragraph, by_line, by_line, by_paragraph]
+    with pytest.raises(ValueError, match="unknown split mode"):
+        importing.import_pool(path=write(tmp_path, [generic(9)]), split_mode="words")
+
+
+def _real_response() -> dict:
+    with open(SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl") as handle:
+        line = json.loads(next(handle))
+    return {"problem": line["question"], "ground_truth_answer": line["answer"], "solution": line["response"][0],
+            "generator": "qwen2.5-math"}
+
+
+def test_a_real_model_response_imports_with_each_lead_in_kept_with_the_equation_it_introduces(tmp_path):
+    importing.import_pool(path=write(tmp_path, [_real_response()]))
+    steps = list(Step.objects.order_by("index").values_list("text", flat=True))
+    assert not [step for step in steps[:-1] if step.rstrip("*").endswith(":")]
+    assert not [step for step in steps if step.startswith("\\[")]
+    assert Solution.objects.get().is_correct is True  # the \boxed{} answer is still found
+    lead_in = "the total number of possible outcomes when two dice are rolled is:\n   \\[\n   6 \\times 6 = 36\n   \\]"
+    assert any(lead_in in step for step in steps)
+
+
+def test_lines_may_give_their_steps_explicitly_and_explicit_mode_requires_it(tmp_path):
+    math_line = {"problem": "What is $1+1$?", "solution": "We add: $1+1=\\boxed{2}$.",
+                 "steps": ["We add.", "So $1+1=\\boxed{2}$."]}
+    importing.import_pool(path=write(tmp_path, [math_line], "math.jsonl"), split_mode="explicit")
+    solution = Solution.objects.get()
+    assert [step.text for step in solution.steps.order_by("index")] == math_line["steps"]
+    assert solution.meta == {} and solution.is_correct is True
+    report_path = tmp_path / "r.jsonl"
+    importing.import_pool(path=write(tmp_path, [generic(2), _generic_text(3, "So it is 6.")]), split_mode="explicit",
+                          report_path=report_path)
+    assert _step_texts(2) == generic(2)["steps"] and _step_texts(3) == []
+    error = read_report(report_path)[1]["error"]
+    assert "steps" in error and "explicit" in error
+
+
+def test_the_import_command_and_the_upload_job_take_a_split_mode(tmp_path, client, admin_user):
+    text = "One is 1.\nTwo is 2."
+    call_command("import_pool", str(write(tmp_path, [_generic_text(1, text)])), "--split", "line")
+    assert _step_texts(1) == ["One is 1.", "Two is 2."]
+    with pytest.raises(CommandError):
+        call_command("import_pool", str(write(tmp_path, [generic(1)])), "--split", "words")
+    client.force_login(admin_user)
+    upload = write(tmp_path, [_generic_text(2, text)], "upload.jsonl")
+    with open(upload, "rb") as handle:
+        client.post(reverse("annotate:import-list"), {"file": handle, "format": "auto", "split_mode": "blank_line"})
+    job = ImportJob.objects.get()
+    assert job.split_mode == "blank_line"
+    importing.run_import_job(job_id=job.pk)
+    assert _step_texts(2) == ["One is 1.\nTwo is 2."]
+    with open(write(tmp_path, [_generic_text(3, text)], "api.jsonl"), "rb") as handle:
+        created = client.post("/api/imports", {"file": handle, "split_mode": "line"})
+    assert created.status_code == 201 and created.json()["split_mode"] == "line"
+    importing.run_import_job(job_id=created.json()["id"])
+    assert _step_texts(3) == ["One is 1.", "Two is 2."]
 
 
 def test_report_has_one_entry_per_line_in_the_documented_shape(tmp_path):

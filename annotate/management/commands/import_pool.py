@@ -1,7 +1,7 @@
-"""python manage.py import_pool PATH [--format ...] [--source NAME] [--atomic] [--report REPORT.jsonl]"""
+"""python manage.py import_pool PATH [--format ...] [--split MODE] [--source NAME] [--atomic] [--report REPORT.jsonl]"""
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate import importing
+from annotate import importing, splitting
 
 
 class Command(BaseCommand):
@@ -13,8 +13,11 @@ class Command(BaseCommand):
         parser.add_argument("--source", default=None, help="Source name stored on problems and solutions")
         parser.add_argument("--atomic", action="store_true", help="Import nothing when any line fails")
         parser.add_argument("--report", default=None, help="Write one JSON line per input line here")
-        parser.add_argument("--split", default="auto", choices=["auto", "blank", "lines"],
-                            help="How solution text is split into steps")
+        parser.add_argument(
+            "--split", default="auto", choices=[*splitting.SPLIT_MODES, "blank", "lines"],
+            help="How solution text is split into steps (docs/step-splitting.md; blank and lines are the old "
+                 "names of blank_line and line); a line's own 'steps' list is kept as given",
+        )
 
     def handle(self, *args, **options):
         try:
