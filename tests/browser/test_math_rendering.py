@@ -73,3 +73,34 @@ def test_katex_parses_every_formula_of_the_real_responses(new_page, live_server,
               return false; } catch (e) { return true; } })""", [list(f) for f in formulas])
     assert len(formulas) > 300
     assert failures == []
+
+
+MIXED_STEPS = [
+    "Let's set up the sum:\n$$\n\\sum_{k=1}^{n} k\n= \\frac{n(n+1)}{2}\n$$",
+    "Solving the system:\n\\begin{align*}\n2x + y &= 7 \\\\\nx - y &= -1\n\\end{align*}\nso **both** equations hold.",
+    "Define \\(f\\) piecewise:\n\\[\nf(x) = \\begin{cases} x^2 & x \\ge 0 \\\\ -x & x < 0 \\end{cases}\n\\]",
+    "She pays $5 for eggs and $10 for milk, so $15 in all; with $x$ eggs it is $5x$.",
+    "Check with `python`:\n```python\nprint(2 * 3 * 4)  # $24\n```\n1. *first* item\n2. second item with $\\sqrt{2}$",
+    "A long one: \\[ " + " + ".join(f"\\frac{{{k}}}{{{k + 1}}}" for k in range(1, 30)) + " \\]",
+]
+
+
+def test_every_kind_of_math_renders_and_fits_a_phone_screen(browser, new_page, live_server, artifacts):
+    SolutionFactory(problem=ProblemFactory(statement="Compute $\\displaystyle\\sum_{k=1}^{n} k$ for $n = 10$."),
+                    steps=MIXED_STEPS)
+    queueing.ensure_default_queue()
+    user_with_role("kim", "annotator")
+    page = new_page()
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, live_server, "kim")
+    start_labeling(page, live_server)
+    assert_math_rendered(page, "main")
+    formulas = sum(1 for step in MIXED_STEPS for s in rendering.segments(step) if s.kind == "math")
+    assert page.locator(".steps .math[data-rendered='1']").count() == formulas == 8
+    text = page.inner_text(".steps")
+    assert "She pays $5 for eggs and $10 for milk, so $15 in all" in text  # prices stay prices
+    assert "print(2 * 3 * 4)  # $24" in text and page.locator(".steps pre code").count() == 1
+    assert page.locator(".steps em").count() == 1 and page.locator(".steps strong").count() == 1
+    # Wide formulas scroll inside their step; the page itself never scrolls sideways.
+    page.screenshot(path=str(artifacts / "math-mixed-phone.png"), full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
