@@ -85,7 +85,7 @@ MIXED_STEPS = [
 ]
 
 
-def test_every_kind_of_math_renders_and_fits_a_phone_screen(browser, new_page, live_server, artifacts):
+def test_every_kind_of_math_renders_and_fits_a_phone_screen(new_page, live_server, artifacts):
     SolutionFactory(problem=ProblemFactory(statement="Compute $\\displaystyle\\sum_{k=1}^{n} k$ for $n = 10$."),
                     steps=MIXED_STEPS)
     queueing.ensure_default_queue()
