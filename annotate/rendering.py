@@ -14,7 +14,7 @@ Django-free: the template filters in ``annotate/templatetags/workspace.py`` mark
 """
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Environments that are math on their own, without $ or \[ around them (KaTeX renders each in
 # display mode). ``aligned`` and ``cases`` need math mode, which display mode gives them.
@@ -36,6 +36,10 @@ class Segment:
     kind: str  # "text", "math", "code" (inline) or "codeblock"
     body: str  # text as written, TeX without its delimiters, or code
     display: bool = False
+    # Where it stands in clean(text), delimiters included: a step splitter that must not cut
+    # inside a formula can ask segments() where the formulas are.
+    start: int = 0
+    end: int = 0
 
     @property
     def is_block(self) -> bool:
@@ -60,11 +64,11 @@ def segments(text: str) -> list[Segment]:
             continue
         segment, end = match
         if opener.start() > plain_from:
-            found.append(Segment("text", text[plain_from:opener.start()]))
-        found.append(segment)
+            found.append(Segment("text", text[plain_from:opener.start()], start=plain_from, end=opener.start()))
+        found.append(replace(segment, start=opener.start(), end=end))
         plain_from = pos = end
     if plain_from < len(text):
-        found.append(Segment("text", text[plain_from:]))
+        found.append(Segment("text", text[plain_from:], start=plain_from, end=len(text)))
     return found
 
 
@@ -124,8 +128,7 @@ def _fenced_code(text: str, after: int) -> tuple[Segment, int] | None:
 def render(text: str | None) -> str:
     """The text as block HTML: paragraphs, lists, emphasis, code and math spans."""
     parts = segments(text or "")
-    body = html.escape(_with_placeholders(parts)).replace("\\$", "$")
-    return _fill(_blocks(body.split("\n"), parts), parts)
+    return _fill(_blocks(_escaped(_with_placeholders(parts)).split("\n"), parts), parts)
 
 
 def render_inline(text: str | None) -> str:
@@ -156,8 +159,12 @@ def preview(text: str | None, limit: int = 80) -> str:
 
 def _inline_html(parts: list[Segment]) -> str:
     parts = [Segment("code", p.body) if p.is_block else p for p in parts]
-    body = html.escape(" ".join(_with_placeholders(parts).split())).replace("\\$", "$")
-    return _fill(_inline(body), parts, inline=True)
+    return _fill(_inline(_escaped(" ".join(_with_placeholders(parts).split()))), parts, inline=True)
+
+
+def _escaped(text: str) -> str:
+    """Text outside math and code, escaped; ``\\$`` (TeX's literal dollar) is a plain ``$`` there."""
+    return html.escape(text).replace("\\$", "$")
 
 
 def _with_placeholders(parts: list[Segment]) -> str:

@@ -192,3 +192,12 @@ def test_review_list_and_queue_cells_never_cut_a_formula(reviewer, admin_user, a
     client.force_login(reviewer)
     review_list = client.get(reverse("annotate:review-list")).content.decode()
     assert expected in review_list and "katex.min.js" in review_list
+
+
+def test_segments_say_where_each_formula_stands_for_a_splitter():
+    text = "Lead-in:\n\\[\nx = 1\n\\]\nand $y$."
+    parts = rendering.segments(text)
+    assert "".join(text[p.start:p.end] for p in parts) == text
+    assert [text[p.start:p.end] for p in parts if p.kind == "math"] == ["\\[\nx = 1\n\\]", "$y$"]
+    for response in real_responses():
+        assert "".join(response[p.start:p.end] for p in rendering.segments(response)) == response
