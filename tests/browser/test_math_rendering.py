@@ -81,6 +81,7 @@ MIXED_STEPS = [
     "Define \\(f\\) piecewise:\n\\[\nf(x) = \\begin{cases} x^2 & x \\ge 0 \\\\ -x & x < 0 \\end{cases}\n\\]",
     "She pays $5 for eggs and $10 for milk, so $15 in all; with $x$ eggs it is $5x$.",
     "Check with `python`:\n```python\nprint(2 * 3 * 4)  # $24\n```\n1. *first* item\n2. second item with $\\sqrt{2}$",
+    "KaTeX runs untrusted: \\(\\href{javascript:alert(1)}{click}\\) and \\(\\htmlId{x}{y}\\).",
     "A long one: \\[ " + " + ".join(f"\\frac{{{k}}}{{{k + 1}}}" for k in range(1, 30)) + " \\]",
 ]
 
@@ -96,7 +97,8 @@ def test_every_kind_of_math_renders_and_fits_a_phone_screen(new_page, live_serve
     start_labeling(page, live_server)
     assert_math_rendered(page, "main")
     formulas = sum(1 for step in MIXED_STEPS for s in rendering.segments(step) if s.kind == "math")
-    assert page.locator(".steps .math[data-rendered='1']").count() == formulas == 8
+    assert page.locator(".steps .math[data-rendered='1']").count() == formulas == 10
+    assert page.locator(".steps a, .steps #x").count() == 0  # trust: false, so no link or id from data
     text = page.inner_text(".steps")
     assert "She pays $5 for eggs and $10 for milk, so $15 in all" in text  # prices stay prices
     assert "print(2 * 3 * 4)  # $24" in text and page.locator(".steps pre code").count() == 1
