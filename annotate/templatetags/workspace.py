@@ -1,6 +1,8 @@
 """Template filters of the labeling pages."""
 from django import template
+from django.utils.safestring import SafeString, mark_safe
 
+from annotate import rendering
 from annotate.answers import strip_calculator_annotations
 
 register = template.Library()
@@ -13,6 +15,24 @@ RATING_WORDS = {-1: "wrong", 0: "neutral", 1: "good"}
 def display_text(text: str | None) -> str:
     """Imported text as shown: GSM8K calculator annotations hidden (escaping stays on)."""
     return strip_calculator_annotations(text or "")
+
+
+@register.filter
+def rendered(text: str | None) -> SafeString:
+    """Model or problem text as HTML: math for KaTeX, Markdown emphasis and lists (escaped first)."""
+    return mark_safe(rendering.render(display_text(text)))  # safe: rendering escapes all data first
+
+
+@register.filter
+def preview(text: str | None, limit: int = 80) -> SafeString:
+    """A one-line excerpt for table cells, cut between formulas, never inside one."""
+    return mark_safe(rendering.preview(display_text(text), int(limit)))
+
+
+@register.filter
+def answer_math(answer: str | None) -> SafeString:
+    """A final answer as inline math (or as text when it is words)."""
+    return mark_safe(rendering.render_answer(display_text(answer)))
 
 
 @register.filter

@@ -70,7 +70,7 @@ def test_start_labeling_leases_an_item_and_shows_the_steps_blind(annotator, pool
     task = Annotation.objects.get(annotator=annotator)
     assert response["Location"] == reverse("annotate:label-task", args=[task.pk])
     page = client.get(response["Location"]).content.decode()
-    assert "Let $x = 2$." in page and 'id="step-2"' in page
+    assert 'Let <span class="math" data-display="false">x = 2</span>.' in page and 'id="step-2"' in page
     assert "PRM" not in page and "default order" not in page  # No scores or selection reasons.
     assert "katex.min.js" in page and "cdn" not in page.lower()
 

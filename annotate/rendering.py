@@ -1,0 +1,313 @@
+"""Model-written text as safe HTML: math kept whole for KaTeX, a small Markdown subset around it.
+
+Real model output writes display math over several lines (``\\[`` on one line, the formula on
+the next, ``\\]`` on a third) and bolds its lead-ins (``**Identify the outcomes:**``). Turning
+line breaks into ``<br>`` before the math is found cuts every such formula in pieces that KaTeX
+never sees whole, so the order here is: split the raw text into math, code and text segments;
+escape everything; apply Markdown (emphasis, lists, headings, line breaks) to the text only,
+with each math or code segment standing in as an opaque placeholder; put the segments back as
+``<span class="math" data-display="true|false">TeX</span>``, which ``static/js/math.js`` renders
+with ``katex.render`` (``trust: false``). No HTML from the data survives: it is all escaped
+before any tag is written, and every tag written comes from this module.
+
+Django-free: the template filters in ``annotate/templatetags/workspace.py`` mark the result safe.
+"""
+import html
+import re
+from dataclasses import dataclass, replace
+
+# Environments that are math on their own, without $ or \[ around them (KaTeX renders each in
+# display mode). ``aligned`` and ``cases`` need math mode, which display mode gives them.
+ENVIRONMENTS = ("align", "align*", "aligned", "alignat", "alignat*", "gather", "gather*", "gathered",
+                "equation", "equation*", "cases", "split", "array", "matrix", "pmatrix", "bmatrix", "multline")
+_ENV = "|".join(re.escape(env) for env in ENVIRONMENTS)
+_OPENER = re.compile(r"```|`|\\\$|\$\$|\$|\\\[|\\\(|\\begin\{(" + _ENV + r")\}")
+_CLOSERS = {"$$": "$$", "\\[": "\\]", "\\(": "\\)"}
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+_TEX_MARK = re.compile(r"[\\^_{}]")
+_WORDS = re.compile(r"[a-z]{2,}[ ,]+[a-z]{2,}")
+# Placeholders in private-use characters: input has them removed, so they cannot be forged.
+_PH_OPEN, _PH_CLOSE = "\ue000", "\ue001"
+_PLACEHOLDER = re.compile(_PH_OPEN + r"(\d+)" + _PH_CLOSE)
+
+
+@dataclass(frozen=True)
+class Segment:
+    kind: str  # "text", "math", "code" (inline) or "codeblock"
+    body: str  # text as written, TeX without its delimiters, or code
+    display: bool = False
+    # Where it stands in clean(text), delimiters included: a step splitter that must not cut
+    # inside a formula can ask segments() where the formulas are.
+    start: int = 0
+    end: int = 0
+
+    @property
+    def is_block(self) -> bool:
+        return self.kind == "codeblock"
+
+
+def clean(text: str | None) -> str:
+    """Newlines normalised, NULs and the placeholder characters removed."""
+    text = (text or "").replace("\r\n", "\n").replace("\r", "\n")
+    return re.sub("[\x00\ue000\ue001]", "", text)
+
+
+def segments(text: str) -> list[Segment]:
+    """The text cut into math, code and text segments; an unclosed delimiter is plain text."""
+    text = clean(text)
+    found: list[Segment] = []
+    plain_from = pos = 0
+    while (opener := _OPENER.search(text, pos)) is not None:
+        match = _segment_at(text, opener)
+        if match is None:
+            pos = opener.end()  # a literal character (an escaped \$, a lone $ or backtick)
+            continue
+        segment, end = match
+        if opener.start() > plain_from:
+            found.append(Segment("text", text[plain_from:opener.start()], start=plain_from, end=opener.start()))
+        found.append(replace(segment, start=opener.start(), end=end))
+        plain_from = pos = end
+    if plain_from < len(text):
+        found.append(Segment("text", text[plain_from:], start=plain_from, end=len(text)))
+    return found
+
+
+def _segment_at(text: str, opener: re.Match) -> tuple[Segment, int] | None:
+    token, start, after = opener.group(0), opener.start(), opener.end()
+    if token == "\\$":
+        return None
+    if token == "```":
+        return _fenced_code(text, after)
+    if token == "`":
+        end = text.find("`", after)
+        if end <= after or "\n" in text[after:end]:
+            return None
+        return Segment("code", text[after:end]), end + 1
+    if token == "$":
+        return _inline_dollar(text, after)
+    if token.startswith("\\begin"):
+        closer = f"\\end{{{opener.group(1)}}}"
+        end = text.find(closer, after)
+        return None if end < 0 else (Segment("math", text[start:end + len(closer)], True), end + len(closer))
+    end = text.find(_CLOSERS[token], after)
+    if end < 0 or not text[after:end].strip():
+        return None
+    return Segment("math", text[after:end].strip(), token != "\\("), end + len(_CLOSERS[token])
+
+
+def _inline_dollar(text: str, after: int) -> tuple[Segment, int] | None:
+    """``$...$`` up to the next unescaped ``$``, on no blank line. Pandoc's rule keeps prices
+    apart ("$5 and $10" stays text): the math opens before and closes after a non-space, and
+    the closing ``$`` is not followed by a digit. For GSM8K's ``=$12`` on every line, it does
+    not go over a line break nor hold two words in a row ("2 $5 loaves of bread, 2 3$").
+    Content with TeX in it (a backslash, ``^``, ``_``, a brace) is math either way: MATH writes
+    ``$ x = \\boxed{83}$``, ``$\\$$1500`` and formulas wrapped over lines."""
+    end = after
+    while (end := text.find("$", end)) >= 0 and text[end - 1] == "\\":
+        end += 1
+    if end <= after or _BLANK_LINE.search(text, after, end) or not text[after:end].strip():
+        return None
+    body = text[after:end]
+    prose_like = body[0].isspace() or body[-1].isspace() or text[end + 1:end + 2].isdigit() or "\n" in body
+    if (prose_like or _WORDS.search(body)) and not _TEX_MARK.search(body):
+        return None
+    return Segment("math", body.strip(), False), end + 1
+
+
+def _fenced_code(text: str, after: int) -> tuple[Segment, int] | None:
+    end = text.find("```", after)
+    if end < 0:
+        return None
+    body = text[after:end]
+    first, newline, rest = body.partition("\n")
+    if newline and re.fullmatch(r"[\w+-]*", first.strip()):
+        body = rest  # the fence's language name
+    return Segment("codeblock", body.strip("\n")), end + 3
+
+
+def render(text: str | None) -> str:
+    """The text as block HTML: paragraphs, lists, emphasis, code and math spans."""
+    parts = segments(text or "")
+    return _fill(_blocks(_escaped(_with_placeholders(parts)).split("\n"), parts), parts)
+
+
+def render_inline(text: str | None) -> str:
+    """The text as inline HTML (no paragraphs or lists; line breaks become spaces)."""
+    return _inline_html(segments(text or ""))
+
+
+def preview(text: str | None, limit: int = 80) -> str:
+    """At most about `limit` characters as inline HTML, cut between segments or between words
+    of a text segment, never inside a formula. A formula that starts the text is kept whole."""
+    kept: list[Segment] = []
+    used = 0
+    for segment in segments(text or ""):
+        body = re.sub(r"\s+", " ", segment.body) if segment.kind == "text" else segment.body
+        if used + len(body) <= limit:
+            kept.append(Segment(segment.kind, body))
+            used += len(body)
+            continue
+        if segment.kind == "text":
+            cut = body[:limit - used].rsplit(" ", 1)[0] if limit > used else ""
+            kept.append(Segment("text", (cut.rstrip(" ,.;:") or " ") + "…"))
+        else:
+            kept += [segment] if not kept else []
+            kept.append(Segment("text", " …"))
+        break
+    return _inline_html(kept)
+
+
+def _inline_html(parts: list[Segment]) -> str:
+    parts = [Segment("code", p.body) if p.is_block else p for p in parts]
+    return _fill(_inline(_escaped(" ".join(_with_placeholders(parts).split()))), parts, inline=True)
+
+
+def _escaped(text: str) -> str:
+    """Text outside math and code, escaped; ``\\$`` (TeX's literal dollar) is a plain ``$`` there."""
+    return html.escape(text).replace("\\$", "$")
+
+
+def _with_placeholders(parts: list[Segment]) -> str:
+    # Block segments sit on a line of their own so that _blocks puts them outside paragraphs.
+    return "".join(p.body if p.kind == "text" else f"\n{_PH_OPEN}{i}{_PH_CLOSE}\n" if p.is_block
+                   else f"{_PH_OPEN}{i}{_PH_CLOSE}" for i, p in enumerate(parts))
+
+
+def _fill(body: str, parts: list[Segment], *, inline: bool = False) -> str:
+    def one(match: re.Match) -> str:
+        part = parts[int(match.group(1))]
+        code = html.escape(part.body)
+        if part.kind == "math":
+            display = "true" if part.display and not inline else "false"
+            return f'<span class="math" data-display="{display}">{code}</span>'
+        return f"<pre><code>{code}</code></pre>" if part.is_block else f"<code>{code}</code>"
+
+    return _PLACEHOLDER.sub(one, body)
+
+
+_STRONG = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)", re.S)
+_EM = re.compile(r"(?<![*\w])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![*\w])", re.S)
+
+
+def _inline(escaped: str) -> str:
+    """Emphasis on escaped text. ``2 * 3 * 4`` and ``5*3*2`` stay as written."""
+    escaped = _STRONG.sub(lambda m: f"<strong>{m.group(1) or m.group(2)}</strong>", escaped)
+    return _EM.sub(r"<em>\1</em>", escaped)
+
+
+_LIST_ITEM = re.compile(r"( *)([-*+]|\d{1,9}[.)])[ \t]+(.*)")
+_HEADING = re.compile(r" {0,3}#{1,6}[ \t]+(.*?)[ \t#]*")
+_RULE = re.compile(r" {0,3}([-*_])( *\1){2,} *")
+_DISPLAY_LINE = re.compile(r"\s*" + _PH_OPEN + r"(\d+)" + _PH_CLOSE + r"\s*")
+
+
+def _blocks(lines: list[str], parts: list[Segment]) -> str:
+    """Paragraphs, (nested) lists, headings and rules of escaped lines, in the spirit of Markdown.
+
+    A list item goes on over indented lines, and over unindented ones until a blank line
+    (Markdown's lazy continuation); an ordered list keeps its first number, since a step cut
+    from a longer solution often starts at "2.". Inside a paragraph a line break is a ``<br>``,
+    except around a display formula, which is a block of its own already.
+    """
+    out = _Blocks(parts)
+    for line in lines:
+        out.line(line.expandtabs(4))
+    return out.finish()
+
+
+class _Blocks:
+    def __init__(self, parts: list[Segment]) -> None:
+        self.parts = parts
+        self.html: list[str] = []
+        self.lists: list[tuple[int, str]] = []  # open lists: (indent of the marker, tag)
+        self.paragraph: list[str] = []
+        self.item_has_text = False
+        self.after_blank = False
+
+    def line(self, line: str) -> None:
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip():
+            self.flush()
+            self.after_blank = True
+            return
+        if item := _LIST_ITEM.fullmatch(line):
+            self.item(indent, item.group(2), item.group(3))
+        elif self._is_block_line(line):
+            self.flush()  # a code block stays inside the list item it follows
+            self.html.append(line.strip())
+        elif (heading := _HEADING.fullmatch(line)) or _RULE.fullmatch(line):
+            self.close_lists(0)
+            self.flush()
+            self.html.append(f'<p class="heading"><strong>{_inline(heading.group(1))}</strong></p>'
+                             if heading else "<hr>")
+        elif self.lists and (indent > 0 or not self.after_blank):
+            if indent > 0 and self.lists[-1][0] >= indent:
+                self.flush()
+                self.close_lists(indent)
+            elif self.after_blank:
+                self.flush()
+            self.paragraph.append(line.strip())
+        else:
+            self.close_lists(0)
+            self.paragraph.append(line.strip())
+        self.after_blank = False
+
+    def _is_block_line(self, line: str) -> bool:
+        match = _DISPLAY_LINE.fullmatch(line)
+        return bool(match) and self.parts[int(match.group(1))].is_block
+
+    def item(self, indent: int, marker: str, text: str) -> None:
+        self.flush()
+        tag = "ul" if marker in "-*+" else "ol"
+        self.close_lists(indent + 1)
+        if self.lists and self.lists[-1][0] == indent and self.lists[-1][1] != tag:
+            self.close_lists(indent)
+        if self.lists and self.lists[-1][0] == indent:
+            self.html.append("</li><li>")
+        else:
+            start = int(marker[:-1]) if tag == "ol" else 1
+            self.html.append(f'<ol start="{start}"><li>' if start != 1 else f"<{tag}><li>")
+            self.lists.append((indent, tag))
+        self.item_has_text = False
+        self.paragraph = [text]
+
+    def close_lists(self, indent: int) -> None:
+        """Close the open lists whose markers are indented `indent` or more."""
+        while self.lists and self.lists[-1][0] >= indent:
+            self.flush()
+            self.html.append(f"</li></{self.lists.pop()[1]}>")
+            self.item_has_text = True  # the enclosing item, if any, holds that list now
+
+    def flush(self) -> None:
+        if not self.paragraph:
+            return
+        text = _inline(self._join(self.paragraph))
+        in_item = bool(self.lists)
+        self.html.append(text if in_item and not self.item_has_text else f"<p>{text}</p>")
+        self.item_has_text = in_item
+        self.paragraph = []
+
+    def _join(self, lines: list[str]) -> str:
+        joined = lines[0]
+        for before, line in zip(lines, lines[1:]):
+            display = self._is_display(before) or self._is_display(line)
+            joined += ("\n" if display else "<br>\n") + line
+        return joined
+
+    def _is_display(self, line: str) -> bool:
+        match = _DISPLAY_LINE.fullmatch(line)
+        return bool(match) and self.parts[int(match.group(1))].display
+
+    def finish(self) -> str:
+        self.flush()
+        self.close_lists(0)
+        return "\n".join(self.html)
+
+
+def render_answer(answer: str | None) -> str:
+    """A final answer (``\\frac{1}{9}``, ``14``, ``Monday``) as inline HTML: TeX unless it reads
+    as words ("4:30 p.m." is not the product of p and m)."""
+    answer = clean(answer).strip()
+    if "$" in answer or "\\(" in answer or (re.search(r"[A-Za-z]{2,}|[A-Za-z]\.", answer) and "\\" not in answer):
+        return render_inline(answer)
+    return _fill(f"{_PH_OPEN}0{_PH_CLOSE}", [Segment("math", answer)], inline=True) if answer else ""
