@@ -12,7 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from annotate import labeling, queueing, rendering
-from annotate.answers import split_steps, strip_calculator_annotations
+from annotate.answers import strip_calculator_annotations
+from annotate.splitting import split_steps
 from tests.conftest import SHARED_DATA
 from tests.factories import ProblemFactory, SolutionFactory
 
