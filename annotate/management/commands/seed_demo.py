@@ -39,6 +39,5 @@ class Command(BaseCommand):
         user, created = get_user_model().objects.get_or_create(username=username)
         if created:
             user.set_password(password)
-            user.is_staff = user.is_superuser = role == ADMIN
             user.save()
             grant_role(user, role)
