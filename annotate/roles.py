@@ -48,10 +48,20 @@ def is_annotator(user: User) -> bool:
 
 
 def grant_role(user, role: str) -> None:
+    """Put a saved user in the role's group; an admin also becomes a Django superuser.
+
+    Superuser rather than staff with a list of permissions: an admin's work in the Django
+    admin spans every app (users and groups, beat's retrain schedule, gold labels, tokens),
+    and a permission list goes stale each time a model is added, bringing back "You don't
+    have permission to view or edit anything". Admins already hold every power on the site.
+    """
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
     group, _ = Group.objects.get_or_create(name=role)
     user.groups.add(group)
+    if role == ADMIN and not (user.is_staff and user.is_superuser):
+        user.is_staff = user.is_superuser = True
+        user.save(update_fields=["is_staff", "is_superuser"])
     user.__dict__.pop("_stepwise_roles", None)
 
 

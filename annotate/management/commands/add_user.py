@@ -1,4 +1,4 @@
-"""python manage.py add_user NAME --role annotator|reviewer|admin [--email E]
+"""./stepwise manage add_user NAME --role annotator|reviewer|admin [--email E]
 
 There is no sign-up page: admins create accounts, here or in the Django admin. Prints a
 generated password once (or reads it from STEPWISE_NEW_PASSWORD), so none is typed into
@@ -28,9 +28,8 @@ class Command(BaseCommand):
             raise CommandError(f"user {username!r} already exists")
         password = os.environ.get("STEPWISE_NEW_PASSWORD") or secrets.token_urlsafe(12)
         with transaction.atomic():
-            # Admins also get the Django admin (staff), where they edit settings and gold labels.
-            user = User.objects.create_user(username, email=email, password=password, is_staff=role == roles.ADMIN)
-            roles.grant_role(user, role)
+            user = User.objects.create_user(username, email=email, password=password)
+            roles.grant_role(user, role)  # an admin becomes a superuser there, for the Django admin
         self.stdout.write(f"created {role} {username!r}")
         if "STEPWISE_NEW_PASSWORD" not in os.environ:
             self.stdout.write(f"password: {password}")

@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from annotate import importing, queueing
+from annotate.models import QueueItem, Solution
 from annotate.roles import ADMIN, ANNOTATOR, REVIEWER, grant_role
 from annotate.synthetic import generic_lines, make_pool
 
@@ -31,14 +32,21 @@ class Command(BaseCommand):
             for line in generic_lines(make_pool(n_problems=problems, seed=0), source="demo"):
                 out.write(json.dumps(line) + "\n")
         summary = importing.import_pool(path=path, format="generic", source="demo")
-        queued = queueing.ensure_default_queue()
-        self.stdout.write(f"Demo pool: {summary.created} new solutions, {summary.duplicates} already there; "
-                          f"{queued} queued.")
+        queueing.ensure_default_queue()
+        # Counted from the tables, not from the import summary: on a new database the file's own
+        # repeated lines are "duplicates" too, which read as if the pool had been there already.
+        pool = Solution.objects.filter(source="demo").count()
+        ready = QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, solution__source="demo")
+        ready = ready.values("solution").distinct().count()
+        if summary.created:
+            what = f"{summary.created} solutions to {problems} problems imported"
+        else:
+            what = f"already imported ({pool} solutions)"
+        self.stdout.write(f"Demo pool: {what}; {ready} ready to label.")
 
     def _ensure_user(self, username: str, password: str, role: str) -> None:
         user, created = get_user_model().objects.get_or_create(username=username)
         if created:
             user.set_password(password)
-            user.is_staff = user.is_superuser = role == ADMIN
             user.save()
             grant_role(user, role)

@@ -17,9 +17,12 @@ class Command(BaseCommand):
         except FileNotFoundError as error:
             raise CommandError(str(error)) from None
         current = " (current)" if version.is_current else ""
-        self.stdout.write(self.style.SUCCESS(f"Default model {version.name}{current} at {version.path}"))
+        line = f"Default model: {version.name}{current} at {version.path}"
         if rescore:
             from scoring.registry import current_model_version
 
-            job = scoring.start_rescore(model_version=current_model_version() or version)
-            self.stdout.write(f"Rescore job {job.pk} queued; workers on the ml queue will run it.")
+            model = current_model_version() or version
+            job = scoring.start_rescore(model_version=model)
+            # One line: the job only scores what this model has not scored yet.
+            line += f"; rescore job {job.pk} with {model.name} queued for the ml worker"
+        self.stdout.write(line + ".")

@@ -2,6 +2,8 @@
 
 Idempotent: an existing task (perhaps edited in the admin) is left as it is and shown.
 """
+import json
+
 from django.core.management.base import BaseCommand
 
 from scoring import retraining
@@ -18,4 +20,10 @@ class Command(BaseCommand):
         task = retraining.ensure_schedule(
             every_minutes=options["every_minutes"], min_new_labels=options["min_new_labels"]
         )
-        self.stdout.write(f"{task.name}: every {task.interval}, kwargs {task.kwargs}, enabled={task.enabled}")
+        # The schedule's own text already starts with "every" ("every 30 minutes"); an admin
+        # may have switched the task to a crontab.
+        when = task.interval or task.crontab or task.clocked or task.solar
+        min_new = json.loads(task.kwargs or "{}").get("min_new_labels")
+        condition = f" once {min_new} new labels exist" if min_new is not None else ""
+        state = "" if task.enabled else " (disabled in the admin)"
+        self.stdout.write(f"Retraining: checked {when}, runs{condition}{state}.")
