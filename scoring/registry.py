@@ -123,7 +123,11 @@ def load(version: ModelVersion, **options) -> LoadedPRM:
             cached = _loaded[key]
             stamp = _files_stamp(version)
             if stamp != cached.stamp:
-                verify(version)  # raises ModelIntegrityError when the bytes really changed
+                try:
+                    verify(version)
+                except ModelIntegrityError:
+                    del _loaded[key]  # a refused model holds no memory
+                    raise
                 cached.stamp = stamp
             _loaded.move_to_end(key)
             return cached.model

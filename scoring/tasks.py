@@ -5,7 +5,11 @@ the registry) is imported inside the task body so the web process never loads a 
 All are idempotent (keyed inserts, guarded updates), hence acks_late: a task lost with its
 worker is redelivered, and anything left over is re-dispatched by `resume_rescores_task`.
 """
+import logging
+
 from celery import shared_task
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True)
@@ -67,6 +71,9 @@ def score_texts_task(model_version_id: int, items: list[list]) -> dict:
         return {"error": str(error), "status": 503}
     except ValueError as error:
         return {"error": str(error), "status": 400}
+    except Exception as error:  # a time limit, out of memory: the caller answers 503, never 500
+        logger.exception("scoring for /api/score failed")
+        return {"error": f"scoring failed: {type(error).__name__}: {error}", "status": 503}
 
 
 # --- retraining (scoring/retraining.py) ------------------------------------------------------

@@ -79,7 +79,13 @@ class Job(models.Model):
                 setattr(self, name, value)
             return True
         self.refresh_from_db()
-        return self.state == JobState.RUNNING and self.resumable
+        if self.state != JobState.RUNNING or not self.resumable:
+            return False
+        if fields:  # A resumed attempt starts its progress afresh, as a claimed one does.
+            self.record_progress(**fields)
+            for name, value in fields.items():
+                setattr(self, name, value)
+        return True
 
     def succeed(self, **fields) -> bool:
         """End an active job as succeeded; False if it had already ended."""

@@ -295,3 +295,11 @@ def test_trl_file_loads_with_the_datasets_library_as_trl_reads_it(tmp_path, monk
     assert features["completions"].feature.dtype == "string"
     assert features["labels"].feature.dtype == "bool"
     assert table[1]["labels"] == [True, True, False]
+
+
+@pytest.mark.django_db
+def test_a_job_resumed_after_a_dead_attempt_starts_its_progress_afresh():
+    job = ExportJob.objects.create(format="trl", state=JobState.RUNNING, done=7, total=9)
+    assert job.start(done=0) is True
+    job.refresh_from_db()
+    assert (job.state, job.done) == (JobState.RUNNING, 0)

@@ -94,3 +94,17 @@ def test_killed_worker_mid_job_leaves_every_score_exactly_once(tiny_current, wor
     assert SolutionScore.objects.filter(model_version=tiny_current).count() == 120
     assert StepScore.objects.filter(model_version=tiny_current).count() == Step.objects.count() == 120 * 8
     assert QueueItem.objects.filter(generation=job.generation).exists()
+
+
+@pytest.mark.django_db
+def test_an_unexpected_scoring_failure_comes_back_as_a_503_answer_not_an_exception(tmp_path, monkeypatch):
+    from scoring.tasks import score_texts_task
+
+    version = registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"))
+
+    def out_of_memory(**_):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(scoring, "score_texts", out_of_memory)
+    answer = score_texts_task(version.pk, [["What is 1 + 1?", ["1 + 1 = 2."]]])
+    assert answer == {"error": "scoring failed: RuntimeError: CUDA out of memory", "status": 503}
