@@ -166,7 +166,10 @@
     const typing = document.activeElement && document.activeElement.matches("textarea, input[type=text]");
     if (focus && !typing && !dialogOpen()) {
       li.focus({ preventScroll: true });
-      li.scrollIntoView({ block: "nearest" });
+      // A step taller than the room above the bar is shown from its top, where reading starts.
+      const bar = document.querySelector("#task .submitbar");
+      const room = window.innerHeight - (bar ? bar.getBoundingClientRect().height : 0);
+      li.scrollIntoView({ block: li.getBoundingClientRect().height > room ? "start" : "nearest" });
     }
   }
 
