@@ -95,7 +95,7 @@ def test_the_current_step_is_never_under_the_submit_bar(new_page, live_server, l
     assert_cursor_fully_visible(page, "after moving down")
 
 
-def test_a_stray_key_never_changes_a_minus_one(new_page, live_server, short_pool):
+def test_a_stray_key_never_changes_a_minus_one(new_page, live_server, short_pool, artifacts):
     user_with_role("ray", "annotator")
     page = new_page()
     log_in(page, live_server, "ray")
@@ -109,6 +109,7 @@ def test_a_stray_key_never_changes_a_minus_one(new_page, live_server, short_pool
     dialog = page.locator("dialog#change-error")
     dialog.wait_for()
     assert "Step 2 is rated −1" in dialog.inner_text() and "+1" in dialog.inner_text()
+    page.screenshot(path=str(artifacts / "workspace-change-a-minus-one.png"))
     page.keyboard.press("3")  # Keys while it asks do nothing...
     page.keyboard.press("Escape")  # ... and Esc keeps the -1.
     assert not dialog.is_visible()
