@@ -111,6 +111,8 @@ def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
     ))
     if refusal:
         return refusal
+    # Shown on the next page, so a submit is seen even when the next task has the same problem.
+    messages.success(request, f"Submitted as {annotation.finish_reason}.", extra_tags="toast")
     target = reverse("annotate:home") if request.POST.get("then") == "home" else _next_task_url(request)
     return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
 

@@ -1,6 +1,8 @@
 // The labeling page: keyboard, a cursor on the current step, active time, lease heartbeats.
 // Every action is an htmx form POST that answers with the task region; keys pressed while a
 // request is in flight wait their turn, so fast typing never races the server.
+// A step rated -1 changes only by undo (u) or after a confirmation: a stray key must not
+// turn the first error into +1 and unlock the steps after it.
 (function () {
   "use strict";
 
@@ -9,8 +11,9 @@
     "2": ["rate", "0"], "0": ["rate", "0"],
     "3": ["rate", "1"], "+": ["rate", "1"], "=": ["rate", "1"],
     f: ["flag"], j: ["move", 1], ArrowDown: ["move", 1], k: ["move", -1], ArrowUp: ["move", -1],
-    u: ["undo"], Enter: ["submit"], "?": ["help"],
+    u: ["undo"], Enter: ["submit"], "?": ["help"], g: ["stop", "give_up"], b: ["stop", "bad_problem"],
   };
+  const RATING_WORDS = { "-1": "−1", "0": "0", "1": "+1" };
   const HEARTBEAT_MS = 30000;
 
   let cursor = null;       // index of the step the keys act on
@@ -21,6 +24,7 @@
   let lastActive = Date.now();
   let lastTick = Date.now();
   let pendingMove = null;  // the rating just sent, to place the cursor after the swap
+  let confirmedChange = null; // the button whose change of a -1 the annotator confirmed
 
   const task = () => document.getElementById("task");
   const step = (i) => document.getElementById("step-" + i);
@@ -126,7 +130,23 @@
       cursor = defaultCursor();
     }
     renderMath(t);
+    watchSubmitBar();
     showCursor(true);
+  }
+
+  // The sticky submit bar covers the bottom of the window; every step keeps a scroll margin
+  // of its height (static/css/stepwise.css), so the step scrolled to is never under it.
+  const barObserver = window.ResizeObserver ? new ResizeObserver(setBarHeight) : null;
+  function watchSubmitBar() {
+    const bar = document.querySelector("#task .submitbar");
+    if (!bar) return;
+    setBarHeight();
+    if (barObserver) { barObserver.disconnect(); barObserver.observe(bar); }
+  }
+  function setBarHeight() {
+    const bar = document.querySelector("#task .submitbar");
+    const height = bar ? Math.ceil(bar.getBoundingClientRect().height) : 0;
+    document.documentElement.style.setProperty("--submitbar-height", height + "px");
   }
 
   function defaultCursor() {
@@ -144,9 +164,12 @@
     li.classList.add("cursor");
     li.setAttribute("aria-current", "step");
     const typing = document.activeElement && document.activeElement.matches("textarea, input[type=text]");
-    if (focus && !typing && !document.getElementById("keys").open) {
+    if (focus && !typing && !dialogOpen()) {
       li.focus({ preventScroll: true });
-      li.scrollIntoView({ block: "nearest" });
+      // A step taller than the room above the bar is shown from its top, where reading starts.
+      const bar = document.querySelector("#task .submitbar");
+      const room = window.innerHeight - (bar ? bar.getBoundingClientRect().height : 0);
+      li.scrollIntoView({ block: li.getBoundingClientRect().height > room ? "start" : "nearest" });
     }
   }
 
@@ -167,8 +190,7 @@
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const target = event.target;
     if (target.matches && target.matches("textarea, input, select, [contenteditable]")) return;
-    const dialog = document.getElementById("keys");
-    if (dialog && dialog.open) return;
+    if (dialogOpen()) return;
     if (event.key === "Enter" && target.matches && target.matches("button, a, summary")) return; // native activation
     const action = KEYS[event.key];
     if (!action || !task()) return;
@@ -186,6 +208,7 @@
     const t = task();
     if (kind === "help") return openHelp();
     if (kind === "move") return move(arg);
+    if (kind === "stop") return openStop(arg);
     if (kind === "submit") {
       const button = document.querySelector("#submit-form button[type=submit]");
       if (button && !button.disabled) press(button);
@@ -227,6 +250,70 @@
     tick();
     cursor = Number(next.dataset.index);
     showCursor(true);
+  }
+
+  // --- changing a -1: only after a confirmation (undo needs none) ------------------------
+  // Every rating, by key or by mouse, is an htmx request; htmx asks before sending it.
+  document.body.addEventListener("htmx:confirm", (event) => {
+    const form = event.detail.elt;
+    const submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
+    if (!form.classList || !form.classList.contains("rate") || !submitter) return;
+    const li = form.closest(".step");
+    if (li.dataset.rating !== "-1" || submitter.value === "-1") return;
+    if (confirmedChange === submitter) { confirmedChange = null; return; }
+    event.preventDefault();
+    askToChangeError(li, submitter);
+  });
+
+  function askToChangeError(li, button) {
+    const dialog = document.getElementById("change-error");
+    if (!dialog) return;
+    busySince = 0;
+    waiting.length = 0; // keys typed after the stray one must not act on the question
+    const number = Number(li.dataset.index) + 1;
+    dialog.querySelector("[data-step]").textContent = String(number);
+    dialog.querySelector("[data-new-rating]").textContent = RATING_WORDS[button.value];
+    dialog.querySelector("[data-unlocks]").hidden = !(task().dataset.stop === "1" && li.nextElementSibling);
+    dialog.returnValue = "";
+    dialog.changeButton = button;
+    dialog.showModal();
+  }
+  document.getElementById("change-error")?.addEventListener("close", (event) => {
+    const dialog = event.target;
+    const button = dialog.changeButton;
+    dialog.changeButton = null;
+    if (dialog.returnValue === "change" && button && document.body.contains(button)) {
+      confirmedChange = button;
+      press(button);
+    } else {
+      showCursor(true);
+    }
+  });
+
+  // --- give up / bad problem: open the form with the reason chosen, then type why --------
+  function openStop(reason) {
+    const details = document.querySelector("#task details.giveup");
+    if (!details) return;
+    details.open = true;
+    const radio = details.querySelector('input[name=finish_reason][value="' + reason + '"]');
+    if (radio) radio.checked = true;
+    const note = details.querySelector("textarea[name=note]");
+    if (note) note.focus();
+  }
+  document.addEventListener("keydown", (event) => {
+    const note = event.target.closest && event.target.closest("details.giveup textarea");
+    if (!note) return;
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      note.form.requestSubmit();
+    } else if (event.key === "Escape") {
+      note.closest("details").open = false;
+      showCursor(true);
+    }
+  });
+
+  function dialogOpen() {
+    return document.querySelector("dialog[open]") !== null;
   }
 
   function openHelp() {

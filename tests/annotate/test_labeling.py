@@ -1,5 +1,7 @@
 """Labeling one solution: ratings in order, stop at first error, submit, time."""
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from annotate import labeling, queueing
 from annotate.labeling import ActiveTime, AlreadySubmitted, LabelingError
@@ -178,3 +180,15 @@ def test_a_task_whose_lease_went_to_someone_else_cannot_be_changed(task, django_
     QueueItem.objects.filter(pk=task.queue_item_id).update(status="leased", leased_to=other)
     with pytest.raises(queueing.LeaseLost):
         labeling.rate(annotation=task, index=0, rating=1)
+
+
+def test_a_submit_is_announced_on_the_next_task_page(task, annotator):
+    SolutionFactory(problem=task.solution.problem, steps=["one", "two"])  # the same problem comes next
+    queueing.ensure_default_queue()
+    client = Client()
+    client.force_login(annotator)
+    for index in range(4):
+        labeling.rate(annotation=task, index=index, rating=1)
+    page = client.post(reverse("annotate:label-submit", args=[task.pk]), follow=True)
+    assert page.status_code == 200 and page.resolver_match.url_name in ("label-task", "label-start")
+    assert '<li class="toast success">Submitted as solution.</li>' in page.content.decode()

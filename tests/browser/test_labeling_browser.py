@@ -121,7 +121,7 @@ def test_give_up_requires_a_reason(new_page, live_server, pool):
     page = new_page()
     log_in(page, live_server, "max")
     task = start_labeling(page, live_server)
-    page.click("text=Give up or report a bad problem")
+    page.click("details.giveup summary")  # "Give up (g) or report a bad problem (b)…"
     page.click("text=Stop this task")  # Empty reason: the browser refuses to send the form.
     assert Annotation.objects.get(pk=task.pk).status == "in_progress"
     page.fill("#note", "The problem needs a figure I cannot see.")
