@@ -103,6 +103,8 @@ class ScoreView(APIView):
         responses={
             200: serializers.ScoreResponseSerializer,
             400: OpenApiResponse(description="Bad body, batch too large, or unknown model"),
+            413: OpenApiResponse(description="Body over STEPWISE_MAX_BODY_BYTES"),
+            429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user; retry after `Retry-After`"),
             503: OpenApiResponse(description="No model to score with, or no ml worker answered in time"),
         },
         summary="Score the steps of solutions with a PRM",

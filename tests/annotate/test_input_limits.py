@@ -30,6 +30,7 @@ from annotate.models import (
 from annotate.tasks import remove_expired_uploads_task
 from tests.annotations import PHASE1_LINE
 from tests.factories import SolutionFactory
+from tests.test_settings import start_django
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
@@ -276,6 +277,18 @@ def test_api_score_is_rate_limited_per_user(reviewer, admin_user, settings):
     codes = [reviewer_client.post("/api/score", {}, format="json").status_code for _ in range(4)]
     assert codes == [400, 400, 400, 429]
     assert admin_client.post("/api/score", {}, format="json").status_code == 400  # each user has their own budget
+
+
+@pytest.mark.parametrize("value", ["lots", "0/minute", "10/fortnight", "10"])
+def test_a_bad_score_rate_stops_start_up_naming_the_variable(tmp_path, value):
+    started = start_django(tmp_path, STEPWISE_SCORE_RATE=value)
+    assert started.returncode != 0 and "ImproperlyConfigured: STEPWISE_SCORE_RATE" in started.stderr
+
+
+def test_a_score_rate_may_spell_its_period_short_or_long(tmp_path):
+    for value in ("5/m", "5/min", "5/minute", "100/day"):
+        started = start_django(tmp_path, "print(settings.STEPWISE_SCORE_RATE)", STEPWISE_SCORE_RATE=value)
+        assert started.returncode == 0 and started.stdout.strip() == value, started.stderr
 
 
 # --- retention ----------------------------------------------------------------------------------------------
