@@ -6,41 +6,56 @@ body; and ``json.loads`` recurses once per nesting level, so a body nested a few
 deep raised RecursionError, a 500, wherever it was parsed first (the CSRF check included).
 ``BodySizeLimitMiddleware`` answers an oversize body with 413 from its Content-Length,
 before anything reads it; ``BoundedJSONParser`` reads at most the limit and checks the
-depth before decoding. ``json_depth_exceeds`` is also what the importer checks each line with.
+depth as it decodes. ``loads_bounded`` is also what the importer decodes each line with.
 """
 from __future__ import annotations
 
-import re
+import json
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
-from rest_framework.utils import json
-
-# Strings are removed before brackets are counted: a "[" inside a string nests nothing.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_BRACKET = re.compile(rb"[\[\]{}]")
+from rest_framework.utils.json import strict_constant
 
 
-def json_depth_exceeds(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text `raw` nests arrays and objects more than `limit` deep.
+class TooDeep(ValueError):
+    """JSON nested deeper than the limit."""
 
-    Fast for ordinary input: with no more brackets than the limit it cannot nest deeper,
-    and only then are strings stripped and brackets scanned (in C, by `re`).
+
+def loads_bounded(text: str | bytes, max_depth: int, **options) -> Any:
+    """``json.loads(text)``, or TooDeep when arrays and objects nest more than `max_depth` deep.
+
+    Never recurses past Python's limit: a nesting deep enough to hit it stops the C decoder
+    with RecursionError, caught here. Cheap for ordinary input: with no more brackets than
+    the limit the text cannot nest deeper, and only otherwise is the decoded value walked
+    (its containers only, without recursion).
     """
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
-    depth = 0
-    for bracket in _BRACKET.finditer(_JSON_STRING.sub(b"", raw)):
-        if bracket.group() in (b"[", b"{"):
-            depth += 1
-            if depth > limit:
-                return True
-        else:
-            depth -= 1
-    return False
+    try:
+        value = json.loads(text, **options)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {max_depth} levels") from None
+    if _brackets(text) > max_depth and _depth(value) > max_depth:
+        raise TooDeep(f"nested deeper than {max_depth} levels")
+    return value
+
+
+def _brackets(text: str | bytes) -> int:
+    if isinstance(text, bytes):
+        return text.count(b"[") + text.count(b"{")
+    return text.count("[") + text.count("{")
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = container.values() if isinstance(container, dict) else container
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest if isinstance(value, (dict, list)) else 0
 
 
 def body_limit(request: HttpRequest) -> tuple[int, str]:
@@ -90,11 +105,9 @@ class BoundedJSONParser(JSONParser):
         raw = stream.read(limit + 1)
         if len(raw) > limit:
             raise RequestTooLarge(too_large_message(limit, "STEPWISE_MAX_BODY_BYTES"))
-        depth = settings.STEPWISE_MAX_JSON_DEPTH
-        if json_depth_exceeds(raw, depth):
-            raise ParseError(f"JSON parse error - nested deeper than {depth} levels")
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            return json.loads(raw.decode(encoding), parse_constant=json.strict_constant if self.strict else None)
-        except (ValueError, RecursionError) as exc:
+            return loads_bounded(raw.decode(encoding), settings.STEPWISE_MAX_JSON_DEPTH,
+                                 parse_constant=strict_constant if self.strict else None)
+        except ValueError as exc:  # TooDeep, bad JSON, bad encoding
             raise ParseError(f"JSON parse error - {exc}") from None

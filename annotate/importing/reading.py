@@ -3,7 +3,7 @@
 Everything here streams in binary, so a multi-gigabyte file costs constant memory; a line
 that is not JSON comes out as ``BadJson`` in its place rather than stopping the file. So
 does a line over the limits (``STEPWISE_IMPORT_MAX_LINE_BYTES``, read in pieces and never
-held whole; ``STEPWISE_MAX_JSON_DEPTH``, checked before decoding, since ``json.loads``
+held whole; ``STEPWISE_MAX_JSON_DEPTH``, checked as it decodes, since ``json.loads``
 recurses per level): the error names the limit and the rest of the file still imports.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from config.limits import json_depth_exceeds
+from config.limits import TooDeep, loads_bounded
 
 from .formats import detect_format
 
@@ -47,16 +47,14 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _decode(raw: bytes, max_depth: int) -> Any:
-    if json_depth_exceeds(raw, max_depth):
-        return BadJson(f"nests deeper than {max_depth} levels (STEPWISE_MAX_JSON_DEPTH)")
     try:
-        return json.loads(raw)
+        return loads_bounded(raw, max_depth)
+    except TooDeep:
+        return BadJson(f"nests deeper than {max_depth} levels (STEPWISE_MAX_JSON_DEPTH)")
     except UnicodeDecodeError as error:
         return BadJson(f"is not UTF-8 text ({error.reason} at byte {error.start})")
     except json.JSONDecodeError as error:
         return BadJson(f"is not valid JSON: {error.msg} at column {error.colno}")
-    except RecursionError:  # only if the depth limit is set near Python's recursion limit
-        return BadJson(f"nests too deep to decode (STEPWISE_MAX_JSON_DEPTH is {max_depth})")
 
 
 def _bounded_lines(handle: IO[bytes], max_bytes: int) -> Iterator[bytes]:
