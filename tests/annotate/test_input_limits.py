@@ -169,6 +169,17 @@ def test_an_upload_over_the_limit_gets_413_and_nothing_is_stored(client, admin_u
     assert (upload_folder_files(), row_counts()) == (files, before)
 
 
+def test_only_the_upload_views_take_uploads_past_the_body_limit(client, admin_user, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    client.force_login(admin_user)
+    content = "".join(json.dumps(generic(n)) + "\n" for n in range(200)).encode()
+    response = client.post(reverse("annotate:label-start"), {"file": SimpleUploadedFile("big.jsonl", content)})
+    assert response.status_code == 413 and "STEPWISE_MAX_BODY_BYTES" in response.content.decode()
+    response = client.post(reverse("annotate:import-list"),
+                           {"file": SimpleUploadedFile("big.jsonl", content), "format": "auto"})
+    assert response.status_code == 302 and ImportJob.objects.count() == 1
+
+
 def test_the_upload_form_states_the_limit(client, admin_user, settings):
     settings.STEPWISE_MAX_UPLOAD_BYTES = 8 * 2**20
     client.force_login(admin_user)
