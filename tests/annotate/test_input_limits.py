@@ -332,3 +332,11 @@ def test_uploads_and_reports_past_retention_are_deleted_unless_their_job_is_live
     settings.STEPWISE_RETENTION_DAYS = 0
     aged(folder / "orphan.jsonl", 400)
     assert remove_expired_uploads_task() == 0 and orphan.exists()
+
+
+def test_a_real_worker_runs_the_retention_task_with_the_default_period(celery_worker_process):
+    folder = Path(settings.UPLOADS_DIR) / "imports"
+    expired, young = aged(folder / "expired-upload.jsonl", 31), aged(folder / "young-upload.jsonl", 29)
+    assert remove_expired_uploads_task.delay().get(timeout=90) >= 1
+    assert not expired.exists() and young.exists()
+    young.unlink()
