@@ -21,6 +21,9 @@ from annotate.models import Annotation, Completion, FinishReason, LabelingConfig
 
 RATINGS = (-1, 0, 1)
 MAX_COMPLETION_CHARS = 5000
+# A reason given on submit (give up, bad problem) or with a reviewer's override; the page
+# says the same, but only the server's check binds (9 MB notes were stored before it).
+MAX_NOTE_CHARS = 2000
 # Reports may run a little ahead of the server clock (latency, clock skew).
 _TIME_SLACK_MS = 120_000
 
@@ -284,7 +287,16 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
     return reason
 
 
+def check_note(note: str) -> str:
+    """The note stripped, or LabelingError when it is longer than MAX_NOTE_CHARS."""
+    note = (note or "").strip()
+    if len(note) > MAX_NOTE_CHARS:
+        raise LabelingError(f"note: at most {MAX_NOTE_CHARS} characters (this one has {len(note):,})")
+    return note
+
+
 def _decide(ratings: list[int | None], config: LabelingConfig, finish_reason: str, note: str) -> str:
+    check_note(note)
     if finish_reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM):
         if not note.strip():
             raise LabelingError(f"note: say why ({finish_reason.replace('_', ' ')} needs a reason)")

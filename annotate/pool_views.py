@@ -2,8 +2,10 @@
 from pathlib import Path
 
 from django import forms
+from django.conf import settings
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.functional import lazy
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
@@ -29,7 +31,9 @@ SPLIT_CHOICES = [
 
 
 class ImportForm(forms.Form):
-    file = forms.FileField(help_text="JSON Lines: one object per line")
+    file = forms.FileField(help_text=lazy(lambda: (
+        f"JSON Lines: one object per line, at most {settings.STEPWISE_MAX_UPLOAD_BYTES / 2**20:,.0f} MiB "
+        "(a larger file is refused before it is read)"), str)())
     format = forms.ChoiceField(choices=FORMAT_CHOICES, initial="auto")
     # Not required: a form posted by an older page or a script without the field means auto.
     split_mode = forms.TypedChoiceField(

@@ -73,6 +73,7 @@ def override_rating(
         raise labeling.LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     if not annotation.is_submitted:
         raise labeling.LabelingError("only submitted annotations are reviewed")
+    note = labeling.check_note(note)
     with transaction.atomic():
         step_label = (
             StepLabel.objects.select_for_update().filter(annotation=annotation, index=index)
@@ -90,7 +91,7 @@ def override_rating(
             )
         return RatingOverride.objects.create(
             step_label=step_label, completion=completion, reviewer=reviewer, previous_rating=before.rating,
-            new_rating=rating, note=note.strip(),
+            new_rating=rating, note=note,
         )
 
 

@@ -22,3 +22,15 @@ def import_pool_task(import_job_id: int) -> int:
     from annotate import importing
 
     return importing.run_import_job(job_id=import_job_id).created
+
+
+@shared_task(name="annotate.remove_expired_uploads_task")
+def remove_expired_uploads_task() -> int:
+    """Delete import uploads and reports past STEPWISE_RETENTION_DAYS (0 keeps them); run daily by beat."""
+    from django.conf import settings
+
+    from annotate import importing
+
+    if not settings.STEPWISE_RETENTION_DAYS:
+        return 0
+    return len(importing.remove_expired_uploads(days=settings.STEPWISE_RETENTION_DAYS))

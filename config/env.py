@@ -60,6 +60,19 @@ def env_choice(name: str, default: str, choices: Collection[str]) -> str:
     return value
 
 
+RATE_PERIODS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+
+
+def env_rate(name: str, default: str) -> str:
+    """A request rate as DRF's throttles read it: "N/second", "N/minute", "N/hour" or "N/day"."""
+    value = env_str(name, default) or ""
+    count, _, period = value.partition("/")
+    if not (count.isdigit() and int(count) > 0 and period[:1] in RATE_PERIODS
+            and RATE_PERIODS[period[:1]].startswith(period)):
+        raise ImproperlyConfigured(f"{name}={value!r} is not a rate (use N/second, N/minute, N/hour or N/day)")
+    return value
+
+
 def parse_shares(text: str) -> dict[str, float]:
     """'convincing_wrong=0.4,random=0.6' -> shares normalised to sum 1; names the bad part."""
     shares: dict[str, float] = {}

@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_choice, env_float, env_int, env_shares, env_str
+from config.env import env_bool, env_choice, env_float, env_int, env_rate, env_shares, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -56,6 +56,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads a body (sessions, CSRF, DRF): an oversize one is refused unread.
+    "config.limits.BodySizeLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -125,7 +127,9 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 MEDIA_ROOT = UPLOADS_DIR
-DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+# Bounded input (config/limits.py): any request body but an upload, and an upload.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STEPWISE_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
+STEPWISE_MAX_UPLOAD_BYTES = env_int("STEPWISE_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 # --- Celery -------------------------------------------------------------------------
@@ -162,6 +166,17 @@ CELERY_TASK_ROUTES = {"scoring.tasks.*": {"queue": "ml"}}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
+# Shared by every web process, so a per-user request rate holds across gunicorn workers:
+# Redis when there is one, else files in the data dir (the embedded default).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "throttle"}
+        if REDIS_URL else
+        {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "throttle")}
+    ),
+}
+
 # --- REST framework ------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -173,6 +188,11 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": [
+        "config.limits.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Stepwise API",
@@ -219,6 +239,17 @@ STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900, 
 STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minimum=0.1)
 # Loaded PRMs a worker keeps, by weight fingerprint (head-only versions share one backbone).
 STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2, minimum=1)
+# Bounded input: JSON nesting (request bodies and import lines), and per import line its
+# bytes, its solution's steps and the characters of each step (longer ones are refused
+# with a per-line error; an 80k-character step took minutes to score).
+STEPWISE_MAX_JSON_DEPTH = env_int("STEPWISE_MAX_JSON_DEPTH", 64, minimum=2)
+STEPWISE_IMPORT_MAX_LINE_BYTES = env_int("STEPWISE_IMPORT_MAX_LINE_BYTES", 1024 * 1024, minimum=1024)
+STEPWISE_IMPORT_MAX_STEPS = env_int("STEPWISE_IMPORT_MAX_STEPS", 200, minimum=1)
+STEPWISE_IMPORT_MAX_STEP_CHARS = env_int("STEPWISE_IMPORT_MAX_STEP_CHARS", 10_000, minimum=100)
+# Requests per user to POST /api/score (DRF throttle; counted in Redis when REDIS_URL is set).
+STEPWISE_SCORE_RATE = env_rate("STEPWISE_SCORE_RATE", "120/minute")
+# Days uploaded import files and their reports are kept once their job has finished (0: forever).
+STEPWISE_RETENTION_DAYS = env_int("STEPWISE_RETENTION_DAYS", 30, minimum=0)
 FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
 CELERY_BEAT_SCHEDULE = {
     "resume-stalled-rescores": {
@@ -226,6 +257,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 300.0,
         "kwargs": {"idle_seconds": STEPWISE_RESCORE_STALL_SECONDS},
     },
+    "remove-expired-uploads": {"task": "annotate.remove_expired_uploads_task", "schedule": 86400.0},
 }
 
 LOGGING = {

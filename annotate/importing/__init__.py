@@ -31,7 +31,7 @@ from .formats import (
     detect_format,
     parser_for,
 )
-from .jobs import create_import_job, run_import_job, save_upload
+from .jobs import create_import_job, remove_expired_uploads, run_import_job, save_upload
 from .reading import BadJson, count_lines, detect_file_format, read_jsonl, split_of
 from .report import ImportSummary, Outcome, Report
 from .writing import grading_note, insert_rows, write_batch
@@ -39,7 +39,7 @@ from .writing import grading_note, insert_rows, write_batch
 __all__ = [
     "BATCH_SIZE", "FORMATS", "PARSERS", "ImportSummary", "Outcome", "Record", "count_lines", "create_import_job",
     "detect_file_format", "detect_format", "grading_note", "import_pool", "insert_rows", "read_jsonl",
-    "run_import_job", "save_upload", "write_batch",
+    "remove_expired_uploads", "run_import_job", "save_upload", "write_batch",
 ]
 
 BATCH_SIZE = 1000

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from django.conf import settings
+
 from annotate import prm800k, splitting
 from annotate.answers import extract_answer
 from annotate.models import Problem, Solution
@@ -93,9 +95,30 @@ def parser_for(format: str, *, source: str | None, split: str, split_mode: Split
         record = PARSERS[format](obj, line_no, split_mode=split_mode)
         record.source = source or record.source or format
         record.split = record.split or split
+        check_size(record)
         return record
 
     return parse
+
+
+def check_size(record: Record) -> None:
+    """Refuse a solution of more steps, or a step (or PRM800K alternative) of more text, than allowed.
+
+    Every step is rendered on each labeling click and scored as one sequence: a
+    10,000-step solution made 18 MB per click, an 80k-character step minutes to score.
+    """
+    max_steps, max_chars = settings.STEPWISE_IMPORT_MAX_STEPS, settings.STEPWISE_IMPORT_MAX_STEP_CHARS
+    if len(record.steps) > max_steps:
+        raise LineError("steps", f"has {len(record.steps):,} steps; the limit is {max_steps:,} "
+                                 "(STEPWISE_IMPORT_MAX_STEPS)")
+    texts = [(f"steps[{i}]", text) for i, text in enumerate(record.steps)]
+    if record.labels is not None:
+        texts += [(f"label.steps[{i}].completions[{j}].text", c.text)
+                  for i, step in enumerate(record.labels.steps) for j, c in enumerate(step.completions)]
+    for where, text in texts:
+        if len(text) > max_chars:
+            raise LineError(where, f"has {len(text):,} characters; the limit is {max_chars:,} "
+                                   "(STEPWISE_IMPORT_MAX_STEP_CHARS)")
 
 
 def _text(obj: dict, key: str, *, required: bool = True, max_length: int | None = None) -> str | None:

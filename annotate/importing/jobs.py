@@ -8,12 +8,15 @@ the dead attempt wrote; an exception anywhere in the work ends the job failed wi
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from annotate.models import ImportJob
 from annotate.splitting import check_mode
@@ -22,9 +25,13 @@ from .formats import check_format
 from .report import ImportSummary
 
 
+def _uploads_folder() -> Path:
+    return Path(settings.UPLOADS_DIR) / "imports"
+
+
 def save_upload(*, chunks: Iterable[bytes], original_name: str) -> Path:
     """Store an uploaded file under UPLOADS_DIR/imports with a name nobody else has."""
-    folder = Path(settings.UPLOADS_DIR) / "imports"
+    folder = _uploads_folder()
     folder.mkdir(parents=True, exist_ok=True)
     stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(original_name).stem)[:60] or "upload"
     fd, name = tempfile.mkstemp(dir=folder, prefix=f"{stem}-", suffix=".jsonl")
@@ -75,3 +82,21 @@ def run_import_job(*, job_id: int) -> ImportJob:
             job.succeed(error="", **counts)
     job.refresh_from_db()  # the row as it ended, also when another attempt ended it first
     return job
+
+
+def remove_expired_uploads(*, days: int) -> list[Path]:
+    """Delete uploaded files and reports older than `days`, unless their job is active or finished since.
+
+    Only files in UPLOADS_DIR/imports are considered, whatever a job row's paths say, and the
+    job rows stay as history (their page then says the report is gone). Returns what was deleted.
+    """
+    cutoff = timezone.now() - dt.timedelta(days=days)
+    kept_jobs = ImportJob.objects.filter(Q(finished_at__isnull=True) | Q(finished_at__gte=cutoff))
+    kept = {Path(p).resolve() for p in kept_jobs.values_list("path", flat=True)}
+    kept |= {Path(p).resolve() for p in kept_jobs.values_list("report_path", flat=True) if p}
+    removed = []
+    for path in _uploads_folder().glob("*"):
+        if path.is_file() and path.resolve() not in kept and path.stat().st_mtime < cutoff.timestamp():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

@@ -1,9 +1,12 @@
 """The model side's REST API: model versions, training runs, stored scores, and live scoring."""
+from django.conf import settings
+from django.core.cache import caches
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers as drf_serializers
 from rest_framework import status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from annotate.api.permissions import IsReviewer
@@ -75,14 +78,33 @@ step_rewards = [[step["p"] for step in item["steps"]] for item in rewards["items
 """
 
 
+class ScoreRateThrottle(UserRateThrottle):
+    """STEPWISE_SCORE_RATE requests per user, counted in the cache every web process shares.
+
+    Each request holds an ml worker for up to a forward pass; one client must not take them all.
+    """
+
+    scope = "score"
+
+    def __init__(self):
+        self.cache = caches["throttle"]
+        super().__init__()
+
+    def get_rate(self) -> str:
+        return settings.STEPWISE_SCORE_RATE
+
+
 class ScoreView(APIView):
     permission_classes = [IsReviewer]
+    throttle_classes = [ScoreRateThrottle]
 
     @extend_schema(
         request=serializers.ScoreRequestSerializer,
         responses={
             200: serializers.ScoreResponseSerializer,
             400: OpenApiResponse(description="Bad body, batch too large, or unknown model"),
+            413: OpenApiResponse(description="Body over STEPWISE_MAX_BODY_BYTES"),
+            429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user; retry after `Retry-After`"),
             503: OpenApiResponse(description="No model to score with, or no ml worker answered in time"),
         },
         summary="Score the steps of solutions with a PRM",
