@@ -12,6 +12,7 @@ by it, and a re-import of the same file counts nothing twice.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -76,7 +77,8 @@ def _write(records: list[Record], source_file: SourceFile | None) -> list[Outcom
     solutions, created = _solutions_for(records, problems)
     annotated = _annotations_for(records, problems, solutions)
     if source_file is not None:
-        _record_samples(records, solutions, source_file)
+        new_ids = {solutions[r.solution_hash].pk for r in records if id(r) in created}
+        _record_samples(records, solutions, source_file, new_ids)
     outcomes = []
     for record in records:
         solution = solutions[record.solution_hash]
@@ -180,10 +182,13 @@ def insert_rows(model, columns: tuple[str, ...], rows: Iterable[Sequence]) -> No
             cursor.executemany(sql, list(rows))
 
 
-def _record_samples(records: list[Record], solutions: dict[str, Solution], source_file: SourceFile) -> None:
+def _record_samples(
+    records: list[Record], solutions: dict[str, Solution], source_file: SourceFile, new_ids: set[int]
+) -> None:
     """A SampleLine for each line of the file not recorded yet; recount the samples of their solutions.
 
     PRM800K lines are left out: a repeated PRM800K solution is another labeler's annotation.
+    A solution created by this batch from one line keeps its count of 1 without a recount.
     """
     sampled = [r for r in records if r.labels is None]
     known = set(
@@ -203,7 +208,10 @@ def _record_samples(records: list[Record], solutions: dict[str, Solution], sourc
         SampleLine.objects.filter(solution=OuterRef("pk")).order_by().values("solution")
         .annotate(n=Count("pk")).values("n")
     )
-    Solution.objects.filter(pk__in={row[0] for row in rows}).update(sample_count=Subquery(lines))
+    per_solution = Counter(row[0] for row in rows)
+    recount = [pk for pk, n in per_solution.items() if n > 1 or pk not in new_ids]
+    if recount:
+        Solution.objects.filter(pk__in=recount).update(sample_count=Subquery(lines))
 
 
 def _annotations_for(records: list[Record], problems: dict[str, Problem], solutions: dict[str, Solution]) -> set[int]:
