@@ -132,3 +132,12 @@ def test_majority_vote_and_best_of_n_count_every_sample_of_the_real_responses(re
 def _unique_top(votes: Counter) -> bool:
     top = votes.most_common(2)
     return len(top) == 1 or top[0][1] > top[1][1]
+
+
+def test_the_api_gives_each_solution_its_sample_count(responses_file, admin_user):
+    from tests.api.test_api import client_for
+
+    importing.import_pool(path=responses_file)
+    repeated = Solution.objects.filter(sample_count__gt=1).first()
+    answer = client_for(admin_user).get(f"/api/solutions/{repeated.pk}").json()
+    assert answer["sample_count"] == repeated.sample_count > 1
