@@ -35,7 +35,11 @@ class Command(BaseCommand):
         self.stdout.write(summary.describe())
         if not options["no_queue"] and not summary.rolled_back:
             queued = queueing.enqueue_imported(solution_ids=summary.solution_ids)
-            self.stdout.write(f"{queued} solutions queued for labeling; the next rescore ranks them with the rest")
+            if queued:
+                self.stdout.write(f"{queued} solutions queued for labeling; the next rescore ranks them with the rest")
+            else:
+                self.stdout.write(
+                    "nothing queued: each solution is queued, labeled or a reference, or the queue is full")
         if summary.report_path:
             self.stdout.write(f"report: {summary.report_path}")
         if not summary.ok:
