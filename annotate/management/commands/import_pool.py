@@ -38,8 +38,8 @@ class Command(BaseCommand):
             if queued:
                 self.stdout.write(f"{queued} solutions queued for labeling; the next rescore ranks them with the rest")
             else:
-                self.stdout.write(
-                    "nothing queued: each solution is queued, labeled or a reference, or the queue is full")
+                self.stdout.write("nothing queued: each solution is queued, labeled or a reference, "
+                                  "or the queue (or its problem) is full")
         if summary.report_path:
             self.stdout.write(f"report: {summary.report_path}")
         if not summary.ok:
