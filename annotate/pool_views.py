@@ -66,9 +66,14 @@ def import_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @vary_on_headers("HX-Request")
 def import_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """One import: what was uploaded and its progress; htmx polls the `job-progress` partial."""
+    """One import: what was uploaded, its progress, its graded counts and what happens next;
+    htmx polls the `job-progress` partial."""
     job = get_object_or_404(ImportJob.objects.select_related("created_by"), pk=pk)
-    context = {"job": job, "has_report": job.is_finished and _report_file(job) is not None}
+    context = {
+        "job": job, "has_report": job.is_finished and _report_file(job) is not None,
+        # What limits the queue, so the page can say why some new solutions wait.
+        "queue_size": settings.STEPWISE_QUEUE_SIZE, "per_problem": settings.STEPWISE_QUEUE_PER_PROBLEM,
+    }
     return render(request, page_or_partial(request, "annotate/import_detail.html", "job-progress"), context)
 
 

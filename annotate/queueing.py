@@ -5,25 +5,28 @@ QueueItems, leased to one annotator at a time (a lease lapses unless activity re
 it, so a closed tab's item comes back). Gold items (quality control) and the screening
 set (generation -1) are shown to *every* annotator, so they are never leased: the
 annotator's Annotation on them is the whole record. Ordinary QueueItems are written only
-by `enqueue`, in a generation numbered only by `start_generation`: the default order and
-selection (in scoring, which hands over its picks) go through the same rules for overlap,
-retirement and the queue size cap.
+by `enqueue`, in a generation numbered only by `start_generation`: the default order,
+freshly imported solutions (`enqueue_imported`) and selection (in scoring, which hands over
+its picks) go through the same rules for overlap, retirement and the queue size cap.
 """
 from __future__ import annotations
 
 import datetime as dt
+import random
 from collections.abc import Iterable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Exists, Max, OuterRef, Q
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.utils import timezone
 
 from annotate import quality
 from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step, StepLabel
 
 DEFAULT_REASON = "default order"
+IMPORTED_REASON = "imported, not scored yet"
+IMPORTED_WRONG_REASON = "imported, wrong answer, not scored yet"
 QC_REASON = "quality control"
 SCREENING_REASON = "screening"
 # A guarded UPDATE that loses a race just tries the next item; this bounds the retries.
@@ -131,6 +134,60 @@ def ensure_default_queue() -> int:
     )
     picks = ((solution_id, 0.0, DEFAULT_REASON, None) for solution_id in ids.iterator(chunk_size=2000))
     return enqueue(generation=current_generation(), picks=picks)
+
+
+def enqueue_imported(*, solution_ids: Iterable[int], seed: int | None = None) -> int:
+    """Queue just-imported solutions in the current generation, so they are labelable before a rescore.
+
+    None has a score yet, which the selection policy allows for: wrong answers (by grading)
+    first, then the rest, each in random order, behind the work already waiting (lower
+    priorities). A model's generation also keeps its limit per problem
+    (STEPWISE_QUEUE_PER_PROBLEM, counting what it holds); the default order has none. Gold,
+    reference and labeled solutions, and those already someone's work, are skipped; the
+    queue size cap holds. The next rescore ranks them with the rest. Returns solutions queued.
+    """
+    generation = current_generation()
+    rows = _importable(list(solution_ids))
+    rng = random.Random(seed)
+    rng.shuffle(rows)
+    rows.sort(key=lambda row: row[2] is not False)  # stable: wrong first, each group still shuffled
+    if generation.model_version_name:
+        rows = _within_problem_cap(rows, generation, settings.STEPWISE_QUEUE_PER_PROBLEM)
+    held = QueueItem.objects.filter(generation=generation.number).exclude(status=QueueItem.Status.RETIRED)
+    lowest = min(held.aggregate(p=Min("priority"))["p"] or 0.0, 0.0)
+    picks = [
+        (pk, lowest - 1 - rank, IMPORTED_WRONG_REASON if is_correct is False else IMPORTED_REASON, None)
+        for rank, (pk, _, is_correct) in enumerate(rows)
+    ]
+    created = enqueue(generation=generation, picks=picks, model_version_name=generation.model_version_name)
+    return created // max(1, LabelingConfig.get().overlap_k)
+
+
+def _importable(solution_ids: list[int]) -> list[tuple[int, int, bool | None]]:
+    """(id, problem id, is_correct) of the solutions that may be queued as ordinary work, by id."""
+    taken = QueueItem.objects.filter(solution=OuterRef("pk")).exclude(status=QueueItem.Status.RETIRED)
+    eligible = Solution.objects.unlabeled().filter(is_gold=False, is_reference=False).exclude(Exists(taken))
+    rows: list[tuple[int, int, bool | None]] = []
+    for start in range(0, len(solution_ids), 2000):  # bounded IN lists (SQLite caps parameters)
+        chunk = eligible.filter(pk__in=solution_ids[start : start + 2000])
+        rows.extend(chunk.values_list("pk", "problem_id", "is_correct").distinct())
+    return sorted(rows)
+
+
+def _within_problem_cap(rows: list, generation: Generation, per_problem: int) -> list:
+    held = (
+        QueueItem.objects.filter(generation=generation.number).exclude(status=QueueItem.Status.RETIRED)
+        .values_list("solution__problem_id", "solution_id").distinct()
+    )
+    counts: dict[int, int] = {}
+    for problem_id, _ in held:
+        counts[problem_id] = counts.get(problem_id, 0) + 1
+    kept = []
+    for row in rows:
+        if counts.get(row[1], 0) < per_problem:
+            counts[row[1]] = counts.get(row[1], 0) + 1
+            kept.append(row)
+    return kept
 
 
 def add_to_screening(*, solution: Solution) -> QueueItem:

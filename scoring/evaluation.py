@@ -33,12 +33,22 @@ class LabeledSample:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One graded solution to a problem, for best-of-N."""
+    """One graded solution to a problem, for best-of-N.
+
+    `count` is how many of the problem's samples were this solution (identical responses
+    are stored once): best-of-N draws from the samples, so majority vote counts each.
+    """
 
     mu: Sequence[float]
     correct: bool
     answer: str | None = None
     sigma: Sequence[float] | None = None
+    count: int = 1
+
+
+def samples_of(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """One entry per sample: a candidate written `count` times appears `count` times."""
+    return [c for c in candidates for _ in range(max(1, c.count))]
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float | None:
@@ -150,11 +160,13 @@ def best_of_n(
     """Accuracy of picking 1 of N candidates per aggregation, vs majority vote and oracle.
 
     For each N (1, 2, 4, ... up to the largest candidate set unless given) and each
-    problem with at least N candidates, `draws` random subsets are scored; the accuracy
-    is averaged over subsets and then over problems. "last" is the outcome-model-like
-    baseline (only the final step's score), "majority" is self-consistency by answer.
+    problem with at least N samples, `draws` random subsets of its samples are scored
+    (a candidate counts `count` times); the accuracy is averaged over subsets and then over
+    problems. "last" is the outcome-model-like baseline (only the final step's score),
+    "majority" is self-consistency by answer.
     """
     rng = np.random.default_rng(seed)
+    problems = [samples_of(cands) for cands in problems]
     if ns is None:
         largest = max((len(c) for c in problems), default=0)
         ns = [2**i for i in range(int(math.log2(largest)) + 1)] if largest else []

@@ -64,7 +64,8 @@ def eval_set(
             references.append(solution)
         elif solution.is_correct is not None:
             by_problem[solution.problem_id].append(solution)
-    chosen = [p for p in sorted(by_problem) if len(by_problem[p]) >= 2][:max_problems]
+    # At least two samples, counting repeats: a problem whose samples all agree still has a vote.
+    chosen = [p for p in sorted(by_problem) if sum(s.sample_count for s in by_problem[p]) >= 2][:max_problems]
     texts = retraining.step_texts(
         [s.pk for s in references] + [s.pk for p in chosen for s in by_problem[p][:max_candidates]]
     )
@@ -112,7 +113,8 @@ def measure(
 def _candidate(solution: Solution, probs: list) -> evaluation.Candidate:
     sigma = [s.sigma for s in probs] if probs and probs[0].sigma is not None else None
     answer = solution.final_answer.strip() if solution.final_answer else None
-    return evaluation.Candidate(mu=[s.p for s in probs], correct=bool(solution.is_correct), answer=answer, sigma=sigma)
+    return evaluation.Candidate(mu=[s.p for s in probs], correct=bool(solution.is_correct), answer=answer, sigma=sigma,
+                                count=solution.sample_count)
 
 
 def model_backbone_id(version: ModelVersion) -> str:

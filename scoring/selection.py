@@ -9,6 +9,10 @@ The policy mixes reasons with configurable shares:
 Reasons are interleaved in proportion to their shares (the best convincing wrong answer is
 served first), each problem appears at most `per_problem` times, and quality-control and
 screening items are left alone: the labeling side serves those at claim time.
+
+Unscored solutions (imported while a rescore ran) are candidates too, ranked after every
+scored one: wrong answers by grading first under convincing_wrong, and in the random share;
+otherwise a rebuild would retire the queue items their import gave them.
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ class Candidate:
     solution_id: int
     problem_id: int
     is_correct: bool | None
-    score: float
+    score: float | None  # None: not scored by this model yet
     sigma: float | None
 
 
@@ -55,22 +59,30 @@ class Pick:
 
 
 def candidates(*, model_version: ModelVersion, score: str = "product") -> list[Candidate]:
-    """Scored, unlabeled pool solutions that nobody is labeling or has labeled."""
+    """Unlabeled pool solutions that nobody is labeling or has labeled: scored, then unscored."""
     busy = QueueItem.objects.filter(status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
-    solutions = (
-        Solution.objects.unlabeled().filter(is_gold=False, is_reference=False).exclude(pk__in=busy).values("pk")
-    )
-    rows = SolutionScore.objects.filter(model_version=model_version, solution_id__in=solutions).values_list(
+    solutions = Solution.objects.unlabeled().filter(is_gold=False, is_reference=False).exclude(pk__in=busy)
+    scores = SolutionScore.objects.filter(model_version=model_version)
+    rows = scores.filter(solution_id__in=solutions.values("pk")).values_list(
         "solution_id", "solution__problem_id", "solution__is_correct", score, "sigma"
     )
-    return [Candidate(*row) for row in rows.order_by("solution_id").iterator(chunk_size=2000)]
+    unscored = solutions.exclude(pk__in=scores.values("solution_id")).values_list("pk", "problem_id", "is_correct")
+    return [Candidate(*row) for row in rows.order_by("solution_id").iterator(chunk_size=2000)] + [
+        Candidate(*row, score=None, sigma=None) for row in unscored.order_by("pk").distinct().iterator(chunk_size=2000)
+    ]
+
+
+def _by_score(candidate: Candidate) -> tuple:
+    # Unscored after every scored candidate; in id order among themselves.
+    return (candidate.score is None, -(candidate.score or 0.0), candidate.solution_id)
 
 
 def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candidate]:
     if reason == "convincing_wrong":
-        return sorted((c for c in pool if c.is_correct is False), key=lambda c: (-c.score, c.solution_id))
+        return sorted((c for c in pool if c.is_correct is False), key=_by_score)
     if reason == "convincing":
-        return sorted((c for c in pool if c.is_correct is not False), key=lambda c: (-c.score, c.solution_id))
+        # "Convincing" needs a score: unscored solutions reach the queue through the other reasons.
+        return sorted((c for c in pool if c.is_correct is not False and c.score is not None), key=_by_score)
     if reason == "uncertain":
         return sorted((c for c in pool if c.sigma is not None), key=lambda c: (-c.sigma, c.solution_id))
     shuffled = list(pool)

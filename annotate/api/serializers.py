@@ -35,7 +35,8 @@ class SolutionSerializer(serializers.ModelSerializer):
         model = Solution
         fields = [
             "id", "problem", "steps", "final_answer", "is_correct", "grading_note", "source", "generator",
-            "is_reference", "is_gold", "pre_generated_answer", "pre_generated_verifier_score", "meta", "created_at",
+            "is_reference", "is_gold", "pre_generated_answer", "pre_generated_verifier_score", "meta", "sample_count",
+            "created_at",
         ]
 
 
@@ -90,7 +91,7 @@ class ImportJobSerializer(serializers.ModelSerializer):
     class Meta:
         model = ImportJob
         fields = JOB_FIELDS + ["original_name", "format", "split_mode", "source", "atomic", "created", "duplicates",
-                               "errors"]
+                               "errors", "graded_right", "graded_wrong", "graded_unknown", "queued"]
 
 
 class ExportJobSerializer(serializers.ModelSerializer):

@@ -5,6 +5,9 @@ The job's state changes only through the shared lifecycle on ``Job`` (``start``,
 or failed, is never run again when its task is redelivered; a job left running by an
 attempt that died is resumed, which is safe because the import finds by content hash what
 the dead attempt wrote; an exception anywhere in the work ends the job failed with its message.
+
+A job succeeds once its solutions are labelable: ``queueing.enqueue_imported`` queues them
+(unscored, wrong answers first) in the current generation before the job is marked done.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from annotate import queueing
 from annotate.models import ImportJob
 from annotate.splitting import check_mode
 
@@ -73,13 +77,16 @@ def run_import_job(*, job_id: int) -> ImportJob:
 
     with job.failure_recorded():
         summary = import_pool(path=job.path, format=job.format, source=job.source or None, atomic=job.atomic,
-                              report_path=job.report_path, progress=progress, split_mode=job.split_mode)
+                              report_path=job.report_path, progress=progress, split_mode=job.split_mode,
+                              file_name=job.original_name or None)
         counts = {"format": summary.format, "total": summary.lines, "done": summary.lines,
-                  "created": summary.created, "duplicates": summary.duplicates, "errors": summary.errors}
+                  "created": summary.created, "duplicates": summary.duplicates, "errors": summary.errors,
+                  "graded_right": summary.graded[True], "graded_wrong": summary.graded[False],
+                  "graded_unknown": summary.graded[None]}
         if summary.rolled_back:
             job.fail(summary.describe(), **counts)
         else:
-            job.succeed(error="", **counts)
+            job.succeed(error="", queued=queueing.enqueue_imported(solution_ids=summary.solution_ids), **counts)
     job.refresh_from_db()  # the row as it ended, also when another attempt ended it first
     return job
 

@@ -8,6 +8,7 @@ recurses per level): the error names the limit and the rest of the file still im
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,3 +90,12 @@ def split_of(path: Path) -> str:
     """The dataset split a file's name says (``train.jsonl`` → ``train``), else empty."""
     stem = path.stem.lower()
     return stem if stem in SPLIT_NAMES else ""
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of the file's bytes, read in chunks: what makes a line "the same line" on a re-import."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

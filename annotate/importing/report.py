@@ -25,6 +25,10 @@ class ImportSummary:
     rolled_back: bool = False
     report_path: str | None = None
     first_errors: list[str] = field(default_factory=list)
+    # The new solutions as graded on import (True / False / None).
+    graded: dict[bool | None, int] = field(default_factory=lambda: {True: 0, False: 0, None: 0})
+    # Every solution a line brought, new or already there: what the import hands to the queue.
+    solution_ids: set[int] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -37,11 +41,23 @@ class ImportSummary:
         )
         if self.rolled_back:
             text += "; nothing imported (atomic import with errors)"
+        elif self.created:
+            text += (f"; new solutions graded {self.graded[True]} right, {self.graded[False]} wrong, "
+                     f"{self.graded[None]} unknown")
         return text
 
+    def forget_written(self) -> None:
+        """After an atomic import rolled back: nothing it counted as written is there."""
+        self.created = self.duplicates = 0
+        self.graded = {True: 0, False: 0, None: 0}
+        self.solution_ids = set()
+
     def count(self, outcome: Outcome) -> None:
+        if outcome.solution is not None:
+            self.solution_ids.add(outcome.solution)
         if outcome.status == "created":
             self.created += 1
+            self.graded[outcome.is_correct] += 1
         elif outcome.status == "duplicate":
             self.duplicates += 1
         else:

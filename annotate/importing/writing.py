@@ -4,27 +4,46 @@ A batch is graded, then written in one transaction with bulk inserts (COPY on Po
 Everything is looked up by content hash first, so a re-import, or a redelivered job, finds
 what is there and creates nothing twice. When the database rejects a batch, the batch is
 written again line by line, so that only the line at fault is reported and skipped.
+
+Identical solutions are one row, labeled once, but each input line that brings one is a
+sample of it (``SampleLine``, keyed on the file's digest and line number) and the
+solution's ``sample_count`` is recounted from those rows: majority vote and best-of-N weigh
+by it, and a re-import of the same file counts nothing twice.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import Count, OuterRef, Subquery
 from django.utils import timezone
 
 from annotate import prm800k
 from annotate.grading import judge
-from annotate.models import Annotation, Completion, Problem, Solution, Step, StepLabel
+from annotate.models import Annotation, Completion, Problem, SampleLine, Solution, Step, StepLabel
 
 from .formats import Record
 from .report import Outcome
 
 
-def write_batch(records: list[Record]) -> list[Outcome]:
-    """Grade and write one batch in one transaction; one outcome per record, in order."""
+@dataclass(frozen=True)
+class SourceFile:
+    """The file the records come from: its content digest (the sample key) and its name."""
+
+    digest: str
+    name: str = ""
+
+
+def write_batch(records: list[Record], *, source_file: SourceFile | None = None) -> list[Outcome]:
+    """Grade and write one batch in one transaction; one outcome per record, in order.
+
+    With `source_file`, every line is recorded as a sample of its solution.
+    """
     for record in records:
         record.is_correct = judge(answer=record.final_answer, truth=record.ground_truth_answer).is_correct
-    return _write_atomically(records)
+    return _write_atomically(records, source_file)
 
 
 def grading_note(record: Record) -> str:
@@ -32,10 +51,10 @@ def grading_note(record: Record) -> str:
     return judge(answer=record.final_answer, truth=record.ground_truth_answer).note  # cached
 
 
-def _write_atomically(records: list[Record]) -> list[Outcome]:
+def _write_atomically(records: list[Record], source_file: SourceFile | None) -> list[Outcome]:
     try:
         with transaction.atomic():
-            return _write(records)
+            return _write(records, source_file)
     except IntegrityError:
         # Usually another import wrote the same content between our look-up and insert:
         # looking up again finds it as a duplicate. Otherwise one line is at fault.
@@ -46,17 +65,20 @@ def _write_atomically(records: list[Record]) -> list[Outcome]:
     if len(records) == 1:
         try:
             with transaction.atomic():
-                return _write(records)
+                return _write(records, source_file)
         except DatabaseError as error:
             return [Outcome(line_no=records[0].line_no, status="error", error=f"rejected by the database: {error}")]
     # Line by line, so that only the line the database rejects is reported and skipped.
-    return [outcome for record in records for outcome in _write_atomically([record])]
+    return [outcome for record in records for outcome in _write_atomically([record], source_file)]
 
 
-def _write(records: list[Record]) -> list[Outcome]:
+def _write(records: list[Record], source_file: SourceFile | None) -> list[Outcome]:
     problems = _problems_for(records)
     solutions, created = _solutions_for(records, problems)
     annotated = _annotations_for(records, problems, solutions)
+    if source_file is not None:
+        new_ids = {solutions[r.solution_hash].pk for r in records if id(r) in created}
+        _record_samples(records, solutions, source_file, new_ids)
     outcomes = []
     for record in records:
         solution = solutions[record.solution_hash]
@@ -112,7 +134,8 @@ def _solutions_for(records: list[Record], problems: dict[str, Problem]) -> tuple
 
 SOLUTION_COLUMNS = (
     "problem_id", "final_answer", "is_correct", "grading_note", "source", "generator", "is_reference",
-    "pre_generated_answer", "pre_generated_verifier_score", "is_gold", "meta", "content_hash", "created_at",
+    "pre_generated_answer", "pre_generated_verifier_score", "is_gold", "meta", "sample_count", "content_hash",
+    "created_at",
 )
 
 
@@ -157,6 +180,38 @@ def insert_rows(model, columns: tuple[str, ...], rows: Iterable[Sequence]) -> No
         else:
             sql = f"INSERT INTO {table} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
             cursor.executemany(sql, list(rows))
+
+
+def _record_samples(
+    records: list[Record], solutions: dict[str, Solution], source_file: SourceFile, new_ids: set[int]
+) -> None:
+    """A SampleLine for each line of the file not recorded yet; recount the samples of their solutions.
+
+    PRM800K lines are left out: a repeated PRM800K solution is another labeler's annotation.
+    A solution created by this batch from one line keeps its count of 1 without a recount.
+    """
+    sampled = [r for r in records if r.labels is None]
+    known = set(
+        SampleLine.objects.filter(file_digest=source_file.digest, line_no__in=[r.line_no for r in sampled])
+        .values_list("line_no", flat=True)
+    )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    rows = [
+        (solutions[r.solution_hash].pk, source_file.digest, r.line_no, source_file.name[:300], now)
+        for r in sampled if r.line_no not in known
+    ]
+    if not rows:
+        return
+    insert_rows(SampleLine, ("solution_id", "file_digest", "line_no", "file_name", "created_at"), rows)
+    # Recounted from the rows, never incremented, so the count cannot drift from its evidence.
+    lines = (
+        SampleLine.objects.filter(solution=OuterRef("pk")).order_by().values("solution")
+        .annotate(n=Count("pk")).values("n")
+    )
+    per_solution = Counter(row[0] for row in rows)
+    recount = [pk for pk, n in per_solution.items() if n > 1 or pk not in new_ids]
+    if recount:
+        Solution.objects.filter(pk__in=recount).update(sample_count=Subquery(lines))
 
 
 def _annotations_for(records: list[Record], problems: dict[str, Problem], solutions: dict[str, Solution]) -> set[int]:

@@ -1,7 +1,7 @@
 """The labeling side's data: the pool, annotations, the queue and background jobs."""
 from .jobs import ExportJob, ImportJob, JobState
 from .labels import Annotation, Completion, FinishReason, StepLabel
-from .pool import Problem, Solution, Step
+from .pool import Problem, SampleLine, Solution, Step
 from .project import LabelingConfig
 from .queue import Generation, QueueItem
 from .review import RatingOverride
@@ -18,6 +18,7 @@ __all__ = [
     "Problem",
     "QueueItem",
     "RatingOverride",
+    "SampleLine",
     "Solution",
     "Step",
     "StepLabel",

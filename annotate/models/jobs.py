@@ -128,6 +128,11 @@ class ImportJob(Job):
     created = models.PositiveIntegerField(default=0)
     duplicates = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
+    # The new solutions as graded on import, and how many of them went into the queue.
+    graded_right = models.PositiveIntegerField(default=0)
+    graded_wrong = models.PositiveIntegerField(default=0)
+    graded_unknown = models.PositiveIntegerField(default=0)
+    queued = models.PositiveIntegerField(default=0)
 
     progress_unit = "lines"
 

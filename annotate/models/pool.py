@@ -53,6 +53,10 @@ class Solution(models.Model):
     pre_generated_verifier_score = models.FloatField(blank=True, null=True)
     is_gold = models.BooleanField(default=False, db_index=True, help_text="Quality-control item with gold step labels")
     meta = models.JSONField(default=dict, blank=True)
+    # How many times the generator wrote this solution: identical responses are one solution
+    # (labeled once), but majority vote and best-of-N count every sample. Set from the
+    # solution's SampleLines by `importing`, never incremented; 1 for solutions made otherwise.
+    sample_count = models.PositiveIntegerField(default=1)
     content_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -67,6 +71,28 @@ class Solution(models.Model):
     @staticmethod
     def hash_for(problem_hash: str, steps: list[str]) -> str:
         return content_hash(problem_hash, [s.strip() for s in steps])
+
+
+class SampleLine(models.Model):
+    """One input line that brought a solution (its first sample or a duplicate): where it came from.
+
+    Keyed on the file's content digest and line number, so importing the same file again
+    finds its lines here and counts no sample twice, while another file's identical
+    response is another sample. PRM800K lines are not recorded: a repeated PRM800K solution
+    is another labeler's annotation of it, not another sample.
+    """
+
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="sample_lines")
+    file_digest = models.CharField(max_length=64)
+    line_no = models.PositiveIntegerField()
+    file_name = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["file_digest", "line_no"], name="unique_sample_line")]
+
+    def __str__(self) -> str:
+        return f"Line {self.line_no} of {self.file_name or self.file_digest[:12]} (solution {self.solution_id})"
 
 
 class Step(models.Model):

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from annotate.models import ImportJob, JobState, Solution
+from annotate.models import ImportJob, JobState, QueueItem, Solution
 from annotate.tasks import import_pool_task
 from tests.conftest import wait_for
 
@@ -153,3 +153,55 @@ def test_a_real_worker_runs_an_uploaded_import_to_the_end(client, admin_user, ce
     assert Solution.objects.filter(is_correct=False).count() == 20
     page = client.get(reverse("annotate:import-detail", args=[job.pk])).content.decode()
     assert "succeeded" in page and reverse("annotate:import-report", args=[job.pk]) in page
+    # The worker queued them: labelable now, with no rescore in between.
+    assert job.queued == 40 and QueueItem.objects.filter(status="available").count() == 40
+
+
+MODEL_LINES = [
+    {"problem": "What is 6 * 7?", "ground_truth_answer": "42", "solution": "6 * 7 = 42.\nThe answer is $\\boxed{42}$."},
+    {"problem": "What is 6 * 7?", "ground_truth_answer": "42", "solution": "6 * 7 = 48.\nThe answer is $\\boxed{48}$."},
+    {"problem": "What is 6 * 7?", "ground_truth_answer": "42", "solution": "6 * 7 = 42.\nThe answer is $\\boxed{42}$."},
+    {"problem": "What is 9 - 2?", "ground_truth_answer": "7", "solution": "I am not sure."},
+    {"problem": "What is 9 - 2?", "ground_truth_answer": "7", "solution": "9 - 2 = 7, so $\\boxed{7}$."},
+]
+
+
+@pytest.mark.django_db
+def test_the_finished_import_page_shows_graded_counts_and_that_its_solutions_are_queued(client, admin_user):
+    client.force_login(admin_user)
+    url = reverse("annotate:import-detail", args=[upload_job(client, MODEL_LINES).pk])
+    pending = client.get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert "When the import finishes, its new solutions go into the labeling queue at once" in pending
+    import_pool_task(ImportJob.objects.get().pk)
+    page = text_of(client.get(url, HTTP_HX_REQUEST="true"))
+    assert "4 created · 1 duplicates · 0 errors" in page
+    graded = "New solutions graded: <strong>2</strong> right · <strong>2</strong> wrong · <strong>0</strong> unknown"
+    assert graded in page
+    assert "Queued for labeling now: <strong>4</strong> solutions" in page
+    assert "The others wait" not in page  # all four are queued
+    assert reverse("scoring:models") in page and "next rescore" in page
+    listing = client.get(reverse("annotate:import-list")).content.decode()
+    assert "<td>2 / 2 / 0</td>" in listing and "./stepwise manage import_pool" in listing
+    assert "manage.py" not in listing
+
+
+@pytest.mark.django_db
+def test_the_page_says_why_new_solutions_wait_when_the_queue_is_full(client, admin_user, settings):
+    settings.STEPWISE_QUEUE_SIZE = 1
+    client.force_login(admin_user)
+    job = upload_job(client, MODEL_LINES)
+    import_pool_task(job.pk)
+    page = text_of(client.get(reverse("annotate:import-detail", args=[job.pk]), HTTP_HX_REQUEST="true"))
+    assert "Queued for labeling now: <strong>1</strong> solution of this file" in page
+    assert "The others wait: the queue holds at most 1 solutions with open work" in page
+
+
+def text_of(response) -> str:
+    """The page with its whitespace runs collapsed, so assertions read as the sentences it shows."""
+    return " ".join(response.content.decode().split())
+
+
+def upload_job(client, lines: list) -> ImportJob:
+    data = {"file": SimpleUploadedFile("model-output.jsonl", jsonl(lines)), "format": "auto"}
+    client.post(reverse("annotate:import-list"), data)
+    return ImportJob.objects.latest("pk")

@@ -304,6 +304,19 @@ def test_the_command_prints_a_summary_and_fails_when_a_line_fails(tmp_path, caps
     assert Solution.objects.count() == 1
 
 
+def test_the_command_queues_what_it_imported_unless_told_not_to(tmp_path, capsys):
+    from annotate.models import QueueItem
+
+    call_command("import_pool", str(write(tmp_path, [generic(1), generic(2, ground_truth_answer="5")])))
+    out = capsys.readouterr().out
+    assert "new solutions graded 1 right, 1 wrong, 0 unknown" in out
+    assert "2 solutions queued for labeling" in out
+    assert QueueItem.objects.values("solution_id").distinct().count() == 2
+    call_command("import_pool", str(write(tmp_path, [generic(3)], "later.jsonl")), "--no-queue")
+    assert "queued" not in capsys.readouterr().out
+    assert QueueItem.objects.values("solution_id").distinct().count() == 2
+
+
 @pytest.mark.postgresql  # SQLite stores NUL characters; PostgreSQL text cannot
 def test_a_line_the_database_rejects_is_reported_and_the_rest_of_its_batch_imports(tmp_path):
     report_path = tmp_path / "r.jsonl"

@@ -248,3 +248,92 @@ def test_running_seed_demo_again_does_not_queue_past_the_cap(settings):
     call_command("seed_demo", problems=8, stdout=io.StringIO())
     assert QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).count() == 5
     assert list(Generation.objects.values_list("number", flat=True)) == [0]
+
+
+# --- imported solutions are labelable before any rescore ---------------------------------
+
+
+def import_lines(tmp_path, lines, name="imported.jsonl"):
+    import json
+
+    from annotate import importing
+
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return importing.import_pool(path=path)
+
+
+def answered(problem: str, answer: str, truth: str = "4") -> dict:
+    return {"problem": problem, "ground_truth_answer": truth, "steps": [f"Work for {problem}", f"# Answer\n\n{answer}"]}
+
+
+def test_imported_solutions_are_queued_wrong_answers_first_behind_the_work_already_waiting(tmp_path):
+    waiting = SolutionFactory()
+    queueing.ensure_default_queue()
+    summary = import_lines(tmp_path, [answered("p1", "4"), answered("p2", "5"), answered("p3", "4"),
+                                      answered("p4", "9"), answered("p5", "?! no number")])
+    assert queueing.enqueue_imported(solution_ids=summary.solution_ids, seed=0) == 5
+    served = [(item.solution_id, item.reason)
+              for item in QueueItem.objects.filter(status="available").order_by("-priority", "id")]
+    assert served[0] == (waiting.pk, queueing.DEFAULT_REASON)
+    wrong = set(Solution.objects.filter(is_correct=False).values_list("pk", flat=True))
+    assert {solution for solution, _ in served[1:3]} == wrong
+    assert {reason for _, reason in served[1:3]} == {queueing.IMPORTED_WRONG_REASON}
+    assert {reason for _, reason in served[3:]} == {queueing.IMPORTED_REASON}
+    # The first annotator gets the old work, the next one an imported wrong answer.
+    first, second = annotators(2)
+    assert queueing.claim_next(annotator=first).solution_id == waiting.pk
+    assert queueing.claim_next(annotator=second).solution_id in wrong
+
+
+def test_queueing_an_import_again_adds_nothing_and_the_queue_cap_holds(tmp_path, settings):
+    settings.STEPWISE_QUEUE_SIZE = 3
+    configure(overlap_k=2)
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    summary = import_lines(tmp_path, [answered(f"p{n}", "4") for n in range(5)])
+    assert queueing.enqueue_imported(solution_ids=summary.solution_ids) == 2
+    assert queueing.enqueue_imported(solution_ids=summary.solution_ids) == 0
+    open_items = QueueItem.objects.filter(status="available")
+    assert open_items.values("solution_id").distinct().count() == 3 and open_items.count() == 6
+
+
+def test_a_model_generation_keeps_its_limit_per_problem_for_imported_samples(tmp_path, settings):
+    settings.STEPWISE_QUEUE_PER_PROBLEM = 2
+    queueing.start_generation(model_version_name="v1")
+    summary = import_lines(tmp_path, [answered("one problem", str(n)) for n in range(8)])
+    assert queueing.enqueue_imported(solution_ids=summary.solution_ids) == 2
+    assert set(QueueItem.objects.values_list("model_version_name", flat=True)) == {"v1"}
+
+
+def test_reference_gold_and_labeled_solutions_are_not_queued_from_an_import(tmp_path):
+    import json
+
+    from annotate import importing
+
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text(json.dumps({"question": "What is 3 + 1?", "answer": "3 + 1 = 4\n#### 4"}) + "\n")
+    summary = importing.import_pool(path=path)
+    assert summary.created == 1 and queueing.enqueue_imported(solution_ids=summary.solution_ids) == 0
+    gold = SolutionFactory(is_gold=True)
+    assert queueing.enqueue_imported(solution_ids=[gold.pk]) == 0
+    assert not QueueItem.objects.exists()
+
+
+def test_an_import_job_queues_its_solutions_and_records_the_graded_counts(tmp_path):
+    import json
+
+    from annotate import importing
+    from annotate.models import ImportJob
+    from annotate.tasks import import_pool_task
+
+    path = tmp_path / "upload.jsonl"
+    lines = [answered("p1", "4"), answered("p2", "5"), answered("p3", "?! no number"), answered("p1", "4")]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    job = importing.create_import_job(path=path, original_name="upload.jsonl")
+    import_pool_task(job.pk)
+    job = ImportJob.objects.get(pk=job.pk)
+    assert (job.state, job.created, job.duplicates) == ("succeeded", 3, 1)
+    assert (job.graded_right, job.graded_wrong, job.graded_unknown, job.queued) == (1, 1, 1, 3)
+    assert QueueItem.objects.filter(status="available").values("solution_id").distinct().count() == 3
+    assert Solution.objects.get(problem__statement="p1").sample_count == 2

@@ -107,3 +107,14 @@ def test_a_constant_scorer_is_at_chance_whatever_the_candidate_order():
     for order in ([right, wrong], [wrong, right]):
         table = evaluation.best_of_n([order], ns=[2])["by_n"]
         assert table["2"]["product"] == 0.5
+
+
+def test_a_candidate_sampled_several_times_counts_each_sample_in_votes_and_in_n():
+    # The wrong answer was written three times (stored once, count 3), the right one once.
+    right = Candidate([0.9], True, "5")
+    wrong = Candidate([0.2], False, "6", count=3)
+    table = evaluation.best_of_n([[right, wrong]])["by_n"]
+    assert set(table) == {"1", "2", "4"}  # four samples, not two candidates
+    assert table["4"]["majority"] == 0.0  # three votes for 6 against one for 5
+    assert table["4"]["product"] == 1.0 and table["4"]["oracle"] == 1.0
+    assert table["1"]["product"] == 0.25  # one sample at a time: the base rate of the samples

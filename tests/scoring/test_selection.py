@@ -174,3 +174,35 @@ def test_a_rebuilt_queue_is_not_topped_up_past_its_size_by_a_restart(version, fi
     assert QueueItem.objects.filter(generation=generation.number).count() == 10
     queueing.ensure_default_queue()  # what seed_demo and start-up call
     assert QueueItem.objects.filter(generation=generation.number, status="available").count() == 10
+
+
+def test_solutions_imported_during_a_rescore_stay_queued_after_the_rebuild(version, fixture_pool):
+    # Imported (and queued) while the rescore ran, so this model has not scored them.
+    from annotate import queueing
+
+    unscored_wrong = SolutionFactory(is_correct=False)
+    unscored_right = SolutionFactory(is_correct=True)
+    queueing.enqueue_imported(solution_ids=[unscored_wrong.pk, unscored_right.pk])
+    policy = selection.Policy(size=200, seed=3, per_problem=2, shares=selection.parse_shares("convincing_wrong=1"))
+    generation = selection.rebuild_queue(model_version=version, policy=policy)
+    picked = {item.solution_id: item for item in served_order(generation)}
+    assert picked[unscored_wrong.pk].score_at_selection is None
+    assert picked[unscored_right.pk].reason == "random"  # "convincing" needs a score
+    # A wrong answer without a score still counts as wrong, after every scored one.
+    wrong = [item for item in served_order(generation) if item.reason == "convincing_wrong"]
+    assert wrong[-1].solution_id == unscored_wrong.pk
+    assert None not in [item.score_at_selection for item in wrong[:-1]]
+
+
+def test_once_scored_imported_solutions_are_ranked_by_the_model_like_the_rest(version, fixture_pool):
+    from annotate import queueing
+
+    imported = SolutionFactory(is_correct=False)
+    queueing.enqueue_imported(solution_ids=[imported.pk])
+    assert QueueItem.objects.get(solution=imported).reason == queueing.IMPORTED_WRONG_REASON
+    SolutionScore.objects.create(solution=imported, model_version=version, product=0.99, min=0.99, last=0.99,
+                                 mean=0.99)
+    generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=20, seed=1))
+    first = served_order(generation)[0]
+    assert (first.solution_id, first.reason) == (imported.pk, "convincing_wrong")
+    assert QueueItem.objects.get(solution=imported, generation=0).status == QueueItem.Status.RETIRED

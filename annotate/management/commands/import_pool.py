@@ -1,7 +1,8 @@
-"""python manage.py import_pool PATH [--format ...] [--split MODE] [--source NAME] [--atomic] [--report REPORT.jsonl]"""
+"""./stepwise manage import_pool PATH [--format ...] [--split MODE] [--source NAME] [--atomic] [--report R]
+[--no-queue]: import a file, then queue its new solutions for labeling."""
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate import importing, splitting
+from annotate import importing, queueing, splitting
 
 
 class Command(BaseCommand):
@@ -13,6 +14,8 @@ class Command(BaseCommand):
         parser.add_argument("--source", default=None, help="Source name stored on problems and solutions")
         parser.add_argument("--atomic", action="store_true", help="Import nothing when any line fails")
         parser.add_argument("--report", default=None, help="Write one JSON line per input line here")
+        parser.add_argument("--no-queue", action="store_true",
+                            help="Do not queue the new solutions for labeling (the next rescore still ranks them)")
         parser.add_argument(
             "--split", default="auto", choices=[*splitting.SPLIT_MODES, "blank", "lines"],
             help="How solution text is split into steps (docs/step-splitting.md; blank and lines are the old "
@@ -30,6 +33,13 @@ class Command(BaseCommand):
         for line in summary.first_errors:
             self.stderr.write(line)
         self.stdout.write(summary.describe())
+        if not options["no_queue"] and not summary.rolled_back:
+            queued = queueing.enqueue_imported(solution_ids=summary.solution_ids)
+            if queued:
+                self.stdout.write(f"{queued} solutions queued for labeling; the next rescore ranks them with the rest")
+            else:
+                self.stdout.write("nothing queued: each solution is queued, labeled or a reference, "
+                                  "or the queue (or its problem) is full")
         if summary.report_path:
             self.stdout.write(f"report: {summary.report_path}")
         if not summary.ok:
