@@ -85,6 +85,7 @@ def post_login(client, url: str, username: str, password: str, address: str):
     return client.post(url, {"username": username, "password": password, "next": "/"}, REMOTE_ADDR=address)
 
 
+@pytest.mark.embedded
 @pytest.mark.django_db
 @pytest.mark.parametrize("url", LOGIN_FORMS)
 def test_repeated_wrong_passwords_lock_out_that_username_from_that_address(client, url):
@@ -152,6 +153,7 @@ def test_the_lockout_holds_under_50_parallel_wrong_passwords(live_server):
 
 # --- the Content-Security-Policy ---------------------------------------------------------
 
+@pytest.mark.embedded
 @pytest.mark.django_db
 @pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/", "/api/annotations", "/no-such-page/",
                                   "/static/js/math.js"])
@@ -197,6 +199,7 @@ def gold_task(annotator):
     return task
 
 
+@pytest.mark.embedded
 @pytest.mark.django_db
 def test_the_api_never_tells_an_annotator_their_task_is_gold(annotator, gold_task):
     api = APIClient()
