@@ -53,6 +53,9 @@ def test_katex_and_htmx_work_under_the_csp_with_no_violation(new_page, live_serv
     annotation = start_labeling(page, live_server)
     page.locator(".steps .katex").first.wait_for()
     assert page.locator(".problem .katex").count() >= 1
+    # base.html's htmx-config reached htmx: own origin only, no eval, no injected <style>.
+    assert page.evaluate("[htmx.config.selfRequestsOnly, htmx.config.allowEval, htmx.config.includeIndicatorStyles,"
+                         " document.querySelectorAll('style').length]") == [True, False, False, 0]
     assert page.locator(".math[data-rendered='error']").count() == 0
     page.keyboard.press("3")  # an htmx POST, swapped in
     wait_rating(page, 0, 1)
