@@ -174,10 +174,19 @@ class QueueItemAdmin(admin.ModelAdmin):
 
 
 class JobAdmin(admin.ModelAdmin):
+    """Jobs are made by the app's pages, API and commands; here they are read and deleted.
+
+    Their file paths are never editable, and no job is added here: a path typed into a
+    succeeded export would be served by its download link (issue 15 read /etc/passwd that way).
+    """
+
     list_filter = ("state",)
     list_select_related = ("created_by",)
     raw_id_fields = ("created_by",)
-    readonly_fields = ("created_at", "finished_at")
+    readonly_fields = ("created_at", "finished_at", "path")
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 @admin.register(ImportJob)
@@ -186,6 +195,7 @@ class ImportJobAdmin(JobAdmin):
                     "created_by", "created_at", "page")
     list_filter = ("state", "format", "atomic")
     search_fields = ("original_name", "source", "path")
+    readonly_fields = JobAdmin.readonly_fields + ("report_path",)
 
     @admin.display(description="progress page")
     def page(self, job: ImportJob) -> str:

@@ -5,9 +5,11 @@ process at start-up, not surface as a confusing error an hour later in a worker.
 Defaults need no server at all: a SQLite file and a file-system Celery broker in the
 data dir. PostgreSQL and Redis are used when their URLs are given.
 """
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_choice, env_float, env_int, env_rate, env_shares, env_str
@@ -50,6 +52,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "annotate",
     "scoring",
 ]
@@ -58,6 +61,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Before anything reads a body (sessions, CSRF, DRF): an oversize one is refused unread.
     "config.limits.BodySizeLimitMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -66,6 +70,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -117,6 +123,51 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "annotate:home"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Security ------------------------------------------------------------------------
+# Login lockout (django-axes): after STEPWISE_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, that pair is refused (429) on /accounts/login/ and /admin/login/
+# for STEPWISE_LOGIN_LOCKOUT_SECONDS, even with the right password. Counting per pair, not
+# per address alone, keeps one attacker from locking a whole office behind one NAT out.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("STEPWISE_LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+# Behind a TLS-terminating proxy, the proxy's X-Forwarded-Proto says the request was https
+# (only set this when the proxy overwrites that header; a client could forge it otherwise).
+if env_bool("STEPWISE_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Off by default so `./stepwise run` works on http://localhost; docker-compose turns them on.
+SECURE_SSL_REDIRECT = env_bool("STEPWISE_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("STEPWISE_SECURE_COOKIES", False)
+SECURE_HSTS_SECONDS = env_int("STEPWISE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("STEPWISE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("STEPWISE_HSTS_PRELOAD", False)
+# A session ends this long after login, active or not (a shared lab machine left logged in).
+SESSION_COOKIE_AGE = env_int("STEPWISE_SESSION_SECONDS", 12 * 3600, minimum=60)
+# Enforced on every response. Scripts only from our own files: no inline scripts, no
+# handlers, no eval (htmx's eval is off in base.html's htmx-config). Styles allow inline:
+# KaTeX positions every glyph with a style attribute and the admin's change list has a
+# <style> block; a style cannot run code.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -265,5 +316,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # django-axes logs every login at INFO; its lockouts and failures are WARNING.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

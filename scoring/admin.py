@@ -13,6 +13,10 @@ class ModelVersionAdmin(admin.ModelAdmin):
     readonly_fields = ["weights_sha256", "config", "created_at"]
     actions = ["rescore_with_version", "make_current"]
 
+    def get_readonly_fields(self, request, obj=None):
+        # A saved version's folder stays the one its fingerprint was taken from.
+        return self.readonly_fields + (["path"] if obj is not None else [])
+
     @admin.action(description="Rescore the pool with this version")
     def rescore_with_version(self, request, queryset):
         for version in queryset:

@@ -2,7 +2,7 @@
 from django.urls import reverse
 from rest_framework import serializers
 
-from annotate import exporting, importing, splitting
+from annotate import exporting, importing, roles, splitting
 from annotate.models import (
     Annotation,
     Completion,
@@ -54,9 +54,24 @@ class StepLabelSerializer(serializers.ModelSerializer):
         fields = ["index", "completions", "chosen_completion", "human_completion", "time_ms"]
 
 
+# What an annotation says about how its item was chosen: a gold (quality-control) item, a
+# screening item (generation -1), a queue generation. Reviewers only: an annotator who can
+# tell a gold item apart labels it with a care the rest of the queue does not get, and QC
+# then measures nothing. annotate.api.views keeps annotators from filtering on them too.
+REVIEWER_ONLY_ANNOTATION_FIELDS = ("generation", "is_quality_control", "is_initial_screening")
+
+
 class AnnotationSerializer(serializers.ModelSerializer):
     annotator = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     step_labels = StepLabelSerializer(many=True, read_only=True)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is None or not roles.is_reviewer(request.user):
+            for name in REVIEWER_ONLY_ANNOTATION_FIELDS:
+                del fields[name]
+        return fields
 
     class Meta:
         model = Annotation

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotate import exporting, importing
+from annotate import exporting, importing, roles
 from annotate.models import Annotation, ExportJob, FinishReason, Generation, ImportJob, Problem, QueueItem, Solution
 
 from . import serializers
@@ -56,7 +56,15 @@ class AnnotationViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = serializers.AnnotationSerializer
     permission_classes = [OwnAnnotationOrReviewer]
-    filterset_fields = ["solution", "status", "finish_reason", "generation", "is_quality_control", "labeler"]
+
+    @property
+    def filterset_fields(self) -> list[str]:
+        """A filter on a field the serializer hides would tell an annotator what it hides."""
+        fields = ["solution", "status", "finish_reason", "labeler"]
+        request = getattr(self, "request", None)
+        if request is not None and roles.is_reviewer(request.user):
+            fields += serializers.REVIEWER_ONLY_ANNOTATION_FIELDS
+        return fields
 
     def get_queryset(self):
         return (

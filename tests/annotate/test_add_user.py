@@ -17,7 +17,7 @@ def test_add_user_creates_a_user_with_the_role_and_a_working_password(client):
     password = out.getvalue().split("password: ")[1].strip()
     user = get_user_model().objects.get(username="dana")
     assert roles.is_reviewer(user) and not roles.is_admin(user)
-    assert client.login(username="dana", password=password)
+    assert client.post(reverse("login"), {"username": "dana", "password": password}).status_code == 302
 
 
 def test_add_user_refuses_an_existing_name():
@@ -42,5 +42,6 @@ def test_an_admin_from_add_user_can_use_the_django_admin(client):
 def test_annotators_and_reviewers_get_no_django_admin(client, role):
     out = io.StringIO()
     call_command("add_user", "sam", role=role, stdout=out)
-    client.login(username="sam", password=out.getvalue().split("password: ")[1].strip())
+    password = out.getvalue().split("password: ")[1].strip()
+    assert client.post(reverse("login"), {"username": "sam", "password": password}).status_code == 302
     assert client.get(reverse("admin:annotate_solution_changelist")).status_code == 302  # to the admin login

@@ -41,10 +41,11 @@ def log_in(page, live_server, username):
 
 def start_labeling(page, live_server):
     # "Start labeling" takes the focus on the home page (autofocus lands just after load).
-    page.wait_for_function("document.activeElement?.matches('button.big')")
+    # Predicates are functions: Playwright evals a string one while polling, which the CSP forbids.
+    page.wait_for_function("() => document.activeElement?.matches('button.big')")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/label/\d+/$"))
-    page.wait_for_function("document.querySelector('#step-0.cursor') !== null")
+    page.wait_for_function("() => document.querySelector('#step-0.cursor') !== null")
     return Annotation.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
 
 
@@ -142,13 +143,13 @@ def test_reload_mid_task_loses_nothing(new_page, live_server, pool):
     page.keyboard.press("3")
     page.keyboard.press("2")
     page.keyboard.press("f")
-    page.wait_for_function("document.querySelector('#step-2')?.dataset.flagged === '1'")
+    page.wait_for_function("() => document.querySelector('#step-2')?.dataset.flagged === '1'")
     page.reload()
     assert page.get_attribute("#step-0", "data-rating") == "1"
     assert page.get_attribute("#step-1", "data-rating") == "0"
     assert page.get_attribute("#step-2", "data-flagged") == "1"
     assert int(page.get_attribute("#task", "data-total-ms")) >= 1000
-    page.wait_for_function("document.querySelector('#step-2.cursor') !== null")
+    page.wait_for_function("() => document.querySelector('#step-2.cursor') !== null")
     page.keyboard.press("1")
     wait_rating(page, 2, -1)
     # Going home and back resumes the same task.

@@ -1,0 +1,267 @@
+"""Security settings and authorization (issue 15): login lockout, bounded sessions, a deploy
+check that passes for production settings, an enforced CSP on every response, templates
+without inline script, nothing in the API that tells an annotator a task is gold, and export
+downloads that serve only files in the exports folder."""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from annotate import queueing
+from annotate.models import Annotation, ExportJob, JobState, LabelingConfig
+from tests.factories import SolutionFactory, user_with_role
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "pass-for-tests"
+LOGIN_FORMS = ["/accounts/login/", "/admin/login/"]
+PRODUCTION_ENVIRONMENT = {
+    "DEBUG": "false",
+    "SECRET_KEY": "k7#Vq9!x2Lm$Pz4@Rw8^Tn6&Yb3*Hc5(Jd1)Fg0-Ks9+Qe7=Ua2~Io4;Zx6",
+    "ALLOWED_HOSTS": "stepwise.example.org",
+    "STEPWISE_BEHIND_TLS_PROXY": "true",
+    "STEPWISE_SSL_REDIRECT": "true",
+    "STEPWISE_SECURE_COOKIES": "true",
+    "STEPWISE_HSTS_SECONDS": "31536000",
+    "STEPWISE_HSTS_INCLUDE_SUBDOMAINS": "true",
+    "STEPWISE_HSTS_PRELOAD": "true",
+}
+
+
+def deploy_check(extra: dict[str, str]) -> subprocess.CompletedProcess:
+    tls = ("STEPWISE_HSTS", "STEPWISE_SSL", "STEPWISE_SECURE", "STEPWISE_BEHIND")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(tls)}
+    env.update(extra)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+# --- settings --------------------------------------------------------------------------
+
+def test_the_deploy_check_is_clean_for_the_production_settings():
+    result = deploy_check(PRODUCTION_ENVIRONMENT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_without_the_tls_variables_the_deploy_check_names_what_is_missing():
+    development = {k: v for k, v in PRODUCTION_ENVIRONMENT.items() if not k.startswith("STEPWISE_")}
+    result = deploy_check(development)
+    assert result.returncode != 0
+    for warning in ("W004", "W008", "W012", "W016"):
+        assert f"security.{warning}" in result.stderr + result.stdout
+
+
+def test_docker_compose_turns_tls_redirect_hsts_and_secure_cookies_on():
+    compose = (REPO_ROOT / "docker-compose.yml").read_text()
+    for name in ("STEPWISE_BEHIND_TLS_PROXY", "STEPWISE_SSL_REDIRECT", "STEPWISE_SECURE_COOKIES",
+                 "STEPWISE_HSTS_INCLUDE_SUBDOMAINS", "STEPWISE_HSTS_PRELOAD"):
+        assert re.search(rf"{name}: \$\{{{name}:-true\}}", compose), name
+    assert "STEPWISE_HSTS_SECONDS: ${STEPWISE_HSTS_SECONDS:-31536000}" in compose
+
+
+@pytest.mark.django_db
+def test_a_session_lasts_the_configured_age(client):
+    user_with_role("kim", "annotator")
+    response = client.post(reverse("login"), {"username": "kim", "password": PASSWORD})
+    assert response.status_code == 302
+    assert response.cookies["sessionid"]["max-age"] == settings.SESSION_COOKIE_AGE == 12 * 3600
+
+
+# --- login lockout ---------------------------------------------------------------------
+
+def post_login(client, url: str, username: str, password: str, address: str):
+    return client.post(url, {"username": username, "password": password, "next": "/"}, REMOTE_ADDR=address)
+
+
+@pytest.mark.embedded
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", LOGIN_FORMS)
+def test_repeated_wrong_passwords_lock_out_that_username_from_that_address(client, url):
+    user_with_role("boss", "admin", is_staff=True, is_superuser=True)
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        assert post_login(client, url, "boss", "wrong", "10.0.0.1").status_code == 200  # the form again
+    assert post_login(client, url, "boss", "wrong", "10.0.0.1").status_code == 429  # the last one allowed
+    locked = post_login(client, url, "boss", PASSWORD, "10.0.0.1")
+    assert locked.status_code == 429  # even the right password, until the lockout ends
+    assert "_auth_user_id" not in client.session
+    # The same person from another address, and another user from the attacker's, still get in.
+    assert post_login(client, url, "boss", PASSWORD, "10.0.0.2").status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_lockout_on_one_login_form_holds_on_the_other(client):
+    user_with_role("boss", "admin", is_staff=True, is_superuser=True)
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        post_login(client, "/accounts/login/", "boss", "wrong", "10.0.0.1")
+    assert post_login(client, "/admin/login/", "boss", PASSWORD, "10.0.0.1").status_code == 429
+
+
+@pytest.mark.django_db
+def test_a_right_password_before_the_limit_clears_the_count(client):
+    user_with_role("kim", "annotator")
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        post_login(client, "/accounts/login/", "kim", "wrong", "10.0.0.1")
+    assert post_login(client, "/accounts/login/", "kim", PASSWORD, "10.0.0.1").status_code == 302
+    client.logout()
+    post_login(client, "/accounts/login/", "kim", "wrong", "10.0.0.1")
+    assert post_login(client, "/accounts/login/", "kim", PASSWORD, "10.0.0.1").status_code == 302
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_the_lockout_holds_under_50_parallel_wrong_passwords(live_server):
+    """50 clients at once, each with its own session and CSRF token, over the real server."""
+    user_with_role("kim", "annotator")
+    url = f"{live_server.url}/accounts/login/"
+    statuses: list[int] = []
+    start = threading.Barrier(50)
+
+    def attempt(password: str) -> int:
+        session = requests.Session()
+        session.get(url, timeout=60)
+        form = {"username": "kim", "password": password, "csrfmiddlewaretoken": session.cookies["csrftoken"]}
+        return session.post(url, data=form, allow_redirects=False, timeout=120).status_code
+
+    def attacker():
+        start.wait()
+        statuses.append(attempt("wrong"))
+
+    threads = [threading.Thread(target=attacker) for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(set(statuses)) in ([200, 429], [200], [429]) and len(statuses) == 50
+    assert statuses.count(200) >= settings.AXES_FAILURE_LIMIT - 1  # the first few are plain failures
+    # Every failure was counted (no lost increments), and the right password is refused now.
+    assert AccessAttempt.objects.get(username="kim").failures_since_start == 50
+    assert attempt(PASSWORD) == 429
+    print(f"50 parallel wrong passwords: {statuses.count(200)} answered 200, {statuses.count(429)} answered 429")
+
+
+# --- the Content-Security-Policy ---------------------------------------------------------
+
+@pytest.mark.embedded
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/", "/api/annotations", "/no-such-page/",
+                                  "/static/js/math.js"])
+def test_every_response_carries_the_enforced_csp(client, path):
+    policy = client.get(path)["Content-Security-Policy"]
+    directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
+    assert directives["script-src"] == "'self'"  # no 'unsafe-inline', no 'unsafe-eval'
+    assert directives["default-src"] == "'self'" and directives["object-src"] == "'none'"
+    assert directives["frame-ancestors"] == "'none'" and directives["base-uri"] == "'none'"
+
+
+INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)
+INLINE_HANDLER = re.compile(r"\son[a-z]+\s*=|\bhx-on|javascript:", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("template", sorted((REPO_ROOT / "templates").rglob("*.html")), ids=lambda p: p.name)
+def test_no_template_has_inline_script_or_handlers(template):
+    text = template.read_text()
+    assert not INLINE_SCRIPT.search(text)
+    assert not INLINE_HANDLER.search(text)
+
+
+def test_htmx_is_configured_for_the_csp():
+    base = (REPO_ROOT / "templates" / "base.html").read_text()
+    config = re.search(r"""<meta name="htmx-config" content='([^']*)'>""", base).group(1)
+    assert json.loads(config) == {"selfRequestsOnly": True, "allowEval": False, "allowScriptTags": False,
+                                  "includeIndicatorStyles": False}
+
+
+# --- the API and gold items ------------------------------------------------------------
+
+@pytest.fixture
+def gold_task(annotator):
+    """The annotator's own in-progress task, which is a gold (quality-control) item."""
+    SolutionFactory(is_gold=True, steps=["One.", "Two."])
+    config = LabelingConfig.get()
+    config.qc_rate = 1.0
+    config.save()
+    task = queueing.claim_next(annotator=annotator)
+    assert task.is_quality_control and task.status == Annotation.Status.IN_PROGRESS
+    return task
+
+
+@pytest.mark.embedded
+@pytest.mark.django_db
+def test_the_api_never_tells_an_annotator_their_task_is_gold(annotator, gold_task):
+    api = APIClient()
+    api.force_authenticate(annotator)
+    shown = api.get(f"/api/annotations/{gold_task.pk}").json()
+    assert shown["id"] == gold_task.pk and shown["step_labels"]
+    for field in ("is_quality_control", "is_initial_screening", "generation"):
+        assert field not in shown
+    listed = api.get("/api/annotations").json()["results"]
+    assert listed and not {"is_quality_control", "is_initial_screening", "generation"} & set(listed[0])
+    # Nor does a filter: asking for non-QC items still lists the gold one.
+    assert [a["id"] for a in api.get("/api/annotations?is_quality_control=false").json()["results"]] == [gold_task.pk]
+
+
+@pytest.mark.django_db
+def test_reviewers_still_see_and_filter_on_quality_control(reviewer, gold_task):
+    api = APIClient()
+    api.force_authenticate(reviewer)
+    assert api.get(f"/api/annotations/{gold_task.pk}").json()["is_quality_control"] is True
+    assert api.get("/api/annotations?is_quality_control=false").json()["results"] == []
+
+
+# --- export paths -------------------------------------------------------------------------
+
+@pytest.fixture
+def outside_export(admin_user, tmp_path):
+    """A succeeded export whose path was changed to a file outside the exports folder."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0")
+    return ExportJob.objects.create(format="prm800k", state=JobState.SUCCEEDED, path=str(secret), lines=1)
+
+
+@pytest.mark.django_db
+def test_a_download_outside_the_exports_folder_is_refused(client, admin_user, outside_export):
+    client.force_login(admin_user)
+    assert client.get(reverse("annotate:export-download", args=[outside_export.pk])).status_code == 404
+    assert client.get(f"/api/exports/{outside_export.pk}/download").status_code == 404
+    # A link planted in the folder is followed to where it points, and refused too.
+    link = Path(settings.EXPORTS_DIR) / f"link-{outside_export.pk}.jsonl"
+    link.symlink_to(outside_export.path)
+    outside_export.path = str(link)
+    outside_export.save(update_fields=["path"])
+    assert client.get(reverse("annotate:export-download", args=[outside_export.pk])).status_code == 404
+    link.unlink()
+
+
+@pytest.mark.django_db
+def test_a_download_inside_the_exports_folder_is_served(client, admin_user):
+    path = Path(settings.EXPORTS_DIR) / "export-inside.jsonl"
+    path.write_text('{"ok": true}\n')
+    job = ExportJob.objects.create(format="prm800k", state=JobState.SUCCEEDED, path=str(path), lines=1)
+    client.force_login(admin_user)
+    response = client.get(reverse("annotate:export-download", args=[job.pk]))
+    assert response.status_code == 200 and b"".join(response.streaming_content) == b'{"ok": true}\n'
+
+
+@pytest.mark.django_db
+def test_job_paths_are_never_editable_in_the_django_admin(client, admin_user, outside_export):
+    client.force_login(admin_user)
+    page = client.get(reverse("admin:annotate_exportjob_change", args=[outside_export.pk])).content.decode()
+    assert 'name="path"' not in page and outside_export.path in page  # shown, not editable
+    client.post(reverse("admin:annotate_exportjob_change", args=[outside_export.pk]),
+                {"path": "/etc/passwd", "format": "prm800k", "state": "succeeded", "options": "{}"})
+    outside_export.refresh_from_db()
+    assert outside_export.path != "/etc/passwd"
+    assert client.get(reverse("admin:annotate_exportjob_add")).status_code == 403
+    assert client.get(reverse("admin:annotate_importjob_add")).status_code == 403
