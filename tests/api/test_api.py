@@ -153,7 +153,7 @@ def test_streamed_export_is_the_same_as_the_file_export_and_honours_filters(admi
     assert lines == expected and len(lines) == 1 and lines[0]["generation"] == 2
     trl = client.get("/api/exports/trl.jsonl?neutral_is_good=false")
     labels = [json.loads(line)["labels"] for line in b"".join(trl.streaming_content).decode().splitlines()]
-    assert labels == [[True, True, True], [True, False, False]]
+    assert labels == [[True, True, True], [True, False, False], [True, False]]
     assert client.get("/api/exports/prm800k.jsonl?generation=two").status_code == 400
     assert client.get("/api/exports/prm800k.jsonl?finish_reason=bored").status_code == 400
     assert client.get("/api/exports/csv.jsonl").status_code == 404
