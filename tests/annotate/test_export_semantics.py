@@ -17,7 +17,7 @@ from annotate.models import Annotation, ExportJob, LabelingConfig, StepLabel
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 PROCESSBENCH_FIELDS = ["id", "generator", "problem", "steps", "final_answer_correct", "label"]
 

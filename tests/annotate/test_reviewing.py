@@ -8,7 +8,7 @@ from annotate.models import Annotation, Completion, RatingOverride
 from tests.annotations import annotate
 from tests.factories import SolutionFactory, user_with_role
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 
 @pytest.fixture
