@@ -31,6 +31,7 @@ instances with prefetched relations and the exporter's plain records both are.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -87,18 +88,22 @@ class PoolStepLabel:
 
 @dataclass(frozen=True)
 class Verdicts:
-    """Every step's verdict of one annotation, and what they say of the pool's own steps."""
+    """Every step's verdict of one annotation, and what they say of the pool's own steps.
+
+    Frozen, so the derived tuples are computed once (`cached_property`): an export reads them
+    several times per annotation.
+    """
 
     annotation_id: int | None
     steps: tuple[StepVerdict, ...]
     pool_steps: tuple[str, ...] = ()  # the solution's own step texts, in order
 
-    @property
+    @functools.cached_property
     def ratings(self) -> tuple[int | None, ...]:
         """The verdicts along the annotator's path, each about its own `text`."""
         return tuple(step.rating for step in self.steps)
 
-    @property
+    @functools.cached_property
     def pool_labels(self) -> tuple[PoolStepLabel, ...]:
         """Per pool step, what the annotator said of that very text (rating None: not rated)."""
         by_index = {step.index: step for step in self.steps}
@@ -107,7 +112,7 @@ class Verdicts:
             for i, text in enumerate(self.pool_steps)
         )
 
-    @property
+    @functools.cached_property
     def pool_ratings(self) -> tuple[int | None, ...]:
         """Per pool step, the rating the annotator gave that very text (None: not rated)."""
         return tuple(label.rating for label in self.pool_labels)
@@ -224,7 +229,7 @@ def verdicts_by_annotation(annotations) -> dict[int, Verdicts]:
 
 
 def _same(a: str, b: str) -> bool:
-    return a.strip() == b.strip()
+    return a == b or a.strip() == b.strip()
 
 
 def _from_completion(index: int, completion: Any, source: Source, completions: Sequence[Any]) -> StepVerdict:
