@@ -162,6 +162,7 @@ def test_streamed_export_is_the_same_as_the_file_export_and_honours_filters(admi
 @pytest.mark.django_db
 def test_export_job_via_the_api_offers_its_file_only_once_succeeded(admin_user):
     annotate(SolutionFactory(), [1, -1])
+    annotate(SolutionFactory(), [1], finish_reason="give_up")
     client = client_for(admin_user)
     created = client.post("/api/exports", {"format": "processbench", "generations": [1]}, format="json").json()
     assert created["state"] == "pending" and created["download_url"] is None
@@ -169,6 +170,7 @@ def test_export_job_via_the_api_offers_its_file_only_once_succeeded(admin_user):
     exporting.run_export_job(job_id=created["id"])
     job = client.get(f"/api/exports/{created['id']}").json()
     assert job["state"] == JobState.SUCCEEDED and job["lines"] == 1 and job["percent"] == 100
+    assert job["skipped"] == {"give_up": 1}  # what the export left out, by reason
     download = client.get(job["download_url"])
     assert download.status_code == 200
     row = json.loads(b"".join(download.streaming_content))
