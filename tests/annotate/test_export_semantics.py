@@ -15,6 +15,7 @@ from annotate import exporting, labeling, queueing, reviewing, verdicts
 from annotate.exporting import ExportOptions, ExportTally
 from annotate.models import Annotation, ExportJob, LabelingConfig, StepLabel
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
+from tests.conftest import SHARED_DATA
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -232,3 +233,54 @@ def test_a_human_step_label_stays_on_the_step_labels_not_the_pool_text(annotator
     assert verdict.ratings == (1,) and verdict.steps[0].text == "A instead."
     assert verdict.pool_ratings == (-1, None) and verdict.pool_labels[0].written_instead == "A instead."
     assert StepLabel.objects.get(annotation=task).human_completion["text"] == "A instead."
+
+
+# --- real model output ------------------------------------------------------------------------
+
+
+REAL_RESPONSES = SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
+
+
+def test_real_qwen_responses_export_as_processbench_and_trl_read_them(tmp_path, monkeypatch):
+    """Real Qwen2.5-Math responses (multi-line display math), imported with their generator,
+    labeled, exported: every row has the pool's own steps, a boolean grade and a generator."""
+    from annotate import importing
+    from annotate.models import Solution
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    import datasets
+
+    lines = [json.loads(line) for line in REAL_RESPONSES.read_text().splitlines()[:3]]
+    generic = tmp_path / "qwen.jsonl"
+    generic.write_text("".join(
+        json.dumps({"problem": line["question"], "ground_truth_answer": line["answer"], "solution": response,
+                    "generator": "Qwen2.5-Math-7B-Instruct", "source": "qwen-math"}) + "\n"
+        for line in lines for response in line["response"][:2]
+    ))
+    importing.import_pool(path=generic, format="generic")
+    solutions = list(Solution.objects.order_by("pk"))
+    assert len(solutions) >= 4
+    for i, solution in enumerate(solutions):
+        n = solution.steps.count()
+        annotate(solution, [1] * n if i % 2 == 0 else [1] * (n // 2) + [-1])
+    tally = ExportTally()
+    expected = rows("processbench", tally)
+    out = tmp_path / "pb.jsonl"
+    call_command("export_prm800k", str(out), "--format", "processbench")
+    table = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert table.to_list() == expected and len(expected) + tally.skipped["unknown_grade"] == len(solutions)
+    assert table.features["final_answer_correct"] == datasets.Value("bool")
+    assert set(table["generator"]) == {"Qwen2.5-Math-7B-Instruct"}
+    by_id = {row["id"]: row for row in expected}
+    for i, solution in enumerate(solutions):
+        row = by_id.get(f"qwen-math-{solution.pk}")
+        if row is None:
+            continue
+        assert row["steps"] == list(solution.steps.order_by("index").values_list("text", flat=True))
+        assert row["label"] == (-1 if i % 2 == 0 else len(row["steps"]) // 2)
+    assert any("\\[" in step for row in expected for step in row["steps"])  # real display math survives
+    trl = tmp_path / "trl.jsonl"
+    call_command("export_prm800k", str(trl), "--format", "trl", "--neutral", "bad")
+    trl_table = datasets.load_dataset("json", data_files=str(trl), split="train")
+    assert trl_table.features["labels"].feature == datasets.Value("bool") and trl_table.num_rows >= len(solutions)
