@@ -1,7 +1,8 @@
 """Reviewing submitted labels: filters, disagreements, overrides with history.
 
-Every rating shown, compared or overridden here is a step's verdict (`annotate.verdicts`),
-so the review page says what exports, training and QC say. The PRM's scores beside the
+Every rating shown, compared or overridden here is an annotation's label of the pool's own
+step (`annotate.verdicts`' `pool_labels`: a step the annotator rewrote keeps its -1, the
+rewrite shown beside it), so the review page says what exports, training and QC say. The PRM's scores beside the
 labels are scoring's to show (`scoring:review-scores`, loaded into the page): the labeling
 side never reads scoring's tables.
 """
