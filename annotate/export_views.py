@@ -20,8 +20,9 @@ class ExportForm(forms.Form):
         choices=FinishReason.choices, required=False, widget=forms.CheckboxSelectMultiple, help_text="Empty: all"
     )
     neutral_is_good = forms.TypedChoiceField(
-        choices=[("1", "good"), ("0", "bad")], coerce=lambda v: v == "1", initial="1",
-        label="A neutral (0) rating counts as", help_text="TRL and soft labels only",
+        choices=[("1", "good (Stepwise's default)"), ("0", "bad: only +1 is good (TRL's own PRM800K converter)")],
+        coerce=lambda v: v == "1", initial="1",
+        label="A neutral (0) rating counts as", help_text="TRL and soft labels only (neutral=good / neutral=bad)",
     )
 
     def clean_generations(self) -> list[int]:

@@ -45,17 +45,17 @@ def cohens_kappa(pairs: Iterable[tuple[int, int]]) -> float | None:
 
 
 def ratings_of(annotation_ids: Iterable[int]) -> dict[int, Ratings]:
-    """Every step's verdict rating, per annotation, by step index (None where unrated)."""
+    """Per annotation, its rating of each of the pool's own steps, by step index, up to the
+    last one rated (`Verdicts.pool_ratings`: gold labels and other annotators rate those texts)."""
     found = verdicts.verdicts_by_annotation(Annotation.objects.filter(pk__in=list(annotation_ids)))
-    return {pk: _by_index(verdict) for pk, verdict in found.items()}
+    return {pk: _rated_prefix(verdict.pool_ratings) for pk, verdict in found.items()}
 
 
-def _by_index(verdict: verdicts.Verdicts) -> Ratings:
-    ratings: Ratings = []
-    for step in verdict.steps:
-        ratings.extend([None] * (step.index + 1 - len(ratings)))
-        ratings[step.index] = step.rating
-    return ratings
+def _rated_prefix(ratings: tuple[int | None, ...]) -> Ratings:
+    rated = list(ratings)
+    while rated and rated[-1] is None:
+        rated.pop()
+    return rated
 
 
 def gold_of(solution_ids: Iterable[int]) -> dict[int, Ratings]:

@@ -49,9 +49,10 @@ def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
         Annotation.objects.submitted().filter(solution=annotation.solution)
         .exclude(pk=annotation.pk).select_related("annotator").order_by("pk")
     )
+    rows = reviewing.review_rows(annotation=annotation, others=others)
     return render(request, "annotate/review_detail.html", {
-        "annotation": annotation, "others": others, "problem": annotation.solution.problem,
-        "rows": reviewing.review_rows(annotation=annotation, others=others),
+        "annotation": annotation, "others": others, "problem": annotation.solution.problem, "rows": rows,
+        "flagged_steps": [row.index + 1 for row in rows if row.cells and row.cells[0].flagged],
         "is_admin": roles.is_admin(request.user),
     })
 
@@ -61,7 +62,7 @@ def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def review_override(request: HttpRequest, pk: int) -> HttpResponse:
     annotation = _submitted(pk)
     try:
-        reviewing.override_rating(
+        override = reviewing.override_rating(
             annotation=annotation, index=int_param(request.POST, "index"),
             rating=int_param(request.POST, "rating", optional=True), reviewer=request.user,
             note=request.POST.get("note", ""),
@@ -69,7 +70,9 @@ def review_override(request: HttpRequest, pk: int) -> HttpResponse:
     except labeling.LabelingError as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, "Rating overridden; the old value is kept in the history.")
+        annotation.refresh_from_db(fields=["finish_reason"])
+        messages.success(request, "Rating overridden; the old value is kept in the history." + (
+            f" Finished as {annotation.finish_reason} now." if "(finish reason" in override.note else ""))
     return redirect("annotate:review-detail", pk=pk)
 
 

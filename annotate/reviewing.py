@@ -1,7 +1,8 @@
 """Reviewing submitted labels: filters, disagreements, overrides with history.
 
-Every rating shown, compared or overridden here is a step's verdict (`annotate.verdicts`),
-so the review page says what exports, training and QC say. The PRM's scores beside the
+Every rating shown, compared or overridden here is an annotation's label of the pool's own
+step (`annotate.verdicts`' `pool_labels`: a step the annotator rewrote keeps its -1, the
+rewrite shown beside it), so the review page says what exports, training and QC say. The PRM's scores beside the
 labels are scoring's to show (`scoring:review-scores`, loaded into the page): the labeling
 side never reads scoring's tables.
 """
@@ -16,7 +17,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from annotate import labeling, quality, verdicts
-from annotate.models import Annotation, RatingOverride, Step, StepLabel
+from annotate.models import Annotation, FinishReason, RatingOverride, Step, StepLabel
 
 
 def annotations_for_review(*, annotator_id: int | None = None, generation: int | None = None,
@@ -63,11 +64,15 @@ def disagreeing(annotations: QuerySet[Annotation]) -> list[int]:
 def override_rating(
     *, annotation: Annotation, index: int, rating: int | None, reviewer, note: str = ""
 ) -> RatingOverride:
-    """Change a submitted step's verdict; the old value stays in the override history.
+    """Change a submitted annotation's rating of pool step `index`; the old value stays in the history.
 
-    The rating changed is the one the verdict is read from: the chosen completion's, the
-    human completion's (the annotator wrote the step), or that of the completion where
-    the annotator stopped. Every reader of verdicts sees the change at once.
+    The rating changed is the one the pool step's label is read from (`annotate.verdicts`):
+    the chosen completion's, the human completion's (the annotator wrote the step), the
+    completion stopped at, or the pool step an annotator rewrote. Every reader sees the change
+    at once. The finish reason is then derived again from the ratings by the one verdict
+    rule: found_error when a step is wrong, solution when every step is rated and none is.
+    An override after which the ratings say neither (the only -1 raised while the steps after
+    it were never rated) is refused, and nothing is saved: the message says why.
     """
     if rating not in (*labeling.RATINGS, None):
         raise labeling.LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
@@ -75,29 +80,54 @@ def override_rating(
         raise labeling.LabelingError("only submitted annotations are reviewed")
     note = labeling.check_note(note)
     with transaction.atomic():
+        locked = Annotation.objects.select_for_update().get(pk=annotation.pk)
         step_label = (
-            StepLabel.objects.select_for_update().filter(annotation=annotation, index=index)
+            StepLabel.objects.select_for_update().filter(annotation=locked, index=index)
             .prefetch_related("completions").first()
         )
-        if step_label is None:
+        pool_step = Step.objects.filter(solution_id=locked.solution_id, index=index).first()
+        if step_label is None or pool_step is None:
             raise labeling.LabelingError(f"step {index + 1} is not part of this annotation")
-        before = verdicts.step_verdict(step_label)
-        completion = _set_rating(step_label, before, rating)
-        if verdicts.step_verdict(step_label).rating != rating:
-            # A stopped step with several rated alternatives: its verdict would move to another one.
-            raise labeling.LabelingError(
-                f"step {index + 1}: the annotator stopped here with several rated alternatives, "
-                "so this override would not become the step's verdict"
-            )
+        verdict = verdicts.step_verdict(step_label)
+        before = verdict.label_of(pool_step.text)
+        completion = _set_rating(step_label, verdict.carrier_of(pool_step.text), rating)
+        if verdicts.step_verdict(step_label).label_of(pool_step.text).rating != rating:
+            raise labeling.LabelingError(f"step {index + 1}: this override would not become the step's rating")
+        changed = _rederive_finish_reason(locked)
+        if changed:
+            note = f"{note.strip()} (finish reason {changed})".strip()
         return RatingOverride.objects.create(
             step_label=step_label, completion=completion, reviewer=reviewer, previous_rating=before.rating,
             new_rating=rating, note=note,
         )
 
 
-def _set_rating(step_label: StepLabel, verdict: verdicts.StepVerdict, rating: int | None):
-    """Write `rating` where `verdict` is read from; return that Completion (None: the human completion)."""
-    if verdict.source == "human":
+def _rederive_finish_reason(annotation: Annotation) -> str:
+    """Set the finish reason the ratings now say; return "old → new" when it changed.
+
+    give_up and bad_problem stand: they are the annotator's judgement of the task.
+    """
+    if annotation.finish_reason not in (FinishReason.SOLUTION, FinishReason.FOUND_ERROR):
+        return ""
+    verdict = verdicts.verdicts_by_annotation(Annotation.objects.filter(pk=annotation.pk))[annotation.pk]
+    derived = verdict.derived_finish_reason()
+    if derived is None:
+        raise labeling.LabelingError(
+            f"refused: after this override no step is rated -1, yet steps after step {len(verdict.path)} were "
+            f"never rated, so this annotation would be neither found_error nor a finished solution"
+        )
+    if derived == annotation.finish_reason:
+        return ""
+    old, annotation.finish_reason = annotation.finish_reason, derived
+    annotation.save(update_fields=["finish_reason", "updated_at"])
+    return f"{old} → {derived}"
+
+
+def _set_rating(step_label: StepLabel, carrier: verdicts.StepVerdict | verdicts.Shown | None, rating: int | None):
+    """Write `rating` where `carrier` is read from; return that Completion (None: the human completion)."""
+    if carrier is None:
+        raise labeling.LabelingError(f"step {step_label.index + 1}: the annotator never rated this step's text")
+    if isinstance(carrier, verdicts.StepVerdict) and carrier.source == "human":
         if rating is None:
             raise labeling.LabelingError(
                 f"step {step_label.index + 1} was written by the annotator: rate it -1, 0 or +1"
@@ -107,7 +137,7 @@ def _set_rating(step_label: StepLabel, verdict: verdicts.StepVerdict, rating: in
             "text": str(human), "rating": rating}
         step_label.save(update_fields=["human_completion"])
         return None
-    completion = next((c for c in step_label.completions.all() if c.index == verdict.completion_index), None)
+    completion = next((c for c in step_label.completions.all() if c.index == carrier.completion_index), None)
     if completion is None:
         raise labeling.LabelingError(f"step {step_label.index + 1} has no rated completion to override")
     completion.rating = rating
@@ -116,18 +146,32 @@ def _set_rating(step_label: StepLabel, verdict: verdicts.StepVerdict, rating: in
 
 
 @dataclass
+class ReviewCell:
+    """One annotation's label of one pool step, as the review table shows it."""
+
+    rating: int | None
+    flagged: bool = False  # the annotator flagged it: cannot judge
+    written_instead: str | None = None  # the annotator's own text for this step (a rewrite)
+
+
+@dataclass
 class ReviewRow:
     index: int
     text: str
-    ratings: list[int | None]  # One verdict per annotation shown, in order.
+    cells: list[ReviewCell]  # One per annotation shown, in order.
     gold: int | None
     overrides: list[RatingOverride]
 
+    @property
+    def ratings(self) -> list[int | None]:
+        return [cell.rating for cell in self.cells]
+
 
 def review_rows(*, annotation: Annotation, others: list[Annotation]) -> list[ReviewRow]:
-    """The solution's steps with this and other annotators' verdicts and gold side by side."""
+    """The solution's steps with this and other annotators' labels (flags, rewrites) and gold side by side."""
     shown = [annotation, *others]
-    ratings = quality.ratings_of(a.pk for a in shown)
+    found = verdicts.verdicts_by_annotation(Annotation.objects.filter(pk__in=[a.pk for a in shown]))
+    labels = {pk: verdict.pool_labels for pk, verdict in found.items()}
     overrides: dict[int, list[RatingOverride]] = defaultdict(list)
     for override in RatingOverride.objects.filter(step_label__annotation=annotation).select_related(
         "reviewer", "step_label"
@@ -135,13 +179,16 @@ def review_rows(*, annotation: Annotation, others: list[Annotation]) -> list[Rev
         overrides[override.step_label.index].append(override)
     return [
         ReviewRow(index=step.index, text=step.text, gold=step.gold_rating, overrides=overrides.get(step.index, []),
-                  ratings=[_at(ratings.get(a.pk, []), step.index) for a in shown])
+                  cells=[_cell(labels.get(a.pk, ()), step.index) for a in shown])
         for step in annotation.solution.steps.order_by("index")
     ]
 
 
-def _at(values: list, index: int):
-    return values[index] if index < len(values) else None
+def _cell(labels: tuple[verdicts.PoolStepLabel, ...], index: int) -> ReviewCell:
+    if index >= len(labels):
+        return ReviewCell(None)
+    label = labels[index]
+    return ReviewCell(label.rating, label.flagged, label.written_instead)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A step's verdict: which rating of a labeled step counts. The one definition.
+"""A step's verdict: which rating of a labeled step counts, and which text it is about. The one definition.
 
 PRM800K stores, per step, the completions the annotator was shown (each rated), which one
 was continued (`chosen_completion`) and possibly a completion the annotator wrote instead
@@ -12,21 +12,42 @@ the active-learning simulation) asks the same question of them, and answers it h
   -1 (PRM800K's last step of a `found_error` line), else completion 0's rating (None when
   unrated).
 
-A reviewer's override changes the rating of the completion that carries the verdict (its
-history kept in RatingOverride), so an override reaches every reader at once.
+**Which text carries the verdict.** A verdict is about one text, `StepVerdict.text`: the
+chosen completion, the human completion, or the completion stopped at. Readers that write
+texts with labels (TRL rows) write that text with it. Readers that label the pool's own steps
+(ProcessBench, soft labels, training rows, QC against gold, review) read
+`Verdicts.pool_ratings`: per pool step, the rating given to that very text. Where the
+annotator replaced a pool step (rated it -1 and wrote their own), the pool step's rating is
+its -1, not the +1 of the text that replaced it; the other completions shown at a step are
+kept as `alternatives`, so that rating is never lost.
+
+A reviewer's override changes the rating of the completion that carries the pool step's
+rating (its history kept in RatingOverride), so an override reaches every reader at once.
 
 The functions take anything shaped like an annotation: `.step_labels.all()` whose items
 have `index`, `chosen_completion`, `human_completion` and `.completions.all()` (with
-`index`, `text`, `rating`, `flagged`). Model instances with prefetched relations and the
-exporter's plain records both are.
+`index`, `text`, `rating`, `flagged`), and `.solution.steps.all()` (with `text`). Model
+instances with prefetched relations and the exporter's plain records both are.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 Source = Literal["chosen", "human", "stopped"]
+FOUND_ERROR, SOLUTION = "found_error", "solution"  # annotate.models.FinishReason values
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A completion shown at a step that does not carry the step's verdict."""
+
+    completion_index: int
+    text: str
+    rating: int | None
+    flagged: bool
 
 
 @dataclass(frozen=True)
@@ -37,23 +58,87 @@ class StepVerdict:
     flagged: bool
     source: Source
     completion_index: int | None  # the Completion carrying the verdict; None for a human one
+    alternatives: tuple[Shown, ...] = ()  # the other completions shown here, in index order
+
+    def carrier_of(self, text: str) -> StepVerdict | Shown | None:
+        """What holds the rating of `text` at this step: the verdict itself when it is about
+        that text, else the shown completion with that text; None when `text` was not rated here."""
+        if _same(self.text, text):
+            return self
+        return next((c for c in self.alternatives if _same(c.text, text)), None)
+
+    def label_of(self, pool_text: str) -> PoolStepLabel:
+        """What this step says of the pool's own step `pool_text`."""
+        carrier = self.carrier_of(pool_text)
+        written = self.text if self.source == "human" and carrier is not self else None
+        if carrier is None:
+            return PoolStepLabel(None, False, written)
+        return PoolStepLabel(carrier.rating, bool(carrier.flagged), written)
+
+
+@dataclass(frozen=True)
+class PoolStepLabel:
+    """An annotation's label of one pool step: the rating and flag given to its very text, and
+    the annotator's own text for the step when they rewrote it (a human completion)."""
+
+    rating: int | None
+    flagged: bool
+    written_instead: str | None = None
 
 
 @dataclass(frozen=True)
 class Verdicts:
-    """Every step's verdict of one annotation, and where its first error is."""
+    """Every step's verdict of one annotation, and what they say of the pool's own steps.
+
+    Frozen, so the derived tuples are computed once (`cached_property`): an export reads them
+    several times per annotation.
+    """
 
     annotation_id: int | None
     steps: tuple[StepVerdict, ...]
+    pool_steps: tuple[str, ...] = ()  # the solution's own step texts, in order
+
+    @functools.cached_property
+    def ratings(self) -> tuple[int | None, ...]:
+        """The verdicts along the annotator's path, each about its own `text`."""
+        return tuple(step.rating for step in self.steps)
+
+    @functools.cached_property
+    def pool_labels(self) -> tuple[PoolStepLabel, ...]:
+        """Per pool step, what the annotator said of that very text (rating None: not rated)."""
+        by_index = {step.index: step for step in self.steps}
+        return tuple(
+            by_index[i].label_of(text) if i in by_index else PoolStepLabel(None, False)
+            for i, text in enumerate(self.pool_steps)
+        )
+
+    @functools.cached_property
+    def pool_ratings(self) -> tuple[int | None, ...]:
+        """Per pool step, the rating the annotator gave that very text (None: not rated)."""
+        return tuple(label.rating for label in self.pool_labels)
 
     @property
-    def ratings(self) -> tuple[int | None, ...]:
-        return tuple(step.rating for step in self.steps)
+    def pool_path(self) -> tuple[int | None, ...]:
+        """`pool_ratings` as labels to learn from: up to and including the first -1, ending
+        before the first unrated step; None for every pool step after."""
+        walked: list[int | None] = []
+        for rating in self.pool_ratings:
+            if rating is None:
+                break
+            walked.append(rating)
+            if rating == -1:
+                break
+        return (*walked, *[None] * (len(self.pool_steps) - len(walked)))
 
     @property
     def first_error(self) -> int | None:
-        """Index of the first step whose verdict is -1; None when there is none."""
-        return first_error(self.ratings)
+        """Index of the first pool step rated -1; None when there is none."""
+        return first_error(self.pool_ratings)
+
+    @property
+    def has_error(self) -> bool:
+        """Some step is wrong: a pool step rated -1, or a -1 verdict on the path."""
+        return -1 in self.pool_ratings or -1 in self.ratings
 
     def is_after_first_error(self, index: int) -> bool:
         error = self.first_error
@@ -72,6 +157,41 @@ class Verdicts:
                 break
         return tuple(walked)
 
+    def derived_finish_reason(self) -> str | None:
+        """What the ratings say the task ended as: found_error when a step is wrong, solution
+        when every pool step is rated and none is; None when they say neither."""
+        if self.has_error:
+            return FOUND_ERROR
+        ratings = self.pool_ratings
+        return SOLUTION if ratings and None not in ratings else None
+
+    def contradiction(self, finish_reason: str | None) -> str | None:
+        """Why `finish_reason` contradicts the ratings; None when it does not.
+
+        give_up and bad_problem are the annotator's judgement of the task, which no rating
+        contradicts.
+        """
+        if finish_reason == FOUND_ERROR and not self.has_error:
+            return "finished as found_error, but no step is rated -1"
+        if finish_reason == SOLUTION and self.has_error:
+            return f"finished as solution, but step {(self.first_error or 0) + 1} is rated -1"
+        return None
+
+    def decided_first_error(self, finish_reason: str | None) -> int | None:
+        """The first error in the pool's own steps as a finished annotation decides it:
+        the index of the first -1 (every step before it rated), or -1 when every step is rated
+        and none is -1. None when the annotation does not decide it: not finished as
+        solution / found_error, contradicting its ratings, or leaving a step unrated before
+        any error."""
+        if finish_reason not in (SOLUTION, FOUND_ERROR) or self.contradiction(finish_reason):
+            return None
+        for index, rating in enumerate(self.pool_ratings):
+            if rating is None:
+                return None
+            if rating == -1:
+                return index
+        return -1 if self.pool_ratings else None
+
 
 def first_error(ratings: Iterable[int | None]) -> int | None:
     """Index of the first -1 in a sequence of ratings; None when there is none."""
@@ -83,31 +203,42 @@ def step_verdict(step_label: Any) -> StepVerdict:
     completions = sorted(step_label.completions.all(), key=lambda c: c.index)
     chosen = next((c for c in completions if c.index == step_label.chosen_completion), None)
     if chosen is not None:
-        return _from_completion(step_label.index, chosen, "chosen")
+        return _from_completion(step_label.index, chosen, "chosen", completions)
     human = step_label.human_completion
     if human is not None:
         text, rating, flagged = _human(human)
-        return StepVerdict(step_label.index, text, 1 if rating is None else rating, flagged, "human", None)
+        return StepVerdict(step_label.index, text, 1 if rating is None else rating, flagged, "human", None,
+                           _others(completions, None))
     stopped = next((c for c in completions if c.rating == -1), completions[0] if completions else None)
     if stopped is None:
         return StepVerdict(step_label.index, "", None, False, "stopped", None)
-    return _from_completion(step_label.index, stopped, "stopped")
+    return _from_completion(step_label.index, stopped, "stopped", completions)
 
 
 def verdicts(annotation: Any) -> Verdicts:
-    """Every step's verdict of one annotation, in step order."""
+    """Every step's verdict of one annotation, in step order, with its solution's own steps."""
     labels = sorted(annotation.step_labels.all(), key=lambda label: label.index)
-    return Verdicts(getattr(annotation, "id", None), tuple(step_verdict(label) for label in labels))
+    pool = tuple(step.text for step in sorted(annotation.solution.steps.all(), key=lambda step: step.index))
+    return Verdicts(getattr(annotation, "id", None), tuple(step_verdict(label) for label in labels), pool)
 
 
 def verdicts_by_annotation(annotations) -> dict[int, Verdicts]:
-    """Verdicts of every annotation in a queryset, keyed by annotation id (two extra queries)."""
-    prefetched = annotations.prefetch_related("step_labels__completions")
+    """Verdicts of every annotation in a queryset, keyed by annotation id (three extra queries)."""
+    prefetched = annotations.select_related("solution").prefetch_related("step_labels__completions", "solution__steps")
     return {annotation.pk: verdicts(annotation) for annotation in prefetched.iterator(chunk_size=2000)}
 
 
-def _from_completion(index: int, completion: Any, source: Source) -> StepVerdict:
-    return StepVerdict(index, completion.text, completion.rating, bool(completion.flagged), source, completion.index)
+def _same(a: str, b: str) -> bool:
+    return a == b or a.strip() == b.strip()
+
+
+def _from_completion(index: int, completion: Any, source: Source, completions: Sequence[Any]) -> StepVerdict:
+    return StepVerdict(index, completion.text, completion.rating, bool(completion.flagged), source, completion.index,
+                       _others(completions, completion.index))
+
+
+def _others(completions: Sequence[Any], carrier: int | None) -> tuple[Shown, ...]:
+    return tuple(Shown(c.index, c.text, c.rating, bool(c.flagged)) for c in completions if c.index != carrier)
 
 
 def _human(human: object) -> tuple[str, int | None, bool]:

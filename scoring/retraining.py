@@ -118,9 +118,10 @@ def fail_stale_runs(*, now: dt.datetime | None = None) -> int:
 def gather_rows(*, solution_ids=None) -> list[LabeledRow]:
     """Every trainable labeled solution as a LabeledRow: one rating list per annotation.
 
-    Each rating is the step's verdict (`annotate.verdicts`: the chosen completion, a human
-    completion, a reviewer's override), given for the steps on the annotator's path up to
-    and including the first error; steps after it carry None (no label), as in PRM800K.
+    Each rating is the verdict of the pool's own step, the text the row trains on
+    (`annotate.verdicts`' `pool_path`: a step the annotator rewrote keeps its -1, a
+    reviewer's override wins), given up to and including the first error; steps after it
+    carry None (no label), as in PRM800K.
     """
     annotations = Annotation.objects.trainable()
     if solution_ids is not None:
@@ -135,19 +136,11 @@ def gather_rows(*, solution_ids=None) -> list[LabeledRow]:
     result = []
     for solution, weight in zip(solutions, weights):
         steps = texts.get(solution.pk, [])
-        ratings = tuple(
-            path_ratings(verdict, len(steps)) for _, verdict in sorted(labeled[solution.pk], key=lambda pair: pair[0])
-        )
+        ratings = tuple(verdict.pool_path for _, verdict in sorted(labeled[solution.pk], key=lambda pair: pair[0]))
         result.append(LabeledRow(solution_id=solution.pk, problem_id=solution.problem_id,
                                  problem=solution.problem.statement, steps=tuple(steps),
                                  ratings=ratings, weight=weight))
     return result
-
-
-def path_ratings(verdict: verdicts.Verdicts, n_steps: int) -> tuple[int | None, ...]:
-    """The verdicts of the walked path, None for every step after it."""
-    walked = {step.index: step.rating for step in verdict.path}
-    return tuple(walked.get(i) for i in range(n_steps))
 
 
 def step_texts(solution_ids) -> dict[int, list[str]]:

@@ -116,7 +116,7 @@ class ExportJobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ExportJob
-        fields = JOB_FIELDS + ["format", "options", "lines", "download_url"]
+        fields = JOB_FIELDS + ["format", "options", "lines", "skipped", "download_url"]
 
     def get_download_url(self, job: ExportJob) -> str | None:
         if exporting.finished_file(job) is None:

@@ -1,18 +1,28 @@
 """Datasets out: PRM800K, TRL stepwise supervision, ProcessBench and per-step soft labels.
 
 By stage: `options` (which annotations, checked up front), `loading` (keyset chunks of plain
-records, flat memory), `formats` (one row per annotation or solution, every verdict read
-through `annotate.verdicts`), `files` (atomic files and export jobs). Callers use the names
-below: `exporting.iter_rows(...)`, `exporting.run_export_job(...)`.
+records, flat memory), `formats` (rows per annotation or solution, every verdict read
+through `annotate.verdicts`, what is left out counted in an `ExportTally`), `files` (atomic
+files and export jobs). Callers use the names below: `exporting.iter_rows(...)`, `exporting.run_export_job(...)`.
 """
 from .files import create_export_job, download_name, export_path, finished_file, run_export_job, write_export
-from .formats import FORMAT_HELP, FORMATS, check_format, count_rows, is_good, iter_jsonl, iter_rows
+from .formats import (
+    FORMAT_HELP,
+    FORMATS,
+    PER_SOLUTION,
+    ExportTally,
+    check_format,
+    count_inputs,
+    is_good,
+    iter_jsonl,
+    iter_rows,
+)
 from .loading import annotation_chunks, annotations, load_chunk
 from .options import CHUNK_SIZE, ExportError, ExportOptions, parse_since, selected_annotations
 
 __all__ = [
-    "CHUNK_SIZE", "FORMATS", "FORMAT_HELP", "ExportError", "ExportOptions", "annotation_chunks", "annotations",
-    "check_format", "count_rows", "create_export_job", "download_name", "export_path", "finished_file", "is_good",
-    "iter_jsonl", "iter_rows", "load_chunk", "parse_since", "run_export_job", "selected_annotations",
-    "write_export",
+    "CHUNK_SIZE", "FORMATS", "FORMAT_HELP", "PER_SOLUTION", "ExportError", "ExportOptions", "ExportTally",
+    "annotation_chunks", "annotations", "check_format", "count_inputs", "create_export_job", "download_name",
+    "export_path", "finished_file", "is_good", "iter_jsonl", "iter_rows", "load_chunk", "parse_since",
+    "run_export_job", "selected_annotations", "write_export",
 ]

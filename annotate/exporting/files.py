@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from annotate.models import ExportJob, JobState
 
-from .formats import check_format, count_rows, iter_jsonl
+from .formats import ExportTally, check_format, count_inputs, iter_jsonl
 from .options import CHUNK_SIZE, ExportOptions
 
 
@@ -26,8 +26,12 @@ def write_export(
     options: ExportOptions,
     on_progress: Callable[[int], None] | None = None,
     progress_every: int = CHUNK_SIZE,
+    tally: ExportTally | None = None,
 ) -> int:
-    """Write an export to `path` atomically; return the number of lines written."""
+    """Write an export to `path` atomically; return the number of lines written.
+
+    `tally`, when given, counts the annotations (or solutions) read and those left out.
+    """
     path = Path(path)
     check_format(format)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,7 +40,7 @@ def write_export(
     lines = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
-            for line in iter_jsonl(format=format, options=options):
+            for line in iter_jsonl(format=format, options=options, tally=tally):
                 out.write(line)
                 lines += 1
                 if on_progress and lines % progress_every == 0:
@@ -73,6 +77,9 @@ def create_export_job(*, format: str, options: ExportOptions, user=None) -> Expo
 def run_export_job(*, job_id: int) -> ExportJob:
     """Run one ExportJob: count, write with progress in the row, end it succeeded or failed.
 
+    Progress counts what is read (annotations, or solutions for per-solution formats); the
+    finished row also holds the lines written and what was left out, by reason (`skipped`).
+
     A finished job, failed or succeeded, is left alone on redelivery; a job an attempt left
     running is run again, rewriting its own file whole.
     """
@@ -81,12 +88,14 @@ def run_export_job(*, job_id: int) -> ExportJob:
         return job
     with job.failure_recorded():
         options = ExportOptions.from_dict(job.options)
-        total = count_rows(format=job.format, options=options)
+        total = count_inputs(format=job.format, options=options)
         job.record_progress(total=total)
         path = export_path(job)
-        lines = write_export(path=path, format=job.format, options=options,
-                             on_progress=lambda done: job.record_progress(done=done))
-        job.succeed(path=str(path), lines=lines, done=lines, total=max(total, lines))
+        tally = ExportTally()
+        lines = write_export(path=path, format=job.format, options=options, tally=tally,
+                             on_progress=lambda _lines: job.record_progress(done=tally.read))
+        job.succeed(path=str(path), lines=lines, done=tally.read, total=max(total, tally.read),
+                    skipped=dict(sorted(tally.skipped.items())))
     return job
 
 

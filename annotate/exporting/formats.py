@@ -6,10 +6,14 @@ through `annotate.verdicts`, so they say what training, QC and review say.
 """
 from __future__ import annotations
 
+import functools
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from annotate import verdicts
+from annotate.models import FinishReason
 
 from .loading import AnnotationRecord, annotations, solution_groups
 from .options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
@@ -17,69 +21,155 @@ from .options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotation
 FORMATS = ("prm800k", "trl", "processbench", "soft")
 FORMAT_HELP = {
     "prm800k": "PRM800K: one line per submitted annotation, openai/prm800k's schema",
-    "trl": "TRL stepwise supervision: prompt, completions, labels (booleans) up to the first -1",
-    "processbench": "ProcessBench: id, generator, problem, steps, final_answer_correct, label",
+    "trl": "TRL stepwise supervision: prompt, completions, labels (booleans), as TRL's PRM800K converter writes them",
+    "processbench": "ProcessBench: one row per solution: id, generator, problem, steps, final_answer_correct, label",
     "soft": "Per-step soft labels: K of N annotators rated each step good",
 }
+# Formats with one row per solution (their progress counts solutions, not annotations).
+PER_SOLUTION = ("processbench", "soft")
+
+
+@dataclass
+class ExportTally:
+    """What an export read and what it left out, by reason: the job summary."""
+
+    read: int = 0
+    skipped: Counter = field(default_factory=Counter)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] += 1
 
 
 def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
     return rating == 1 or (rating == 0 and neutral_is_good)
 
 
-def prm800k_lines(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     from annotate import prm800k  # the import side owns the schema, both ways
 
     for annotation in annotations(options=options, chunk_size=chunk_size):
+        tally.read += 1
         yield prm800k.line_for_annotation(annotation)
 
 
-def trl_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
-    """TRL's stepwise-supervision columns along the labeled path; annotations with no rated step are skipped."""
+def labeled(annotation: AnnotationRecord, tally: ExportTally, *, trainable: bool = True) -> verdicts.Verdicts | None:
+    """The annotation's verdicts, or None (counted) when it has none to give: a bad problem says
+    nothing about its steps, and a finish reason its ratings contradict is never exported."""
+    if trainable and annotation.finish_reason == FinishReason.BAD_PROBLEM:
+        tally.skip("bad_problem")
+        return None
+    verdict = verdicts.verdicts(annotation)
+    if verdict.contradiction(annotation.finish_reason):
+        tally.skip("inconsistent")
+        return None
+    return verdict
+
+
+def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    """TRL's stepwise-supervision rows, as TRL's own PRM800K converter writes them.
+
+    Per annotation, walking its steps: every rated completion shown at a step and not
+    continued (a rejected alternative, the pool step an annotator rewrote, the step stopped
+    at) gives a row: the path so far plus that completion, labeled by its rating. The path
+    continues with the chosen or human completion and ends at the first -1 or unrated step;
+    the walked path is the last row (none when empty). Each row's texts are the texts that
+    carry its labels.
+    """
+    good = functools.partial(is_good, neutral_is_good=options.neutral_is_good)
     for annotation in annotations(options=options, chunk_size=chunk_size):
-        path = verdicts.verdicts(annotation).path
-        if not path:
+        tally.read += 1
+        verdict = labeled(annotation, tally)
+        if verdict is None:
+            continue
+        prompt = annotation.solution.problem.statement
+        texts: list[str] = []
+        labels: list[bool] = []
+        for step in verdict.steps:
+            ended = step.source == "stopped" or step.rating is None
+            rejected = [*((step,) if ended and step.rating is not None else ()), *step.alternatives]
+            for shown in sorted(rejected, key=lambda c: c.completion_index or 0):
+                if shown.rating is not None:
+                    yield {"prompt": prompt, "completions": [*texts, shown.text],
+                           "labels": [*labels, good(shown.rating)]}
+            if ended:
+                break
+            texts.append(step.text)
+            labels.append(good(step.rating))
+            if step.rating == -1:
+                break
+        if texts:
+            yield {"prompt": prompt, "completions": texts, "labels": labels}
+
+
+def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    """ProcessBench rows, one per solution: its own steps and the index of the first wrong one.
+
+    `label` is the first pool step whose verdict is -1 (-1: every step correct), from the
+    annotations that decide it (finished as solution / found_error, consistent, every step
+    before the error rated). One label per solution: the annotations' label when they agree,
+    else the latest reviewed annotation's (a reviewer's decision); otherwise it is left out.
+    A solution with no known grade is left out: `final_answer_correct` is always a boolean.
+    """
+    for group in solution_groups(options=options, chunk_size=chunk_size):
+        tally.read += 1
+        solution = group[0].solution
+        if solution.is_correct is None:
+            tally.skip("unknown_grade")
+            continue
+        label = _solution_label(group, tally)
+        if label is None:
             continue
         yield {
-            "prompt": annotation.solution.problem.statement,
-            "completions": [step.text for step in path],
-            "labels": [is_good(step.rating, neutral_is_good=options.neutral_is_good) for step in path],
-        }
-
-
-def processbench_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
-    """ProcessBench rows, one per annotation: the solution's steps and its first error (-1: none)."""
-    for annotation in annotations(options=options, chunk_size=chunk_size):
-        solution = annotation.solution
-        verdict = verdicts.verdicts(annotation)
-        steps = [step.text for step in solution.steps.all()] or [step.text for step in verdict.path]
-        yield {
-            "id": f"{solution.source or 'stepwise'}-{solution.id}-{annotation.id}",
-            "generator": solution.generator or None,
+            "id": f"{solution.source or 'stepwise'}-{solution.id}",
+            "generator": solution.generator or (solution.meta or {}).get("model") or "unknown",
             "problem": solution.problem.statement,
-            "steps": steps,
-            "final_answer_correct": solution.is_correct,
-            "label": -1 if verdict.first_error is None else verdict.first_error,
+            "steps": [step.text for step in solution.steps.all()],
+            "final_answer_correct": bool(solution.is_correct),
+            "label": label,
         }
 
 
-def soft_label_rows(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
-    """Per solution and step: K annotators rated it good out of N who rated it."""
+def _solution_label(group: list[AnnotationRecord], tally: ExportTally) -> int | None:
+    decided: list[tuple[AnnotationRecord, int]] = []
+    for annotation in group:
+        verdict = labeled(annotation, tally, trainable=False)
+        if verdict is None:
+            continue
+        label = verdict.decided_first_error(annotation.finish_reason)
+        if label is None:
+            gave_up = annotation.finish_reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM)
+            tally.skip(annotation.finish_reason if gave_up else "undecided")
+            continue
+        decided.append((annotation, label))
+    if not decided:
+        return None
+    if len({label for _, label in decided}) == 1:
+        return decided[0][1]
+    reviewed = [(annotation.reviewed_at, label) for annotation, label in decided if annotation.reviewed_at]
+    if reviewed:
+        return max(reviewed)[1]
+    tally.skip("disagreement")
+    return None
+
+
+def soft_label_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    """Per solution and step: K annotators rated it good out of N who rated that very text."""
     for group in solution_groups(options=options, chunk_size=chunk_size):
-        yield _soft_labels(group, neutral_is_good=options.neutral_is_good)
+        tally.read += 1
+        found = [(a, v) for a in group if (v := labeled(a, tally)) is not None]
+        if found:
+            yield _soft_labels(group[0].solution, [v for _, v in found], neutral_is_good=options.neutral_is_good)
 
 
-def _soft_labels(annotations: list[AnnotationRecord], *, neutral_is_good: bool) -> dict:
-    solution = annotations[0].solution
+def _soft_labels(solution, labels: list[verdicts.Verdicts], *, neutral_is_good: bool) -> dict:
     steps = [step.text for step in solution.steps.all()]
     good, rated = [0] * len(steps), [0] * len(steps)
-    for annotation in annotations:
-        for i, step in enumerate(verdicts.verdicts(annotation).path[: len(steps)]):
-            # A rating counts for pool step i only if the annotator rated that very text.
-            if step.text.strip() != steps[i].strip():
+    for verdict in labels:
+        for i, rating in enumerate(verdict.pool_path):
+            if rating is None:
                 continue
             rated[i] += 1
-            good[i] += is_good(step.rating, neutral_is_good=neutral_is_good)
+            good[i] += is_good(rating, neutral_is_good=neutral_is_good)
     return {
         "id": solution.id,
         "problem": solution.problem.statement,
@@ -87,7 +177,7 @@ def _soft_labels(annotations: list[AnnotationRecord], *, neutral_is_good: bool) 
         "k": good,
         "n": rated,
         "soft_labels": [k / n if n else None for k, n in zip(good, rated, strict=True)],
-        "annotations": len(annotations),
+        "annotations": len(labels),
     }
 
 
@@ -105,20 +195,22 @@ def check_format(format: str) -> str:
     return format
 
 
-def iter_rows(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
-    return ROWS[check_format(format)](options=options, chunk_size=chunk_size)
+def iter_rows(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
+              tally: ExportTally | None = None) -> Iterator[dict]:
+    return ROWS[check_format(format)](options=options, tally=tally or ExportTally(), chunk_size=chunk_size)
 
 
-def iter_jsonl(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[str]:
+def iter_jsonl(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
+               tally: ExportTally | None = None) -> Iterator[str]:
     """JSON Lines, one string per line, for streaming responses and files alike."""
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
-    for row in iter_rows(format=format, options=options, chunk_size=chunk_size):
+    for row in iter_rows(format=format, options=options, chunk_size=chunk_size, tally=tally):
         yield dumps(row) + "\n"
 
 
-def count_rows(*, format: str, options: ExportOptions) -> int:
-    """How many lines the export will have (soft labels: one per solution)."""
+def count_inputs(*, format: str, options: ExportOptions) -> int:
+    """How many annotations (per-solution formats: solutions) the export will read."""
     selected = selected_annotations(options=options)
-    if check_format(format) == "soft":
+    if check_format(format) in PER_SOLUTION:
         return selected.values("solution_id").distinct().count()
     return selected.count()

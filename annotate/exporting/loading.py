@@ -1,6 +1,6 @@
 """Loading annotations for export fast: keyset chunks of plain slotted records.
 
-Each chunk of `CHUNK_SIZE` annotations is loaded with its related rows in six queries as
+Each chunk of `CHUNK_SIZE` annotations is loaded with its related rows in seven queries as
 plain records, not model instances, so memory stays flat whatever the number of lines and
 50k lines take seconds, not minutes. The records are shaped like prefetched instances
 (`annotation.step_labels.all()`, `.completions.all()`), so `prm800k.line_for_annotation`
@@ -13,10 +13,10 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import make_dataclass
 from typing import Any
 
-from django.db.models import Q, QuerySet, TextField
+from django.db.models import Max, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
-from annotate.models import Annotation, Completion, Problem, QueueItem, Solution, Step, StepLabel
+from annotate.models import Annotation, Completion, Problem, QueueItem, RatingOverride, Solution, Step, StepLabel
 
 from .options import CHUNK_SIZE, ExportOptions, selected_annotations
 
@@ -27,7 +27,7 @@ ANNOTATION_FIELDS = (
 )
 SOLUTION_FIELDS = (
     "id", "problem_id", "final_answer", "is_correct", "source", "generator", "pre_generated_answer",
-    "pre_generated_verifier_score",
+    "pre_generated_verifier_score", "meta",
 )
 PROBLEM_FIELDS = ("id", "statement", "ground_truth_solution", "ground_truth_answer")
 STEP_FIELDS = ("solution_id", "index", "text")
@@ -52,7 +52,9 @@ def record_type(name: str, columns: tuple[str, ...], relations: tuple[str, ...] 
     return cls
 
 
-AnnotationRecord = record_type("AnnotationRecord", ANNOTATION_FIELDS, ("solution", "queue_item", "step_labels"))
+AnnotationRecord = record_type(
+    "AnnotationRecord", ANNOTATION_FIELDS, ("solution", "queue_item", "step_labels", "reviewed_at")
+)
 SolutionRecord = record_type("SolutionRecord", SOLUTION_FIELDS, ("problem", "steps"))
 ProblemRecord = record_type("ProblemRecord", PROBLEM_FIELDS)
 QueueItemRecord = record_type("QueueItemRecord", ("id", "score_at_selection"))
@@ -62,7 +64,7 @@ CompletionRecord = record_type("CompletionRecord", COMPLETION_FIELDS)
 
 # JSON columns are read as text and decoded here: nearly all hold `{}` or null, and Django's
 # json.loads per value was a third of a PRM800K export's time.
-JSON_FIELDS = {"question_extra", "human_completion", "extra"}
+JSON_FIELDS = {"question_extra", "human_completion", "extra", "meta"}
 
 
 def _decode(text: str | None) -> object:
@@ -142,9 +144,14 @@ def load_chunk(annotations: QuerySet[Annotation], limit: int | None = None) -> l
     _group(rows, labels.values(), "annotation_id", "step_labels")
     for solution in solutions.values():
         solution.problem = problems[solution.problem_id]
+    # When a reviewer last overrode each annotation: ProcessBench takes a reviewed label.
+    overrides = RatingOverride.objects.filter(_among("step_label__annotation_id", rows))
+    reviewed = dict(overrides.values("step_label__annotation_id").annotate(last=Max("created_at"))
+                    .values_list("step_label__annotation_id", "last"))
     for annotation in rows.values():
         annotation.solution = solutions[annotation.solution_id]
         annotation.queue_item = queue_items.get(annotation.queue_item_id)
+        annotation.reviewed_at = reviewed.get(annotation.id)
     return list(rows.values())
 
 

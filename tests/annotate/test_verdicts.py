@@ -39,10 +39,15 @@ def assert_every_consumer_reads(line: Annotation, second: Annotation, expected: 
     good = [rating in (0, 1) for rating in expected]
     agreeing = sum(rating == 1 for rating in expected)
     assert verdicts.verdicts(line).ratings == expected
-    trl = rows("trl")[0]  # Rows follow annotation ids: the imported line comes first.
-    assert trl["labels"] == good[: (expected.index(-1) + 1) if -1 in expected else None]
-    processbench = {row["id"].rsplit("-", 1)[1]: row for row in rows("processbench")}
-    assert processbench[str(line.pk)]["label"] == (expected.index(-1) if -1 in expected else -1)
+    # TRL: the row of the line's walked path (its texts are the pool's; rejected alternatives
+    # have rows of their own before it).
+    pool_texts = list(line.solution.steps.order_by("index").values_list("text", flat=True))
+    walked = pool_texts[: (expected.index(-1) + 1) if -1 in expected else None]
+    trl = next(row for row in rows("trl") if row["completions"] == walked)
+    assert trl["labels"] == good[: len(walked)]
+    # ProcessBench: one row for the solution; the two agree, or the reviewed line decides.
+    (processbench,) = rows("processbench")
+    assert processbench["label"] == (expected.index(-1) if -1 in expected else -1)
     (soft,) = rows("soft")
     assert soft["k"] == [1 + g for g in good] and soft["n"] == [2, 2]
     gold = quality.gold_agreement([line])
@@ -93,7 +98,9 @@ def test_an_override_edits_the_alternative_the_annotator_continued_with(tmp_path
     assert list(ratings.values_list("rating", flat=True)) == [1, -1]  # Alternative 0 was not the one continued.
     override = RatingOverride.objects.get()
     assert (override.completion.index, override.step_label.index, override.previous_rating) == (1, 0, 0)
-    assert rows("trl")[0]["labels"] == [False]
+    # The line now ends in an error at step 1, so it finished as found_error (re-derived).
+    assert Annotation.objects.get().finish_reason == "found_error"
+    assert rows("trl")[-1]["labels"] == [False]
 
 
 def test_an_override_of_a_local_label_changes_the_chosen_completion(reviewer):
@@ -107,22 +114,25 @@ def test_an_override_of_a_local_label_changes_the_chosen_completion(reviewer):
     assert rows("processbench")[0]["label"] == -1
 
 
-def test_an_override_that_would_not_become_the_verdict_is_refused(tmp_path, reviewer):
-    from annotate.labeling import LabelingError
+def test_an_override_rates_the_pool_steps_own_text_not_the_alternative_stopped_at(tmp_path, reviewer):
     from tests.annotations import PHASE2_LINE
 
-    # The annotator stopped at step 3 with two alternatives: 0 rated neutral, 1 rated wrong.
+    # The annotator stopped at step 3 with two alternatives: 0 (the pool's step) rated neutral, 1 rated wrong.
     steps = [*PHASE2_LINE["label"]["steps"][:2], {**PHASE2_LINE["label"]["steps"][2], "completions": [
         {"text": PHASE2_LINE["question"]["pre_generated_steps"][2], "rating": 0, "flagged": False},
         {"text": "So the answer is 5000.", "rating": -1, "flagged": False},
     ]}]
     import_lines(tmp_path, [{**PHASE2_LINE, "label": {**PHASE2_LINE["label"], "steps": steps}}])
     annotation = Annotation.objects.get()
-    assert verdicts.verdicts(annotation).ratings == (1, 0, -1)
-    # Raising alternative 1 would hand the verdict to alternative 0 (rated 0), not to the +1 asked for.
-    with pytest.raises(LabelingError, match="would not become the step's verdict"):
-        reviewing.override_rating(annotation=annotation, index=2, rating=1, reviewer=reviewer)
-    assert verdicts.verdicts(annotation).ratings == (1, 0, -1) and not RatingOverride.objects.exists()
+    before = verdicts.verdicts(annotation)
+    assert before.ratings == (1, 0, -1) and before.pool_ratings == (1, 0, 0, None, None)
+    reviewing.override_rating(annotation=annotation, index=2, rating=1, reviewer=reviewer)
+    after = verdicts.verdicts(annotation)
+    # The pool step is +1 now; the annotator's -1 on the alternative stands, so it is still found_error.
+    assert after.ratings == (1, 0, -1) and after.pool_ratings == (1, 0, 1, None, None)
+    assert RatingOverride.objects.get().completion.index == 0
+    annotation.refresh_from_db()
+    assert annotation.finish_reason == "found_error"
 
 
 def test_phase1_line_training_rows_match_the_verdicts(phase1, reviewer):

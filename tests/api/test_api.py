@@ -153,7 +153,7 @@ def test_streamed_export_is_the_same_as_the_file_export_and_honours_filters(admi
     assert lines == expected and len(lines) == 1 and lines[0]["generation"] == 2
     trl = client.get("/api/exports/trl.jsonl?neutral_is_good=false")
     labels = [json.loads(line)["labels"] for line in b"".join(trl.streaming_content).decode().splitlines()]
-    assert labels == [[True, True, True], [True, False, False]]
+    assert labels == [[True, True, True], [True, False, False], [True, False]]
     assert client.get("/api/exports/prm800k.jsonl?generation=two").status_code == 400
     assert client.get("/api/exports/prm800k.jsonl?finish_reason=bored").status_code == 400
     assert client.get("/api/exports/csv.jsonl").status_code == 404
@@ -162,6 +162,7 @@ def test_streamed_export_is_the_same_as_the_file_export_and_honours_filters(admi
 @pytest.mark.django_db
 def test_export_job_via_the_api_offers_its_file_only_once_succeeded(admin_user):
     annotate(SolutionFactory(), [1, -1])
+    annotate(SolutionFactory(), [1], finish_reason="give_up")
     client = client_for(admin_user)
     created = client.post("/api/exports", {"format": "processbench", "generations": [1]}, format="json").json()
     assert created["state"] == "pending" and created["download_url"] is None
@@ -169,6 +170,7 @@ def test_export_job_via_the_api_offers_its_file_only_once_succeeded(admin_user):
     exporting.run_export_job(job_id=created["id"])
     job = client.get(f"/api/exports/{created['id']}").json()
     assert job["state"] == JobState.SUCCEEDED and job["lines"] == 1 and job["percent"] == 100
+    assert job["skipped"] == {"give_up": 1}  # what the export left out, by reason
     download = client.get(job["download_url"])
     assert download.status_code == 200
     row = json.loads(b"".join(download.streaming_content))

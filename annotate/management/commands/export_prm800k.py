@@ -19,7 +19,8 @@ class Command(BaseCommand):
             help="Repeatable",
         )
         parser.add_argument(
-            "--neutral", choices=("good", "bad"), default="good", help="How a 0 rating counts in TRL/soft labels"
+            "--neutral", choices=("good", "bad"), default="good",
+            help="How a 0 rating counts in TRL/soft labels (bad: only +1 is good, as in TRL's PRM800K converter)",
         )
 
     def handle(self, *args, **opts) -> None:

@@ -1,0 +1,89 @@
+"""The reviewer's page: what the annotator said (flags, notes, rewrites) and overrides that keep an
+annotation consistent: the finish reason follows the ratings, and a state they cannot explain
+is refused, never saved."""
+import pytest
+
+from annotate import exporting, labeling, reviewing, verdicts
+from annotate.models import Annotation, Completion, RatingOverride
+from tests.annotations import annotate
+from tests.factories import SolutionFactory, user_with_role
+
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
+
+
+@pytest.fixture
+def annotator_user():
+    return user_with_role("ann", "annotator")
+
+
+def rate_all(annotator, steps: list[str], ratings: list[int], finish_reason: str) -> Annotation:
+    """An annotation with every step rated (labeling without stop-at-first-error)."""
+    annotation = annotate(SolutionFactory(steps=steps), [1] * len(steps), annotator=annotator,
+                          finish_reason=finish_reason)
+    for index, rating in enumerate(ratings):
+        Completion.objects.filter(step_label__annotation=annotation, step_label__index=index).update(rating=rating)
+    return annotation
+
+
+def test_the_review_page_shows_the_annotators_flags_note_and_rewrite(client, reviewer, annotator_user):
+    annotation = annotate(SolutionFactory(steps=["Let x = 2.", "Then x + x = 5."]), [1, -1], annotator=annotator_user,
+                          finish_reason="give_up")
+    Annotation.objects.filter(pk=annotation.pk).update(finish_note="the units are ambiguous")
+    Completion.objects.filter(step_label__annotation=annotation, step_label__index=0).update(flagged=True)
+    annotation.step_labels.filter(index=1).update(human_completion={"text": "Then x + x = 4.", "rating": None})
+    client.force_login(reviewer)
+    page = client.get(f"/review/{annotation.pk}/").content.decode()
+    assert "the units are ambiguous" in page
+    assert "Flagged “cannot judge”:</strong> step 1" in page and "⚑ cannot judge" in page
+    assert "wrote instead" in page and "Then x + x = 4." in page
+    # The table rates the pool's own steps: the rewritten step shows its -1.
+    (row0, row1) = reviewing.review_rows(annotation=annotation, others=[])
+    assert (row0.cells[0].flagged, row1.ratings, row1.cells[0].written_instead) == (True, [-1], "Then x + x = 4.")
+
+
+def test_an_override_that_leaves_found_error_without_a_wrong_step_is_refused_and_says_why(
+    client, reviewer, annotator_user
+):
+    annotation = annotate(SolutionFactory(steps=["a", "b", "c"]), [1, -1], annotator=annotator_user)
+    with pytest.raises(labeling.LabelingError, match="neither found_error nor a finished solution"):
+        reviewing.override_rating(annotation=annotation, index=1, rating=0, reviewer=reviewer)
+    # Nothing was saved.
+    assert verdicts.verdicts(annotation).pool_ratings == (1, -1, None) and not RatingOverride.objects.exists()
+    client.force_login(reviewer)
+    page = client.post(f"/review/{annotation.pk}/override", {"index": "1", "rating": "0"}, follow=True)
+    assert "neither found_error nor a finished solution" in page.content.decode()
+    annotation.refresh_from_db()
+    assert annotation.finish_reason == "found_error" and not RatingOverride.objects.exists()
+
+
+def test_an_override_rederives_the_finish_reason_both_ways(reviewer, annotator_user):
+    annotation = rate_all(annotator_user, ["a", "b", "c"], [1, -1, 1], "found_error")
+    override = reviewing.override_rating(annotation=annotation, index=1, rating=0, reviewer=reviewer, note="fine")
+    annotation.refresh_from_db()
+    assert annotation.finish_reason == "solution" and override.note == "fine (finish reason found_error → solution)"
+    assert [row["label"] for row in exporting.iter_rows(format="processbench", options=exporting.ExportOptions())] \
+        == [-1]
+    reviewing.override_rating(annotation=annotation, index=2, rating=-1, reviewer=reviewer)
+    annotation.refresh_from_db()
+    assert annotation.finish_reason == "found_error"
+    assert [row["label"] for row in exporting.iter_rows(format="processbench", options=exporting.ExportOptions())] \
+        == [2]
+
+
+def test_an_override_of_a_rewritten_step_changes_the_pool_steps_rating(reviewer, annotator_user):
+    annotation = annotate(SolutionFactory(steps=["a", "b"]), [1, -1], annotator=annotator_user)
+    annotation.step_labels.filter(index=1).update(human_completion={"text": "B instead.", "rating": None})
+    reviewing.override_rating(annotation=annotation, index=1, rating=0, reviewer=reviewer)
+    verdict = verdicts.verdicts(annotation)
+    assert verdict.pool_ratings == (1, 0) and verdict.ratings == (1, 1)  # the rewrite stays the annotator's +1
+    annotation.refresh_from_db()
+    assert annotation.finish_reason == "solution"
+    assert RatingOverride.objects.get().completion.index == 0
+
+
+def test_give_up_stands_whatever_the_override(reviewer, annotator_user):
+    annotation = annotate(SolutionFactory(steps=["a", "b", "c"]), [1, 1], annotator=annotator_user,
+                          finish_reason="give_up")
+    reviewing.override_rating(annotation=annotation, index=1, rating=-1, reviewer=reviewer)
+    annotation.refresh_from_db()
+    assert annotation.finish_reason == "give_up"
