@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('annotate', '0004_importjob_split_mode'),
+        ('annotate', '0005_sample_count_and_import_queue'),
     ]
 
     operations = [
