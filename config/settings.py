@@ -88,7 +88,9 @@ WSGI_APPLICATION = "config.wsgi.application"
 
 def database_from_url(url: str) -> dict:
     try:
-        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))
+        # Health checks: a persistent connection the database dropped (a restart) is replaced
+        # at the next request instead of failing it.
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 0), conn_health_checks=True)
     except (ValueError, KeyError) as error:
         raise ImproperlyConfigured(f"DATABASE_URL={url!r} is not a database URL: {error}") from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
@@ -220,12 +222,16 @@ STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minim
 # Loaded PRMs a worker keeps, by weight fingerprint (head-only versions share one backbone).
 STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2, minimum=1)
 FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
+# Job recovery (annotate/recovery.py): a worker beats each job it holds every HEARTBEAT
+# seconds; a running job silent for STALE seconds has lost its worker; a pending job whose
+# message was sent REQUEUE seconds ago gets it again (the broker may have lost it).
+STEPWISE_JOB_HEARTBEAT_SECONDS = env_float("STEPWISE_JOB_HEARTBEAT_SECONDS", 5.0, minimum=0.1)
+STEPWISE_JOB_STALE_SECONDS = env_float("STEPWISE_JOB_STALE_SECONDS", 30.0, minimum=1.0)
+STEPWISE_JOB_REQUEUE_SECONDS = env_float("STEPWISE_JOB_REQUEUE_SECONDS", 120.0, minimum=0.0)
+if STEPWISE_JOB_STALE_SECONDS <= 2 * STEPWISE_JOB_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("STEPWISE_JOB_STALE_SECONDS must exceed twice STEPWISE_JOB_HEARTBEAT_SECONDS")
 CELERY_BEAT_SCHEDULE = {
-    "resume-stalled-rescores": {
-        "task": "scoring.tasks.resume_rescores_task",
-        "schedule": 300.0,
-        "kwargs": {"idle_seconds": STEPWISE_RESCORE_STALL_SECONDS},
-    },
+    "reconcile-jobs": {"task": "annotate.reconcile_jobs_task", "schedule": 30.0},
 }
 
 LOGGING = {
