@@ -19,7 +19,7 @@ from annotate import recovery
 from annotate.exporting import ExportOptions, create_export_job
 from annotate.importing import create_import_job
 from annotate.models import ExportJob, ImportJob, Solution, Step
-from annotate.models.jobs import FINISHED_STATES, JobState, heartbeats
+from annotate.models.jobs import FINISHED_STATES, JobState
 from annotate.tasks import reconcile_jobs_task
 from scoring import registry, retraining, scoring
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, StepScore, TrainingRun
