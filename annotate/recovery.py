@@ -5,12 +5,14 @@ or a deleted folder loses every queued message, and a worker killed with -9 leav
 running under nobody. `reconcile` resends the task of every unfinished job (import,
 export, rescore, training run: every concrete `Job` with a `task_name`) that lost either:
 
-- pending for longer than `pending_after` seconds since its message was last sent: the
-  message may be gone. Sending it again is safe: `Job.start` claims a job once, so a
-  duplicate message finds it taken and does nothing;
+- pending for longer than `pending_after` seconds since its message was last sent (0 when a
+  worker starts, STEPWISE_JOB_REQUEUE_SECONDS on beat): the message may be gone. Sending
+  it again is safe: `Job.start` claims a job once, so a duplicate finds it taken;
 - running with its holder gone (heartbeat stale, or its process dead on this host): a
   resumable job is taken over by the resent task (`Job.start`'s guarded takeover); one that
-  cannot resume (a training run) goes back to pending first and starts over.
+  cannot resume (a training run) goes back to pending first and starts over. The same
+  window applies, so a rescore whose chunks wait behind other work is resent at most once
+  per window (a duplicate chunk message finds its chunk done and does nothing).
 
 It runs on beat (settings.CELERY_BEAT_SCHEDULE) and when a worker starts (config/celery.py),
 so a killed worker's job is picked up as soon as a worker is back, not after Redis's
@@ -41,10 +43,10 @@ def reconcile(*, pending_after: float) -> list[str]:
     resent = []
     cutoff = timezone.now() - dt.timedelta(seconds=pending_after)
     for model in job_models():
-        waiting = model._default_manager.filter(state=JobState.PENDING).filter(
-            Q(enqueued_at__lte=cutoff) | Q(enqueued_at__isnull=True, created_at__lte=cutoff)
-        )
-        orphans = [job for job in model._default_manager.running_without_holder()
+        # A message sent within `pending_after` is given its time; at most one resend per window.
+        not_sent_lately = Q(enqueued_at__lte=cutoff) | Q(enqueued_at__isnull=True, created_at__lte=cutoff)
+        waiting = model._default_manager.filter(not_sent_lately, state=JobState.PENDING)
+        orphans = [job for job in model._default_manager.filter(not_sent_lately).running_without_holder()
                    if job.resumable or job.requeue()]
         for job in [*waiting, *orphans]:
             job.mark_enqueued()
