@@ -45,7 +45,8 @@ def reconcile(*, pending_after: float) -> list[str]:
     for model in job_models():
         # A message sent within `pending_after` is given its time; at most one resend per window.
         not_sent_lately = Q(enqueued_at__lte=cutoff) | Q(enqueued_at__isnull=True, created_at__lte=cutoff)
-        waiting = model._default_manager.filter(not_sent_lately, state=JobState.PENDING)
+        # Read before any orphan is requeued, so that a requeued run is not sent twice.
+        waiting = list(model._default_manager.filter(not_sent_lately, state=JobState.PENDING))
         orphans = [job for job in model._default_manager.filter(not_sent_lately).running_without_holder()
                    if job.resumable or job.requeue()]
         for job in [*waiting, *orphans]:
