@@ -74,3 +74,25 @@ def test_a_training_run_whose_worker_died_starts_over_from_pending():
     assert recovery.reconcile(pending_after=60) == [f"TrainingRun:{run.pk}"]
     run.refresh_from_db()
     assert (run.state, run.claimed_by, run.done, run.active_slot) == (JobState.PENDING, "", 0, 1)
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_database_connection_gives_the_job_back_for_its_task_to_retry(tmp_path):
+    from django.db import OperationalError, connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL")
+    job = ImportJob.objects.create(path=str(tmp_path / "x.jsonl"))
+    assert job.start()
+    with pytest.raises(OperationalError), job.failure_recorded():
+        connection.connection.close()  # what pg_terminate_backend leaves behind
+        raise OperationalError("server closed the connection unexpectedly")
+    job.refresh_from_db()  # on a new connection
+    assert (job.state, job.claimed_by, job.error) == (JobState.PENDING, "", "")
+
+    assert job.start()
+    with pytest.raises(ValueError), job.failure_recorded():  # a fault of the job itself still fails it
+        raise ValueError("line 3: no steps")
+    job.refresh_from_db()
+    assert (job.state, job.error) == (JobState.FAILED, "ValueError: line 3: no steps")
