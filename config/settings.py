@@ -96,7 +96,9 @@ WSGI_APPLICATION = "config.wsgi.application"
 
 def database_from_url(url: str) -> dict:
     try:
-        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))
+        # Health checks: a persistent connection the database dropped (a restart) is replaced
+        # at the next request instead of failing it.
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 0), conn_health_checks=True)
     except (ValueError, KeyError) as error:
         raise ImproperlyConfigured(f"DATABASE_URL={url!r} is not a database URL: {error}") from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
@@ -302,12 +304,16 @@ STEPWISE_SCORE_RATE = env_rate("STEPWISE_SCORE_RATE", "120/minute")
 # Days uploaded import files and their reports are kept once their job has finished (0: forever).
 STEPWISE_RETENTION_DAYS = env_int("STEPWISE_RETENTION_DAYS", 30, minimum=0)
 FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
+# Job recovery (annotate/recovery.py): a worker beats each job it holds every HEARTBEAT
+# seconds; a running job silent for STALE seconds has lost its worker; a pending job whose
+# message was sent REQUEUE seconds ago gets it again (the broker may have lost it).
+STEPWISE_JOB_HEARTBEAT_SECONDS = env_float("STEPWISE_JOB_HEARTBEAT_SECONDS", 5.0, minimum=0.1)
+STEPWISE_JOB_STALE_SECONDS = env_float("STEPWISE_JOB_STALE_SECONDS", 30.0, minimum=1.0)
+STEPWISE_JOB_REQUEUE_SECONDS = env_float("STEPWISE_JOB_REQUEUE_SECONDS", 120.0, minimum=0.0)
+if STEPWISE_JOB_STALE_SECONDS <= 2 * STEPWISE_JOB_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("STEPWISE_JOB_STALE_SECONDS must exceed twice STEPWISE_JOB_HEARTBEAT_SECONDS")
 CELERY_BEAT_SCHEDULE = {
-    "resume-stalled-rescores": {
-        "task": "scoring.tasks.resume_rescores_task",
-        "schedule": 300.0,
-        "kwargs": {"idle_seconds": STEPWISE_RESCORE_STALL_SECONDS},
-    },
+    "reconcile-jobs": {"task": "annotate.reconcile_jobs_task", "schedule": 30.0},
     "remove-expired-uploads": {"task": "annotate.remove_expired_uploads_task", "schedule": 86400.0},
 }
 

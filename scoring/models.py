@@ -87,8 +87,24 @@ class RescoreJob(Job):
     rebuild_queue = models.BooleanField(default=True)
     # The generation the queue was rebuilt into when the job finished (null: not rebuilt).
     generation = models.IntegerField(null=True, blank=True)
+    tokens_done = models.PositiveBigIntegerField(default=0)  # tokens through the model, from the done chunks
+    started_at = models.DateTimeField(null=True, blank=True)
 
     progress_unit = "solutions"
+    task_name = "scoring.tasks.rescore_task"
+
+    def rates(self, *, now=None) -> dict:
+        """Tokens and solutions per second since the job started, and the seconds left at
+        that pace (None until a chunk is done)."""
+        from django.utils import timezone
+
+        if self.started_at is None or not self.done:
+            return {"tokens_per_second": None, "eta_seconds": None}
+        end = self.finished_at or now or timezone.now()
+        seconds = max((end - self.started_at).total_seconds(), 1e-3)
+        left = max(self.total - self.done, 0)
+        eta = None if self.is_finished else left / (self.done / seconds)
+        return {"tokens_per_second": self.tokens_done / seconds, "eta_seconds": eta}
 
 
 class RescoreChunk(models.Model):
@@ -104,6 +120,7 @@ class RescoreChunk(models.Model):
     solution_ids = models.JSONField(default=list)
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    tokens = models.PositiveIntegerField(default=0)  # tokens the model read for this chunk
 
     class Meta:
         ordering = ["job", "index"]
@@ -137,6 +154,7 @@ class TrainingRun(Job):
     resumable = False  # a half-run training cannot be picked up: a redelivery leaves it alone
     finished_updates = {"active_slot": None}  # ending the run frees the single-run lock
     progress_unit = "steps"
+    task_name = "scoring.tasks.train_prm_task"
 
     class Meta(Job.Meta):
         constraints = [
@@ -144,7 +162,7 @@ class TrainingRun(Job):
             models.CheckConstraint(
                 condition=(
                     models.Q(state__in=["pending", "running"], active_slot=1)
-                    | models.Q(state__in=["succeeded", "failed"], active_slot__isnull=True)
+                    | models.Q(state__in=["succeeded", "failed", "cancelled"], active_slot__isnull=True)
                 ),
                 name="training_run_slot_matches_state",
             ),

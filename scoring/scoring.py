@@ -161,36 +161,60 @@ def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[Resco
                 RescoreChunk(job=job, index=i, solution_ids=todo[start : start + chunk_size])
                 for i, start in enumerate(range(0, len(todo), chunk_size))
             )
-            job.start(total=len(todo), done=0, chunks_total=-(-len(todo) // chunk_size), chunks_done=0)
+            job.start(total=len(todo), done=0, chunks_total=-(-len(todo) // chunk_size), chunks_done=0,
+                      started_at=timezone.now())
         elif not job.start():
             return []
     return list(job.chunks.filter(state=RescoreChunk.State.PENDING))
 
 
 def run_chunk(*, chunk_id: int) -> int:
-    """Score one chunk (skipping what is already scored), record it done, finish the job if last."""
+    """Score one chunk (skipping what is already scored), record it done, finish the job if last.
+
+    The worker holds the job (its heartbeat) while the chunk runs; a job that ended meanwhile
+    (cancelled, failed) is left alone: nothing more is scored and the queue is not rebuilt.
+    """
     chunk = RescoreChunk.objects.select_related("job__model_version").get(pk=chunk_id)
     job = chunk.job
-    if job.state != JobState.RUNNING:
+    if chunk.state == RescoreChunk.State.DONE or not job.take_turn():
         return 0
     try:
-        scored = score_solutions(model_version=job.model_version, solution_ids=chunk.solution_ids)
+        scored, tokens = _score_chunk(model_version=job.model_version, solution_ids=chunk.solution_ids)
     except Exception as error:
         job.fail(f"chunk {chunk.index}: {type(error).__name__}: {error}")
         raise
     RescoreChunk.objects.filter(pk=chunk.pk, state=RescoreChunk.State.PENDING).update(
-        state=RescoreChunk.State.DONE, finished_at=timezone.now()
+        state=RescoreChunk.State.DONE, finished_at=timezone.now(), tokens=tokens
     )
     refresh_progress(job=job)
     return scored
 
 
+def _score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int]) -> tuple[int, int]:
+    """score_solutions for a chunk, also counting the tokens the model read (for tokens/s)."""
+    todo = unscored_solution_ids(model_version=model_version, solution_ids=solution_ids)
+    if not todo:
+        return 0, 0
+    prm = registry.load(model_version)
+    ids, step_ids, items = read_items(todo)
+    encoded = prm.encode_many(items)
+    results = prm.probabilities_for_encoded(encoded)
+    scored = write_scores(model_version=model_version, solution_ids=ids, step_ids=step_ids, results=results)
+    return scored, sum(len(e.ids) for e in encoded)
+
+
 def refresh_progress(*, job: RescoreJob) -> None:
     """Progress from the chunk rows themselves, never a counter (a rerun cannot double count)."""
-    done = [len(ids) for ids in job.chunks.filter(state=RescoreChunk.State.DONE).values_list("solution_ids", flat=True)]
-    job.record_progress(done=sum(done), chunks_done=len(done))
+    done = list(job.chunks.filter(state=RescoreChunk.State.DONE).values_list("solution_ids", "tokens"))
+    job.record_progress(done=sum(len(ids) for ids, _ in done), chunks_done=len(done),
+                        tokens_done=sum(tokens for _, tokens in done))
     if len(done) >= job.chunks_total:
         finish(job=job)
+
+
+def cancel_rescore(*, job: RescoreJob, user=None) -> bool:
+    """Cancel an active rescore: chunks not started yet score nothing, the queue is not rebuilt."""
+    return job.cancel(f"cancelled by {user}" if user else "cancelled")
 
 
 def finish(*, job: RescoreJob) -> bool:

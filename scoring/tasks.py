@@ -2,8 +2,9 @@
 
 Each takes ids and calls one function in scoring.scoring; that module (and torch, through
 the registry) is imported inside the task body so the web process never loads a model.
-All are idempotent (keyed inserts, guarded updates), hence acks_late: a task lost with its
-worker is redelivered, and anything left over is re-dispatched by `resume_rescores_task`.
+All are idempotent (keyed inserts, guarded updates), hence acks_late with
+reject_on_worker_lost: a task lost with its worker child is put back at once, and a job
+whose whole worker died is resent by the reconciler (annotate.recovery) when a worker starts.
 """
 import logging
 
@@ -12,7 +13,7 @@ from celery import shared_task
 logger = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def rescore_task(job_id: int) -> int:
     """Plan a rescore job's chunks (once) and dispatch the ones not done yet; returns how many."""
     from scoring import scoring
@@ -27,7 +28,7 @@ def rescore_task(job_id: int) -> int:
     return len(pending)
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def rescore_chunk_task(job_id: int, chunk_id: int) -> int:
     """Score one chunk of a rescore job; a rerun of a done chunk writes nothing."""
     from scoring import scoring
@@ -79,7 +80,7 @@ def score_texts_task(model_version_id: int, items: list[list]) -> dict:
 # --- retraining (scoring/retraining.py) ------------------------------------------------------
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def train_prm_task(run_id: int) -> str:
     """Run one pending training run; a redelivered task finds it claimed and does nothing."""
     from scoring import retraining

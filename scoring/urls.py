@@ -7,6 +7,7 @@ urlpatterns: list = [
     path("", views.model_list, name="models"),
     path("<int:version_id>/rescore/", views.rescore, name="rescore"),
     path("jobs/rescore/<int:pk>/", views.rescore_job, name="rescore-job"),
+    path("jobs/rescore/<int:pk>/cancel", views.cancel_rescore, name="rescore-cancel"),
     path("queue/", views.queue, name="queue"),
     path("review-scores/<int:solution_id>/", review_views.review_scores, name="review-scores"),
 ]

@@ -1,11 +1,13 @@
 """Model pages: versions with a Rescore button, a rescore job's live progress, and the queue.
 
+A version that is not the current one (a candidate, a rejected or retired model) is rescored
+only after a confirmation page that says the queue will be rebuilt from its scores; a
+running rescore can be cancelled from its page, which shows tokens/s and an ETA.
+
 Thin views: parse, one call into scoring.scoring / a query, render. The job page
 (`jobs/rescore/<pk>/`) polls itself with htmx while the job runs and answers with its
 `progress` partial, the one job progress partial; without JavaScript it is a plain page.
 """
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,43 +17,54 @@ from django.views.decorators.vary import vary_on_headers
 from annotate import roles
 from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
-from annotate.roles import admin_required as admin_only
 
 from . import scoring
 from .models import ModelVersion, RescoreJob
 
 
-@login_required
+@roles.reviewer_required
 def model_list(request: HttpRequest) -> HttpResponse:
-    if not roles.is_reviewer(request.user):
-        raise PermissionDenied("Models are for reviewers and admins.")
-    versions = ModelVersion.objects.select_related("parent")
+    # The current version first: the one the queue follows is the one to look at.
+    versions = ModelVersion.objects.select_related("parent").order_by("-is_current", "-created_at")
     jobs = RescoreJob.objects.select_related("model_version")[:20]
     return render(request, "scoring/model_list.html", {"versions": versions, "jobs": jobs,
                                                        "can_rescore": roles.is_admin(request.user)})
 
 
 @require_POST
-@admin_only
+@roles.admin_required
 def rescore(request: HttpRequest, version_id: int) -> HttpResponse:
+    """Record a rescore job; for a version that is not the current one, only once the admin
+    confirmed (`confirm=1`) on a page saying what will happen to the queue."""
+    version = get_object_or_404(ModelVersion, pk=version_id)
+    if not version.is_current and request.POST.get("confirm") != "1":
+        return render(request, "scoring/rescore_confirm.html",
+                      {"version": version, "current": ModelVersion.objects.current(),
+                       "generation": Generation.objects.current_number()})
+    rebuild_queue = request.POST.get("rebuild_queue", "1") == "1"
     # Only records the job: the ml worker verifies and loads the model (no torch here).
-    job = scoring.start_rescore(model_version=get_object_or_404(ModelVersion, pk=version_id), created_by=request.user)
+    job = scoring.start_rescore(model_version=version, created_by=request.user, rebuild_queue=rebuild_queue)
     return redirect("scoring:rescore-job", pk=job.pk)
 
 
-@login_required
+@roles.reviewer_required
 @vary_on_headers("HX-Request")
 def rescore_job(request: HttpRequest, pk: int) -> HttpResponse:
-    if not roles.is_reviewer(request.user):
-        raise PermissionDenied("Rescore jobs are for reviewers and admins.")
     job = get_object_or_404(RescoreJob.objects.select_related("model_version"), pk=pk)
-    return render(request, page_or_partial(request, "scoring/rescore_job.html", "progress"), {"job": job})
+    context = {"job": job, "rates": job.rates(), "can_cancel": roles.is_admin(request.user)}
+    return render(request, page_or_partial(request, "scoring/rescore_job.html", "progress"), context)
 
 
-@login_required
+@require_POST
+@roles.admin_required
+def cancel_rescore(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel a running rescore: the worker stops at its next chunk; the queue is not rebuilt."""
+    scoring.cancel_rescore(job=get_object_or_404(RescoreJob, pk=pk), user=request.user)
+    return redirect("scoring:rescore-job", pk=pk)
+
+
+@roles.reviewer_required
 def queue(request: HttpRequest) -> HttpResponse:
-    if not roles.is_reviewer(request.user):
-        raise PermissionDenied("The queue is for reviewers and admins.")
     generation = request.GET.get("generation", "")
     number = int(generation) if generation.lstrip("-").isdigit() else Generation.objects.current_number()
     items = (

@@ -1,19 +1,32 @@
 """Background jobs whose state lives in the database, so pages can poll progress.
 
 Every kind of job (import, export, rescore, training run) changes state only through the
-guarded methods below: `start` claims a pending job, `succeed` and `fail` end an active one,
-each an UPDATE that matches only the state it leaves, so a redelivered task or a second
-worker can never run a finished job again or end a job twice.
+guarded methods below: `start` claims a pending job, `succeed`, `fail` and `cancel` end an
+active one, each an UPDATE that matches only the state it leaves, so a redelivered task or a
+second worker can never run a finished job again or end a job twice.
+
+The row also says who holds a running job: `claimed_by` names the worker process
+("host:pid") and `heartbeat_at` is refreshed by that process while it works (a thread in
+it, see `hold`). A running job is taken over only once its holder is gone (its heartbeat
+is stale, or its process is dead on this host), so a job never runs twice at once, and the
+reconciler (`annotate.recovery`) can tell a job whose worker died from one that is busy.
 """
 from __future__ import annotations
 
+import datetime as dt
+import logging
+import os
+import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import ClassVar
 
 from django.conf import settings
-from django.db import models
+from django.db import DatabaseError, connection, models
 from django.utils import timezone
+
+logger = logging.getLogger(__name__)
 
 
 class JobState(models.TextChoices):
@@ -21,14 +34,50 @@ class JobState(models.TextChoices):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 ACTIVE_STATES = (JobState.PENDING, JobState.RUNNING)
+FINISHED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+def this_worker() -> str:
+    """The holder name written into `claimed_by`: this process, on this host."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_is_dead(claimed_by: str) -> bool:
+    """True when the holder is a process on this host that no longer exists.
+
+    A holder on another host cannot be checked from here: only its heartbeat tells.
+    """
+    host, _, pid = claimed_by.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
+
+
+def stale_before() -> dt.datetime:
+    """Heartbeats older than this mean the holder stopped working (killed, hung, lost)."""
+    return timezone.now() - dt.timedelta(seconds=settings.STEPWISE_JOB_STALE_SECONDS)
 
 
 class JobQuerySet(models.QuerySet):
     def active(self) -> JobQuerySet:
         return self.filter(state__in=ACTIVE_STATES)
+
+    def running_without_holder(self) -> list[Job]:
+        """Running jobs whose holder is gone: heartbeat stale or missing, or its process dead."""
+        running = self.filter(state=JobState.RUNNING)
+        stale = running.filter(models.Q(heartbeat_at__isnull=True) | models.Q(heartbeat_at__lt=stale_before()))
+        dead = [job for job in running.exclude(pk__in=stale.values("pk")) if holder_is_dead(job.claimed_by)]
+        return [*stale, *dead]
 
 
 class Job(models.Model):
@@ -41,6 +90,12 @@ class Job(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Who runs it now ("host:pid") and when that process last said it is alive.
+    claimed_by = models.CharField(max_length=200, blank=True, editable=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # When its task message was last sent (null: at creation): the reconciler resends
+    # the message of a job pending for long, in case the broker lost it.
+    enqueued_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = JobQuerySet.as_manager()
 
@@ -51,6 +106,8 @@ class Job(models.Model):
     finished_updates: ClassVar[dict] = {}
     # What `done` and `total` count, for the progress partial.
     progress_unit: ClassVar[str] = "items"
+    # The Celery task (by name) that runs the job from its id; the reconciler resends it.
+    task_name: ClassVar[str] = ""
 
     class Meta:
         abstract = True
@@ -58,7 +115,7 @@ class Job(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.state in (JobState.SUCCEEDED, JobState.FAILED)
+        return self.state in FINISHED_STATES
 
     @property
     def percent(self) -> int:
@@ -68,24 +125,57 @@ class Job(models.Model):
         return type(self)._default_manager.filter(pk=self.pk)
 
     def start(self, **fields) -> bool:
-        """Claim the job for this attempt (pending -> running, setting `fields` too).
+        """Claim the job for this process (pending -> running, setting `fields` too).
 
-        True when this attempt should do the work: it claimed the job, or the job was left
-        running by an attempt that died and its kind is resumable. A finished job: False.
+        True when this attempt should do the work: it claimed the pending job, or took over
+        a running one whose holder is gone (heartbeat stale, process dead) and whose kind is
+        resumable. False for a finished job and for one another live worker holds.
         """
-        if self._rows().filter(state=JobState.PENDING).update(state=JobState.RUNNING, error="", **fields) == 1:
-            self.state, self.error = JobState.RUNNING, ""
-            for name, value in fields.items():
-                setattr(self, name, value)
+        claim = {"claimed_by": this_worker(), "heartbeat_at": timezone.now()}
+        if self._rows().filter(state=JobState.PENDING).update(state=JobState.RUNNING, error="", **claim, **fields) == 1:
+            self._claimed({"state": JobState.RUNNING, "error": "", **claim, **fields})
             return True
         self.refresh_from_db()
-        if self.state != JobState.RUNNING or not self.resumable:
+        if self.state != JobState.RUNNING or not self.resumable or not self.holder_gone():
             return False
-        if fields:  # A resumed attempt starts its progress afresh, as a claimed one does.
-            self.record_progress(**fields)
-            for name, value in fields.items():
-                setattr(self, name, value)
+        # Compare and swap on the old holder: of two attempts taking over, one wins.
+        taken = self._rows().filter(
+            state=JobState.RUNNING, claimed_by=self.claimed_by, heartbeat_at=self.heartbeat_at
+        ).update(**claim, **fields)  # a resumed attempt starts its progress afresh, as a claimed one does
+        if taken != 1:
+            return False
+        self._claimed({**claim, **fields})
         return True
+
+    def holder_gone(self) -> bool:
+        """Whether the process that claimed this running job stopped working on it."""
+        if self.claimed_by == this_worker():
+            return True  # this process's own earlier attempt (it ended without finishing)
+        return self.heartbeat_at is None or self.heartbeat_at < stale_before() or holder_is_dead(self.claimed_by)
+
+    def take_turn(self) -> bool:
+        """Hold a running job for one piece of its work (a rescore chunk); False if it ended."""
+        claim = {"claimed_by": this_worker(), "heartbeat_at": timezone.now()}
+        if self._rows().filter(state=JobState.RUNNING).update(**claim) != 1:
+            return False
+        self._claimed(claim)
+        return True
+
+    def _claimed(self, fields: dict) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+        heartbeats.hold(self)
+
+    def requeue(self) -> bool:
+        """Put a running job whose holder is gone back to pending, to start over; for kinds that
+        cannot resume (a training run). Guarded on the old holder, like a takeover."""
+        updated = self._rows().filter(
+            state=JobState.RUNNING, claimed_by=self.claimed_by, heartbeat_at=self.heartbeat_at
+        ).update(state=JobState.PENDING, claimed_by="", heartbeat_at=None, done=0)
+        return updated == 1
+
+    def mark_enqueued(self) -> None:
+        self._rows().update(enqueued_at=timezone.now())
 
     def succeed(self, **fields) -> bool:
         """End an active job as succeeded; False if it had already ended."""
@@ -95,26 +185,106 @@ class Job(models.Model):
         """End an active job as failed with its message; False if it had already ended."""
         return self._finish(JobState.FAILED, error=error[:5000], **fields)
 
+    def cancel(self, reason: str = "cancelled") -> bool:
+        """End an active job as cancelled; its worker stops at its next check of the state."""
+        return self._finish(JobState.CANCELLED, error=reason)
+
     def _finish(self, state: str, **fields) -> bool:
         updates = {"state": state, "finished_at": timezone.now(), **self.finished_updates, **fields}
+        heartbeats.release(self)
         if self._rows().filter(state__in=ACTIVE_STATES).update(**updates) != 1:
             return False
         for name, value in updates.items():
             setattr(self, name, value)
         return True
 
+    def release(self) -> bool:
+        """Give a running job back (running -> pending) so that a retry starts it again: the
+        work stopped for a reason outside the job (its database connection was lost)."""
+        heartbeats.release(self)
+        updated = self._rows().filter(state=JobState.RUNNING, claimed_by=this_worker()).update(
+            state=JobState.PENDING, claimed_by="", heartbeat_at=None
+        )
+        return updated == 1
+
     def record_progress(self, **fields) -> None:
-        """Progress columns (done, total, counts) of a running job; ignored once it ended."""
-        self._rows().filter(state=JobState.RUNNING).update(**fields)
+        """Progress columns (done, total, counts) of a running job; ignored once it ended.
+
+        Progress is also a heartbeat."""
+        self._rows().filter(state=JobState.RUNNING).update(heartbeat_at=timezone.now(), **fields)
 
     @contextmanager
     def failure_recorded(self) -> Iterator[Job]:
-        """The job's work: an exception anywhere in it ends the job failed, with its message."""
+        """The job's work: an exception anywhere in it ends the job failed, with its message.
+
+        A lost database connection is no fault of the job: the job goes back to pending on a
+        fresh connection and the exception propagates, for the task to retry it.
+        """
         try:
             yield self
         except Exception as error:
+            if isinstance(error, DatabaseError) and not connection.is_usable():
+                connection.close()  # the next query opens a new connection
+                if self.release():
+                    raise
             self.fail(f"{type(error).__name__}: {error}")
             raise
+
+
+class Heartbeats:
+    """The jobs this process holds, beaten by one daemon thread every few seconds.
+
+    The thread has its own database connection, closed after each beat. A task that ends
+    without finishing its job (celery's task_postrun calls `release_all`) stops beating it,
+    so a job whose worker is gone is told apart within STEPWISE_JOB_STALE_SECONDS.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[type, int], None] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def hold(self, job: Job) -> None:
+        with self._lock:
+            self._held[(type(job), job.pk)] = None
+            if self._thread is None or self._pid != os.getpid():  # none yet, or forked
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._beat_forever, name="job-heartbeat", daemon=True)
+                self._thread.start()
+
+    def release(self, job: Job) -> None:
+        with self._lock:
+            self._held.pop((type(job), job.pk), None)
+
+    def release_all(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+    def held(self) -> list[tuple[type, int]]:
+        with self._lock:
+            return list(self._held)
+
+    def beat(self) -> None:
+        me, now = this_worker(), timezone.now()
+        for model, pk in self.held():
+            model._default_manager.filter(pk=pk, state=JobState.RUNNING, claimed_by=me).update(heartbeat_at=now)
+
+    def _beat_forever(self) -> None:
+        pid = os.getpid()
+        while pid == os.getpid() and threading.main_thread().is_alive():
+            threading.Event().wait(settings.STEPWISE_JOB_HEARTBEAT_SECONDS)
+            if not self.held():
+                continue
+            try:
+                self.beat()
+            except DatabaseError as error:  # the database is away: the next beat tries again
+                logger.warning("job heartbeat failed: %s", error)
+            finally:
+                connection.close()
+
+
+heartbeats = Heartbeats()
 
 
 class ImportJob(Job):
@@ -135,6 +305,7 @@ class ImportJob(Job):
     queued = models.PositiveIntegerField(default=0)
 
     progress_unit = "lines"
+    task_name = "annotate.import_pool_task"
 
     def __str__(self) -> str:
         return f"Import {self.pk} of {self.original_name or self.path}"
@@ -147,6 +318,8 @@ class ExportJob(Job):
     lines = models.PositiveIntegerField(default=0)
     # What the export left out, by reason ({"give_up": 3, "unknown_grade": 1}): its summary.
     skipped = models.JSONField(default=dict, blank=True)
+
+    task_name = "annotate.export_task"
 
     def __str__(self) -> str:
         return f"Export {self.pk} ({self.format})"

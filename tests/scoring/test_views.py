@@ -89,3 +89,85 @@ def test_queue_page_shows_reason_and_score_in_serving_order(client, reviewer, db
     page = client.get(reverse("scoring:queue")).content.decode()
     assert page.index("convincing_wrong") < page.index(">random<")
     assert "0.910" in page and "wrong" in page
+
+
+# --- model page safety: confirm, cancel, speed (issue 11.8) ---------------------------------------
+
+
+@pytest.fixture
+def rejected(version, tmp_path):
+    newer = registry.register_model_version(name="rejected-v", path=build_tiny_prm(tmp_path / "r"))
+    newer.status = newer.Status.REJECTED
+    newer.save(update_fields=["status"])
+    return newer
+
+
+def test_the_current_model_is_listed_first_and_others_ask_for_confirmation(client, admin_user, version, rejected):
+    client.force_login(admin_user)
+    page = client.get(reverse("scoring:models")).content.decode()
+    assert page.index("tiny-v") < page.index("rejected-v")  # newer, but not current
+    assert page.count("Rescore</button>") == 1 and "Rescore…</button>" in page
+
+
+def test_a_rejected_version_rebuilds_nothing_without_an_explicit_confirmation(client, admin_user, version, rejected):
+    client.force_login(admin_user)
+    url = reverse("scoring:rescore", args=[rejected.pk])
+    page = client.post(url)
+    assert page.status_code == 200 and not RescoreJob.objects.exists()
+    text = page.content.decode()
+    assert "not the current model" in text and "replaces the queue" in text and "rejected by the promotion gate" in text
+    assert 'name="confirm" value="1"' in text
+    assert client.post(url, {"confirm": "0"}).status_code == 200 and not RescoreJob.objects.exists()
+
+    response = client.post(url, {"confirm": "1", "rebuild_queue": "0"})
+    job = RescoreJob.objects.get()
+    assert (job.model_version, job.rebuild_queue) == (rejected, False)
+    assert response["Location"] == reverse("scoring:rescore-job", args=[job.pk])
+    client.post(url, {"confirm": "1", "rebuild_queue": "1"})
+    assert RescoreJob.objects.filter(model_version=rejected, rebuild_queue=True).count() == 1
+
+
+def test_a_running_rescore_is_cancelled_by_an_admin_and_its_remaining_chunks_score_nothing(
+    client, admin_user, reviewer, version
+):
+    from scoring import scoring
+    from scoring.models import RescoreChunk, SolutionScore
+
+    solutions = SolutionFactory.create_batch(2)
+    job = RescoreJob.objects.create(model_version=version, state=JobState.RUNNING, total=2, chunks_total=2)
+    chunks = [RescoreChunk.objects.create(job=job, index=i, solution_ids=[s.pk]) for i, s in enumerate(solutions)]
+    url = reverse("scoring:rescore-cancel", args=[job.pk])
+    client.force_login(reviewer)
+    assert "Cancel this rescore" not in client.get(reverse("scoring:rescore-job", args=[job.pk])).content.decode()
+    assert client.post(url).status_code == 403
+    client.force_login(admin_user)
+    assert "Cancel this rescore" in client.get(reverse("scoring:rescore-job", args=[job.pk])).content.decode()
+    assert client.post(url)["Location"] == reverse("scoring:rescore-job", args=[job.pk])
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and job.is_finished
+
+    # The worker's next chunk finds the job cancelled: nothing scored, no queue rebuilt.
+    assert scoring.run_chunk(chunk_id=chunks[0].pk) == 0
+    assert not SolutionScore.objects.exists() and not Generation.objects.exists()
+    assert not scoring.finish(job=job)
+    page = client.get(reverse("scoring:rescore-job", args=[job.pk])).content.decode()
+    assert "queue was not rebuilt" in page and "Cancel this rescore" not in page
+
+
+def test_the_job_page_shows_tokens_per_second_and_the_time_left(client, reviewer, version):
+    import datetime as dt
+    import re
+
+    from django.utils import timezone
+
+    job = RescoreJob.objects.create(model_version=version, state=JobState.RUNNING, total=40, done=10,
+                                    chunks_total=4, chunks_done=1, tokens_done=50_000,
+                                    started_at=timezone.now() - dt.timedelta(seconds=100))
+    client.force_login(reviewer)
+    partial = client.get(reverse("scoring:rescore-job", args=[job.pk]), headers={"HX-Request": "true"}).content.decode()
+    # 50,000 tokens and 10 of 40 solutions in 100 s (a little more by the time the page renders).
+    speed = int(re.search(r"(\d+) tokens/s", partial).group(1))
+    assert 480 <= speed <= 500
+    assert re.search(r'about <span class="eta">5 min</span> left', partial)
+    rates = job.rates(now=job.started_at + dt.timedelta(seconds=100))
+    assert rates == {"tokens_per_second": 500.0, "eta_seconds": 300.0}

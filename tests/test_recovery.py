@@ -1,0 +1,270 @@
+"""Recovery with real worker processes: a lost broker, a worker killed with -9, two schedulers.
+
+Each job kind (import, export, rescore, training run) must finish, exactly once, when the
+broker forgets its messages (a flushed Redis database; on the embedded default, a deleted
+queue folder) or its worker dies mid-work, with nobody running a manual step: the
+reconciler (annotate/recovery.py) runs when a worker starts and on beat.
+"""
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from annotate import recovery
+from annotate.exporting import ExportOptions, create_export_job
+from annotate.importing import create_import_job
+from annotate.models import ExportJob, ImportJob, Solution, Step
+from annotate.models.jobs import FINISHED_STATES, JobState
+from annotate.tasks import reconcile_jobs_task
+from scoring import registry, retraining, scoring
+from scoring.models import ModelVersion, RescoreJob, SolutionScore, StepScore, TrainingRun
+from scoring.tiny import build_tiny_prm
+from tests.conftest import WorkerProcess, wait_for
+from tests.scoring.test_tasks import make_pool
+
+FAST_TRAINING = {"train": {"epochs": 2, "val_fraction": 0.25}, "bon_max_problems": 2}
+
+
+def lose_broker_messages() -> None:
+    """What a Redis restart (no persistence here) or a wiped broker folder does to the queue."""
+    if settings.CELERY_BROKER_URL.startswith("redis"):
+        import redis
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    else:
+        for name in ("queue", "processed"):
+            shutil.rmtree(settings.BROKER_DIR / name, ignore_errors=True)
+            (settings.BROKER_DIR / name).mkdir(parents=True)
+
+
+def write_pool_file(path: Path, n: int, offset: int = 0) -> Path:
+    lines = [{"problem": f"What is {n} + {offset + k}?", "ground_truth_answer": str(n + offset + k),
+              "steps": [f"{n} + {offset + k} = {n + offset + k}.", f"# Answer\n\n{n + offset + k}"]}
+             for k in range(n)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def finished(model, pk: int) -> bool:
+    return model.objects.get(pk=pk).state in FINISHED_STATES
+
+
+@pytest.fixture
+def tiny_current(transactional_db, tmp_path):
+    registry.forget_loaded()
+    return registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"), make_current=True)
+
+
+@pytest.fixture
+def worker_factory(transactional_db, tmp_path, monkeypatch):
+    """Real workers with small chunks and quick heartbeats; all are stopped at the end."""
+    monkeypatch.setenv("STEPWISE_RESCORE_CHUNK_SIZE", "4")
+    monkeypatch.setenv("STEPWISE_JOB_HEARTBEAT_SECONDS", "0.5")
+    monkeypatch.setenv("STEPWISE_JOB_STALE_SECONDS", "3")
+    workers = []
+    lose_broker_messages()  # no leftovers from earlier tests
+
+    def start() -> WorkerProcess:
+        worker = WorkerProcess(tmp_path / f"worker-{len(workers)}.log")
+        workers.append(worker)
+        worker.start()
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+    lose_broker_messages()  # killed workers leave messages the next test must not get
+
+
+@pytest.mark.embedded
+def test_every_kind_of_queued_job_survives_a_lost_broker(tiny_current, worker_factory, tmp_path):
+    make_pool(12)
+    imported = create_import_job(path=write_pool_file(tmp_path / "pool.jsonl", 6), original_name="pool.jsonl")
+    export = create_export_job(format="prm800k", options=ExportOptions())
+    rescore = scoring.start_rescore(model_version=tiny_current, rebuild_queue=False)
+    training = retraining.start_training_run(options=FAST_TRAINING)
+    lose_broker_messages()  # every message above is gone; only the rows know
+
+    worker_factory()  # its start reconciles: each job's task is sent again
+    jobs = [(ImportJob, imported.pk), (ExportJob, export.pk), (RescoreJob, rescore.pk), (TrainingRun, training.pk)]
+    wait_for(lambda: all(finished(model, pk) for model, pk in jobs), timeout=240)
+
+    imported.refresh_from_db()
+    assert (imported.state, imported.created) == (JobState.SUCCEEDED, 6), imported.error
+    assert Solution.objects.count() == 12 + 6
+    assert ExportJob.objects.get(pk=export.pk).state == JobState.SUCCEEDED
+    rescore.refresh_from_db()
+    assert rescore.state == JobState.SUCCEEDED, rescore.error
+    # The rescore saw the pool as it was when it was planned; each solution scored once.
+    assert SolutionScore.objects.filter(model_version=tiny_current).count() == rescore.total >= 12
+    assert StepScore.objects.filter(model_version=tiny_current).count() == Step.objects.filter(
+        solution__scores__model_version=tiny_current).count()
+    # Without labels the run has nothing to learn from: it ends (failed, saying why), once.
+    training = TrainingRun.objects.get(pk=training.pk)
+    assert training.state in FINISHED_STATES and training.active_slot is None
+    assert ModelVersion.objects.count() == 1 and TrainingRun.objects.count() == 1
+
+
+@pytest.mark.embedded
+def test_a_broker_lost_mid_rescore_and_import_is_recovered_by_the_beat_reconciler(tiny_current, worker_factory,
+                                                                                  tmp_path):
+    make_pool(80)
+    worker_factory()
+    rescore = scoring.start_rescore(model_version=tiny_current, rebuild_queue=False)
+    wait_for(lambda: RescoreJob.objects.get(pk=rescore.pk).chunks_done >= 1, timeout=120, interval=0.05)
+    imported = create_import_job(path=write_pool_file(tmp_path / "more.jsonl", 5, offset=100))
+    lose_broker_messages()  # the rescore's queued chunks and the import's message are gone
+    assert not finished(RescoreJob, rescore.pk)
+
+    # Beat sends the reconciler every 30 s; here every second, until everything is done.
+    deadline = time.monotonic() + 180
+    while not (finished(RescoreJob, rescore.pk) and finished(ImportJob, imported.pk)):
+        assert time.monotonic() < deadline, "jobs not recovered"
+        reconcile_jobs_task.delay(pending_after=0)
+        time.sleep(1)
+
+    rescore.refresh_from_db()
+    assert rescore.state == JobState.SUCCEEDED and rescore.chunks_done == rescore.chunks_total == 20, rescore.error
+    assert SolutionScore.objects.filter(model_version=tiny_current).count() == 80
+    assert StepScore.objects.filter(model_version=tiny_current).count() == 80 * 8
+    imported.refresh_from_db()
+    assert (imported.state, imported.created) == (JobState.SUCCEEDED, 5)
+    assert Solution.objects.count() == 85
+
+
+@pytest.mark.embedded
+def test_a_worker_killed_mid_chunk_has_its_job_resumed_within_a_minute_of_the_restart(tiny_current, worker_factory):
+    make_pool(120)
+    worker = worker_factory()
+    job = scoring.start_rescore(model_version=tiny_current)
+    wait_for(lambda: RescoreJob.objects.get(pk=job.pk).chunks_done >= 1, timeout=120, interval=0.05)
+    worker.kill()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.chunks_done < job.chunks_total, "job ended before the kill"
+    done_at_kill = job.chunks_done
+
+    restarted = time.monotonic()
+    worker_factory()  # no beat, no manual step: the worker's start finds the dead holder
+    wait_for(lambda: RescoreJob.objects.get(pk=job.pk).chunks_done > done_at_kill, timeout=60, interval=0.1)
+    assert time.monotonic() - restarted < 60
+    wait_for(lambda: finished(RescoreJob, job.pk), timeout=180)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert job.chunks_done == job.chunks_total == 30
+    assert SolutionScore.objects.filter(model_version=tiny_current).count() == 120
+    assert StepScore.objects.filter(model_version=tiny_current).count() == Step.objects.count() == 120 * 8
+
+
+@pytest.mark.embedded
+def test_a_worker_killed_mid_import_leaves_each_line_imported_once(worker_factory, tmp_path):
+    worker = worker_factory()
+    job = create_import_job(path=write_pool_file(tmp_path / "big.jsonl", 3000))
+    wait_for(lambda: ImportJob.objects.get(pk=job.pk).done > 0, timeout=120, interval=0.05)
+    worker.kill()
+    assert not finished(ImportJob, job.pk), "import ended before the kill"
+
+    worker_factory()
+    wait_for(lambda: finished(ImportJob, job.pk), timeout=180)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.error
+    # The resumed run finds by content hash what the killed one wrote: nothing twice.
+    assert job.created + job.duplicates == 3000 and job.errors == 0
+    assert Solution.objects.count() == 3000
+
+
+def test_the_reconciler_leaves_a_job_alone_while_its_holder_is_alive(transactional_db, tmp_path):
+    import os
+    import socket
+
+    from django.utils import timezone
+
+    job = ImportJob.objects.create(path=str(tmp_path / "none.jsonl"))
+    alive = f"{socket.gethostname()}:{os.getppid()}"  # another process on this host, alive
+    ImportJob.objects.filter(pk=job.pk).update(state=JobState.RUNNING, claimed_by=alive, heartbeat_at=timezone.now())
+    assert recovery.reconcile(pending_after=0) == []
+    assert not ImportJob.objects.get(pk=job.pk).start()  # a second attempt refuses it
+
+    ImportJob.objects.filter(pk=job.pk).update(claimed_by=f"{socket.gethostname()}:999999999")  # died
+    assert recovery.reconcile(pending_after=0) == [f"ImportJob:{job.pk}"]
+    lose_broker_messages()
+
+
+# --- the database goes away mid-job (PostgreSQL) --------------------------------------------------
+
+
+def terminate_backends(database: str) -> int:
+    """pg_terminate_backend on every connection to `database`, as a database restart would."""
+    import psycopg
+
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [database],
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.mark.postgresql
+def test_an_import_whose_database_connection_is_killed_resumes_and_the_app_answers_again(
+    worker_factory, tmp_path, client, admin_user
+):
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL")
+    worker_factory()
+    client.force_login(admin_user)
+    job = create_import_job(path=write_pool_file(tmp_path / "big.jsonl", 3000))
+    wait_for(lambda: ImportJob.objects.get(pk=job.pk).done > 0, timeout=120, interval=0.05)
+    assert not finished(ImportJob, job.pk), "import ended before the kill"
+    assert terminate_backends(settings.DATABASES["default"]["NAME"]) >= 2  # the worker's and ours
+
+    started = time.monotonic()
+    response = None
+    while time.monotonic() - started < 15:
+        try:
+            response = client.get(f"/jobs/import/{job.pk}/")
+            break
+        except Exception:  # the test process's own connection was killed too
+            connection.close()
+            time.sleep(0.5)
+    assert response is not None and response.status_code in (200, 302), "the app did not answer within 15 s"
+
+    wait_for(lambda: finished(ImportJob, job.pk), timeout=180)
+    job.refresh_from_db()
+    # Either the batch's transaction reconnects (Django closes a connection whose rollback
+    # fails, the line-by-line retry opens a new one) or the job is released and its task
+    # retried; both end succeeded with every line imported once.
+    assert job.state == JobState.SUCCEEDED and job.errors == 0, job.error
+    assert job.created + job.duplicates == 3000
+    assert Solution.objects.count() == 3000
+
+
+# --- two schedulers -------------------------------------------------------------------------------
+
+
+def test_two_beat_processes_firing_at_once_start_one_retrain(transactional_db, monkeypatch):
+    from scoring.tasks import scheduled_retrain_task
+
+    monkeypatch.setattr(retraining, "new_label_count", lambda: 100)
+    barrier = threading.Barrier(4)
+    outcomes = []
+
+    def beat():
+        try:
+            barrier.wait()
+            outcomes.append(scheduled_retrain_task(min_new_labels=1, options=FAST_TRAINING))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=beat) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lose_broker_messages()  # the winner's train message: no worker here to run it
+    run = TrainingRun.objects.get()  # exactly one
+    assert sorted(outcomes, key=str) == sorted([run.pk, None, None, None], key=str)
