@@ -23,11 +23,12 @@ from collections import Counter
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
+from django.test.utils import override_settings
 
-from annotate import loadtest, roles
-from annotate.management.commands.bench_workspace import SOURCE
+from annotate import loadtest, queueing, roles
+from annotate.management.commands.bench_workspace import BENCH_PRIORITY, SOURCE
 from annotate.management.commands.bench_workspace import Command as WorkspaceBench
-from annotate.models import Annotation, Completion, LabelingConfig, Solution
+from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution
 
 ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.PAGE, loadtest.RATE, loadtest.SUBMIT)
 
@@ -75,6 +76,7 @@ class Command(BaseCommand):
             LabelingConfig.objects.filter(pk=config.pk).update(**saved)
 
     def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> None:
+        _queue_whole_pool()
         users = _annotators(n)
         connections.close_all()  # Nothing of ours holds a connection while the clients run.
         database_cpu = loadtest.DatabaseCpu(connection.settings_dict["NAME"]) if _postgres() else None
@@ -115,7 +117,9 @@ class Command(BaseCommand):
                               f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
         duplicates, lost = _check(results, usernames)
         self.stdout.write(f"  duplicate assignments: {duplicates}; lost labels: {lost}")
-        per_task = (lambda s: f"{s / labeled * 1000:.1f} ms" if s is not None and labeled else "n/a")
+        def per_task(seconds: float | None) -> str:
+            return f"{seconds / labeled * 1000:.1f} ms" if seconds is not None and labeled else "n/a"
+
         both = (server_s or 0) + (database_s or 0)
         self.stdout.write(f"  CPU per labeled task: server {per_task(server_s)}, database {per_task(database_s)}, "
                           f"together {per_task(both if server_s is not None else None)}; "
@@ -133,6 +137,16 @@ def _database_url() -> str:
         return f"sqlite:///{db['NAME']}"
     auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def _queue_whole_pool() -> None:
+    """Queue every unlabeled bench solution, past STEPWISE_QUEUE_SIZE: the queue is as big as the pool,
+    so whatever scans the queue per request shows in the figures, and no run runs out of work."""
+    with override_settings(STEPWISE_QUEUE_SIZE=Solution.objects.filter(source=SOURCE).count()):
+        queueing.ensure_default_queue()
+    QueueItem.objects.filter(solution__source=SOURCE, status=QueueItem.Status.AVAILABLE).exclude(
+        priority=BENCH_PRIORITY
+    ).update(priority=BENCH_PRIORITY)
 
 
 def _annotators(n: int) -> list[tuple[str, str]]:
