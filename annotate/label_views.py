@@ -90,7 +90,9 @@ def label_complete(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
-    """Activity on the page: keep the lease and store active time."""
+    """Activity on the page: keep the lease and store active time (rate-limited per user)."""
+    if not labeling.heartbeat_allowed(user_id=request.user.pk):
+        return plain_text("too many heartbeats: slow down", status=429)
     annotation = _own(request, pk)
     try:
         labeling.record_time(annotation=annotation, times=labeling.parse_times(request.POST) or labeling.ActiveTime())

@@ -11,8 +11,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
-from django.db.models import F, Value
+from django.db.models import Case, F, IntegerField, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -23,6 +25,9 @@ RATINGS = (-1, 0, 1)
 MAX_COMPLETION_CHARS = 5000
 # Reports may run a little ahead of the server clock (latency, clock skew).
 _TIME_SLACK_MS = 120_000
+# step_ms pairs one report may carry, refused before any parsing beyond a split: the page
+# reports only the steps active since its last report, and a solution has far fewer steps.
+MAX_STEP_TIMES = 500
 
 
 class AlreadySubmitted(Exception):
@@ -87,12 +92,20 @@ def annotation_for(*, user, pk: int) -> Annotation:
 
 
 def parse_times(data) -> ActiveTime | None:
-    """Read `total_ms` and `step_ms` ("index:ms,index:ms") from a POST; None when absent."""
+    """Read `total_ms` and `step_ms` ("index:ms,index:ms") from a POST; None when absent.
+
+    At most MAX_STEP_TIMES pairs; that each index is a step of the solution is checked
+    when the times are stored.
+    """
     if not data.get("total_ms"):
         return None
+    step_ms = data.get("step_ms") or ""
+    # Each pair is at least "i:m," (4 characters), so a longer text has too many pairs.
+    if len(step_ms) > MAX_STEP_TIMES * 24 or step_ms.count(",") >= MAX_STEP_TIMES:
+        raise LabelingError(f"step_ms: at most {MAX_STEP_TIMES} index:ms pairs")
     try:
         times = ActiveTime(total_ms=int(data["total_ms"]))
-        for part in filter(None, (data.get("step_ms") or "").split(",")):
+        for part in filter(None, step_ms.split(",")):
             index, ms = part.split(":")
             times.steps[int(index)] = int(ms)
     except ValueError:
@@ -234,6 +247,22 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
         _record_time(locked, times)
 
 
+def heartbeat_allowed(*, user_id: int) -> bool:
+    """Whether the user is within STEPWISE_HEARTBEATS_PER_MINUTE (counted per clock minute).
+
+    The count lives in Django's cache: per web process with the default local-memory cache,
+    so the limit applies per process; a shared cache makes it site-wide.
+    """
+    key = f"stepwise:heartbeats:{user_id}:{int(timezone.now().timestamp() // 60)}"
+    cache.add(key, 0, timeout=120)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # Evicted between add and incr: count this one as the first.
+        cache.set(key, 1, timeout=120)
+        count = 1
+    return count <= settings.STEPWISE_HEARTBEATS_PER_MINUTE
+
+
 def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
     """Store a report of active time (heartbeats) and keep the lease."""
     with transaction.atomic():
@@ -249,10 +278,17 @@ def _record_time(annotation: Annotation, times: ActiveTime | None) -> None:
     if total > (annotation.total_time_ms or 0):
         Annotation.objects.filter(pk=annotation.pk).update(total_time_ms=total)
         annotation.total_time_ms = total
-    for index, ms in times.steps.items():
-        StepLabel.objects.filter(annotation=annotation, index=index).update(
-            time_ms=Greatest(Coalesce(F("time_ms"), Value(0)), Value(min(ms, ceiling)))
-        )
+    if not times.steps:
+        return
+    # One statement for every step, whatever the number of pairs (they are bounded anyway).
+    reported = Case(*(When(index=index, then=Value(min(ms, ceiling))) for index, ms in times.steps.items()),
+                    output_field=IntegerField())
+    updated = StepLabel.objects.filter(annotation=annotation, index__in=times.steps).update(
+        time_ms=Greatest(Coalesce(F("time_ms"), Value(0)), reported)
+    )
+    if updated != len(times.steps):
+        # Raised inside the caller's transaction, so nothing of this report is kept.
+        raise LabelingError("step_ms: every index must be a step of this solution")
 
 
 def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
@@ -267,8 +303,8 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
         locked = _open(annotation, config)
         ratings = _ratings(locked)
         reason = _decide(ratings, config, finish_reason, note)
+        _record_time(locked, times)  # Before steps past the end are dropped: the page reports them too.
         last = _keep_steps(locked, ratings, reason, config)
-        _record_time(locked, times)
         labels = StepLabel.objects.filter(annotation=locked)
         labels.update(chosen_completion=None)
         labels.filter(index__lt=last - 1).update(chosen_completion=0)

@@ -193,6 +193,8 @@ SPECTACULAR_SETTINGS = {
 # Every STEPWISE_* value is parsed here, at start-up, and a bad one names its variable.
 # Seconds a solution stays leased to an annotator without activity.
 STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600, minimum=1)
+# Heartbeats one annotator may send per minute (the page sends two, plus one on leaving).
+STEPWISE_HEARTBEATS_PER_MINUTE = env_int("STEPWISE_HEARTBEATS_PER_MINUTE", 20, minimum=1)
 # Seconds allowed to grade one answer with math-verify before it counts as unknown.
 STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0, minimum=0.1)
 STEPWISE_ALLOW_TRUST_REMOTE_CODE = env_bool("STEPWISE_ALLOW_TRUST_REMOTE_CODE", False)
