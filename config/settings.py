@@ -88,7 +88,9 @@ WSGI_APPLICATION = "config.wsgi.application"
 
 def database_from_url(url: str) -> dict:
     try:
-        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))
+        # Persistent connections: a new PostgreSQL connection per request (a backend forked, auth)
+        # cost more CPU than most of our requests. Health checks drop a connection the server closed.
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True)
     except (ValueError, KeyError) as error:
         raise ImproperlyConfigured(f"DATABASE_URL={url!r} is not a database URL: {error}") from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
