@@ -218,6 +218,16 @@ class Server:
             self.process.wait()
 
 
+class RunningServer:
+    """A gunicorn started elsewhere (--url), known by its master's pid so its CPU can be read."""
+
+    def __init__(self, url: str, pid: int):
+        self.url, self.pid = url, pid
+
+    def pids(self) -> list[int]:
+        return [self.pid, *_children(self.pid)]
+
+
 # --- CPU ----------------------------------------------------------------------------
 
 def _children(pid: int) -> list[int]:

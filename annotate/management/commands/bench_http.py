@@ -42,10 +42,12 @@ class Command(BaseCommand):
         parser.add_argument("--seconds", type=float, default=30, help="Labeling time per run")
         parser.add_argument("--max-requests", type=int, default=100_000, help="Requests per client at most")
         parser.add_argument("--url", default="", help="Target a running server instead of starting gunicorn")
+        parser.add_argument("--server-pid", type=int, default=0,
+                            help="With --url: the gunicorn master's pid, to measure its CPU")
         parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
 
-    def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, force: bool,
-               **options):
+    def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
+               force: bool, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
@@ -57,21 +59,23 @@ class Command(BaseCommand):
         saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
                  "overlap_k": config.overlap_k}
         LabelingConfig.objects.filter(pk=config.pk).update(qc_rate=0, screening_required=False, overlap_k=1)
-        server = None if url else loadtest.Server(database_url=_database_url())
+        server = loadtest.RunningServer(url, server_pid) if url and server_pid else None
+        if not url:
+            server = loadtest.Server(database_url=_database_url())
         try:
-            if server:
+            if server and not url:
                 server.wait_until_up()
             size = Solution.objects.filter(source=SOURCE).count()
             self.stdout.write(
                 f"Stepwise HTTP benchmark on {connection.vendor} ({size:,} solutions in the pool"
                 f"{f', built in {built:.1f} s' if built else ''}); "
-                f"{'gunicorn 2 workers x 4 threads' if server else url}; "
+                f"{url or 'gunicorn 2 workers x 4 threads'}; "
                 f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
             )
             for n in runs:
-                self.run_once(n, seconds, max_requests, server.url if server else url, server)
+                self.run_once(n, seconds, max_requests, url or server.url, server)
         finally:
-            if server:
+            if server and not url:
                 server.stop()
             LabelingConfig.objects.filter(pk=config.pk).update(**saved)
 
