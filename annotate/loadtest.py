@@ -131,7 +131,7 @@ def client_process(base_url: str, username: str, password: str, seconds: float, 
     """Body of one client process: log in, wait for the others, label until the deadline."""
     annotator = Annotator(base_url, username, password, deadline=float("inf"), max_requests=max_requests)
     try:
-        annotator.log_in()
+        _log_in_patiently(annotator)
         barrier.wait(timeout=120)
         annotator.deadline = time.monotonic() + seconds
         annotator.label_until_done()
@@ -139,6 +139,19 @@ def client_process(base_url: str, username: str, password: str, seconds: float, 
         annotator.result.error = f"{username}: {error!r}"
         barrier.abort()
     results.put(annotator.result)
+
+
+def _log_in_patiently(annotator: Annotator, attempts: int = 3) -> None:
+    """Log in, retrying a dropped connection: N password hashes at once on a small machine can
+    outlast gunicorn's worker timeout, and a login is setup, not what is measured."""
+    for attempt in range(attempts):
+        try:
+            annotator.log_in()
+            return
+        except requests.RequestException:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1 + attempt)
 
 
 def run_clients(*, base_url: str, users: list[tuple[str, str]], seconds: float, max_requests: int,
