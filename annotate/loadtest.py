@@ -54,6 +54,10 @@ class _Done(Exception):
     """The client reached its deadline or its request budget."""
 
 
+class _NoAnswer(Exception):
+    """The server dropped or refused the connection (counted as status 0); the client goes on."""
+
+
 class Annotator:
     """One simulated annotator: a logged-in session that labels tasks until told to stop."""
 
@@ -68,7 +72,11 @@ class Annotator:
             raise _Done
         self.result.requests += 1
         kwargs.setdefault("allow_redirects", False)
-        response = self.http.request(method, self.base + path, timeout=30, **kwargs)
+        try:
+            response = self.http.request(method, self.base + path, timeout=30, **kwargs)
+        except requests.RequestException as error:
+            self.result.statuses[0] += 1
+            raise _NoAnswer(str(error)) from error
         self.result.statuses[response.status_code] += 1
         return response
 
@@ -89,11 +97,14 @@ class Annotator:
             raise RuntimeError(f"{self.username} could not log in (HTTP {response.status_code})")
 
     def label_until_done(self) -> None:
-        try:
-            while self.label_one():
-                pass
-        except _Done:
-            pass
+        while True:
+            try:
+                if not self.label_one():
+                    return
+            except _NoAnswer:
+                continue  # Claiming again resumes the open task, as a reload would.
+            except _Done:
+                return
 
     def label_one(self) -> bool:
         """Claim, rate every step +1, submit. False when the queue is empty."""
@@ -148,7 +159,7 @@ def _log_in_patiently(annotator: Annotator, attempts: int = 3) -> None:
         try:
             annotator.log_in()
             return
-        except requests.RequestException:
+        except (requests.RequestException, _NoAnswer):
             if attempt == attempts - 1:
                 raise
             time.sleep(1 + attempt)

@@ -18,10 +18,11 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
     report = out.getvalue()
 
     assert "duplicate assignments: 0; lost labels: 0" in report
-    summary = re.search(r"2 clients, [\d.]+ s: (\d+) tasks labeled \([\d.]+ tasks/s\), \d+ requests, (\d+) 5xx", report)
+    summary = re.search(r"2 clients, [\d.]+ s: (\d+) tasks labeled \([\d.]+ tasks/s\), \d+ requests, "
+                        r"(\d+) 5xx, (\d+) without an answer", report)
     assert summary, report
-    labeled, errors_5xx = int(summary.group(1)), int(summary.group(2))
-    assert labeled > 0 and errors_5xx == 0
+    labeled, errors_5xx, unanswered = (int(group) for group in summary.groups())
+    assert labeled > 0 and errors_5xx == 0 and unanswered == 0
     for endpoint in ("next task", "claim POST", "task page GET", "rating save", "submit"):
         row = re.search(rf"^\s+{endpoint}\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", report, re.MULTILINE)
         assert row and int(row.group(1)) > 0, f"{endpoint} missing from:\n{report}"

@@ -112,8 +112,8 @@ class Command(BaseCommand):
         total = sum(statuses.values())
         errors_5xx = sum(count for status, count in statuses.items() if status >= 500)
         self.stdout.write(f"\n{n} client{'s' if n != 1 else ''}, {elapsed:.1f} s: {labeled} tasks labeled "
-                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx "
-                          f"(statuses {dict(sorted(statuses.items()))})")
+                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx, "
+                          f"{statuses[0]} without an answer (statuses {dict(sorted(statuses.items()))})")
         self.stdout.write(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
         for name in ENDPOINTS:
             values = timings.get(name, [])
