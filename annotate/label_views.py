@@ -90,7 +90,9 @@ def label_complete(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
-    """Activity on the page: keep the lease and store active time."""
+    """Activity on the page: keep the lease and store active time (rate-limited per user)."""
+    if not labeling.heartbeat_allowed(user_id=request.user.pk):
+        return plain_text("too many heartbeats: slow down", status=429)
     annotation = _own(request, pk)
     try:
         labeling.record_time(annotation=annotation, times=labeling.parse_times(request.POST) or labeling.ActiveTime())
@@ -106,11 +108,11 @@ def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
 def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
     """Submit, then go straight on to the next task (or home, if asked)."""
     annotation = _own(request, pk)
-    refusal = _perform(request, annotation, lambda a, t: labeling.submit(
+    outcome = _perform(request, annotation, lambda a, t: labeling.submit(
         annotation=a, finish_reason=request.POST.get("finish_reason", ""), note=request.POST.get("note", ""), times=t
     ))
-    if refusal:
-        return refusal
+    if isinstance(outcome, HttpResponse):
+        return outcome
     # Shown on the next page, so a submit is seen even when the next task has the same problem.
     messages.success(request, f"Submitted as {annotation.finish_reason}.", extra_tags="toast")
     target = reverse("annotate:home") if request.POST.get("then") == "home" else _next_task_url(request)
@@ -127,23 +129,24 @@ def _own(request: HttpRequest, pk: int) -> Annotation:
 def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpResponse:
     """Run one labeling action and answer with the task as it now stands."""
     annotation = _own(request, pk)
-    if refusal := _perform(request, annotation, action):
-        return refusal
+    outcome = _perform(request, annotation, action)
+    if isinstance(outcome, HttpResponse):
+        return outcome
     if request.htmx:
-        context = {"task": labeling.task_view(annotation), "annotation": annotation}
-        return render(request, "annotate/label.html#task", context)
+        # An action that returns the task (rating, the hot path) saves reading it again.
+        task = outcome if isinstance(outcome, labeling.Task) else labeling.task_view(annotation)
+        return render(request, "annotate/label.html#task", {"task": task, "annotation": task.annotation})
     return redirect("annotate:label-task", pk=pk)
 
 
-def _perform(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> HttpResponse | None:
-    """Run one labeling action; the refusal to answer with, or None when it was done."""
+def _perform(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> object:
+    """Run one labeling action: the refusal (an HttpResponse) to answer with, else what it returned."""
     try:
-        action(annotation, labeling.parse_times(request.POST))
+        return action(annotation, labeling.parse_times(request.POST))
     except (labeling.AlreadySubmitted, queueing.LeaseLost) as error:
         return _refuse(request, annotation, 409, str(error))
     except labeling.LabelingError as error:
         return _refuse(request, annotation, 400, str(error))
-    return None
 
 
 def _refuse(request: HttpRequest, annotation: Annotation, status: int, message: str) -> HttpResponse:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
-from django.db.models import F, Value
+from django.db.models import Case, F, IntegerField, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -26,6 +28,9 @@ MAX_COMPLETION_CHARS = 5000
 MAX_NOTE_CHARS = 2000
 # Reports may run a little ahead of the server clock (latency, clock skew).
 _TIME_SLACK_MS = 120_000
+# step_ms pairs one report may carry, refused before any parsing beyond a split: the page
+# reports only the steps active since its last report, and a solution has far fewer steps.
+MAX_STEP_TIMES = 500
 
 
 class AlreadySubmitted(Exception):
@@ -90,12 +95,20 @@ def annotation_for(*, user, pk: int) -> Annotation:
 
 
 def parse_times(data) -> ActiveTime | None:
-    """Read `total_ms` and `step_ms` ("index:ms,index:ms") from a POST; None when absent."""
+    """Read `total_ms` and `step_ms` ("index:ms,index:ms") from a POST; None when absent.
+
+    At most MAX_STEP_TIMES pairs; that each index is a step of the solution is checked
+    when the times are stored.
+    """
     if not data.get("total_ms"):
         return None
+    step_ms = data.get("step_ms") or ""
+    # Each pair is at least "i:m," (4 characters), so a longer text has too many pairs.
+    if len(step_ms) > MAX_STEP_TIMES * 24 or step_ms.count(",") >= MAX_STEP_TIMES:
+        raise LabelingError(f"step_ms: at most {MAX_STEP_TIMES} index:ms pairs")
     try:
         times = ActiveTime(total_ms=int(data["total_ms"]))
-        for part in filter(None, (data.get("step_ms") or "").split(",")):
+        for part in filter(None, step_ms.split(",")):
             index, ms = part.split(":")
             times.steps[int(index)] = int(ms)
     except ValueError:
@@ -107,12 +120,22 @@ def parse_times(data) -> ActiveTime | None:
 
 def task_view(annotation: Annotation, config: LabelingConfig | None = None) -> Task:
     """The page's view of an annotation: which steps are rated, current, locked."""
-    config = config or LabelingConfig.get()
-    rows = list(
+    return _task(annotation, _rows(annotation), config or LabelingConfig.get())
+
+
+# (step index, text, rating, flagged, time_ms, human_completion): one row per step, in order.
+_Row = tuple[int, str, int | None, bool, int | None, dict | None]
+
+
+def _rows(annotation: Annotation) -> list[_Row]:
+    return list(
         Completion.objects.filter(step_label__annotation=annotation, index=0).order_by("step_label__index")
         .values_list("step_label__index", "text", "rating", "flagged", "step_label__time_ms",
                      "step_label__human_completion")
     )
+
+
+def _task(annotation: Annotation, rows: list[_Row], config: LabelingConfig) -> Task:
     ratings = [r[2] for r in rows]
     first_error = verdicts.first_error(ratings)
     next_index = _next_index(ratings, config)
@@ -180,19 +203,33 @@ def _completion(annotation: Annotation, index: int):
     return Completion.objects.filter(step_label__annotation=annotation, step_label__index=index, index=0)
 
 
-def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime | None = None) -> None:
-    """Rate step `index` -1, 0 or +1 (a rated step may be corrected in place)."""
+def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime | None = None) -> Task:
+    """Rate step `index` -1, 0 or +1 (a rated step may be corrected in place); returns the task now.
+
+    The hot path of labeling: the rows read under the lock, changed as the writes changed
+    them, are the task it returns, so answering with the task costs no second read.
+    """
     if rating not in RATINGS:
         raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     config = LabelingConfig.get()
     with transaction.atomic():
         locked = _open(annotation, config)
-        _check_reachable(_ratings(locked), index, config)
+        rows = _rows(locked)
+        _check_reachable([row[2] for row in rows], index, config)
         _completion(locked, index).update(rating=rating)
-        if rating != -1 and config.allow_human_completion:
-            # A corrected step is not wrong any more, so its rewrite no longer applies.
+        # A corrected step is not wrong any more, so its rewrite no longer applies.
+        clear_rewrite = rating != -1 and config.allow_human_completion
+        if clear_rewrite:
             StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=None)
-        _record_time(locked, times)
+        step_times = _record_time(locked, times)
+    changed = []
+    for i, text, old_rating, flagged, time_ms, human in rows:
+        if i in step_times:
+            time_ms = max(time_ms or 0, step_times[i])
+        if i == index:
+            old_rating, human = rating, None if clear_rewrite else human
+        changed.append((i, text, old_rating, flagged, time_ms, human))
+    return _task(locked, changed, config)
 
 
 def flag(*, annotation: Annotation, index: int, flagged: bool, times: ActiveTime | None = None) -> None:
@@ -237,25 +274,51 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
         _record_time(locked, times)
 
 
+def heartbeat_allowed(*, user_id: int) -> bool:
+    """Whether the user is within STEPWISE_HEARTBEATS_PER_MINUTE (counted per clock minute).
+
+    The count lives in Django's cache: per web process with the default local-memory cache,
+    so the limit applies per process; a shared cache makes it site-wide.
+    """
+    key = f"stepwise:heartbeats:{user_id}:{int(timezone.now().timestamp() // 60)}"
+    cache.add(key, 0, timeout=120)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # Evicted between add and incr: count this one as the first.
+        cache.set(key, 1, timeout=120)
+        count = 1
+    return count <= settings.STEPWISE_HEARTBEATS_PER_MINUTE
+
+
 def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
     """Store a report of active time (heartbeats) and keep the lease."""
     with transaction.atomic():
         _record_time(_open(annotation), times)
 
 
-def _record_time(annotation: Annotation, times: ActiveTime | None) -> None:
+def _record_time(annotation: Annotation, times: ActiveTime | None) -> dict[int, int]:
+    """Store a time report; returns the per-step times it offered (a stored time only grows)."""
     if times is None:
-        return
+        return {}
     # Never more than the wall-clock time since the task was served.
     ceiling = int((timezone.now() - annotation.created_at) / dt.timedelta(milliseconds=1)) + _TIME_SLACK_MS
     total = min(times.total_ms, ceiling)
     if total > (annotation.total_time_ms or 0):
         Annotation.objects.filter(pk=annotation.pk).update(total_time_ms=total)
         annotation.total_time_ms = total
-    for index, ms in times.steps.items():
-        StepLabel.objects.filter(annotation=annotation, index=index).update(
-            time_ms=Greatest(Coalesce(F("time_ms"), Value(0)), Value(min(ms, ceiling)))
-        )
+    if not times.steps:
+        return {}
+    offered = {index: min(ms, ceiling) for index, ms in times.steps.items()}
+    # One statement for every step, whatever the number of pairs (they are bounded anyway).
+    reported = Case(*(When(index=index, then=Value(ms)) for index, ms in offered.items()),
+                    output_field=IntegerField())
+    updated = StepLabel.objects.filter(annotation=annotation, index__in=times.steps).update(
+        time_ms=Greatest(Coalesce(F("time_ms"), Value(0)), reported)
+    )
+    if updated != len(times.steps):
+        # Raised inside the caller's transaction, so nothing of this report is kept.
+        raise LabelingError("step_ms: every index must be a step of this solution")
+    return offered
 
 
 def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
@@ -270,20 +333,24 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
         locked = _open(annotation, config)
         ratings = _ratings(locked)
         reason = _decide(ratings, config, finish_reason, note)
+        _record_time(locked, times)  # Before steps past the end are dropped: the page reports them too.
         last = _keep_steps(locked, ratings, reason, config)
-        _record_time(locked, times)
-        labels = StepLabel.objects.filter(annotation=locked)
-        labels.update(chosen_completion=None)
-        labels.filter(index__lt=last - 1).update(chosen_completion=0)
-        if reason != FinishReason.FOUND_ERROR and last > 0 and ratings[last - 1] is not None:
-            labels.filter(index=last - 1).update(chosen_completion=0)
+        # Every kept step but the last is chosen; the last too unless it is the error found.
+        chosen_below = last if reason != FinishReason.FOUND_ERROR and last > 0 and ratings[last - 1] is not None \
+            else last - 1
+        StepLabel.objects.filter(annotation=locked).update(
+            chosen_completion=Case(When(index__lt=chosen_below, then=Value(0)), default=None,
+                                   output_field=IntegerField())
+        )
         locked.status = Annotation.Status.SUBMITTED
         locked.finish_reason = reason
         locked.finish_note = note.strip() if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else ""
         locked.timestamp = timezone.now()
         locked.save(update_fields=["status", "finish_reason", "finish_note", "timestamp", "updated_at"])
         queueing.finish_item(annotation=locked)
-    annotation.refresh_from_db()
+    # The caller's object as it now stands, without reading it back.
+    for name in ("status", "finish_reason", "finish_note", "timestamp", "updated_at", "total_time_ms"):
+        setattr(annotation, name, getattr(locked, name))
     return reason
 
 

@@ -96,9 +96,10 @@ WSGI_APPLICATION = "config.wsgi.application"
 
 def database_from_url(url: str) -> dict:
     try:
-        # Health checks: a persistent connection the database dropped (a restart) is replaced
-        # at the next request instead of failing it.
-        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 0), conn_health_checks=True)
+        # Persistent connections: a new PostgreSQL connection per request (a backend forked, auth)
+        # cost more CPU than most of our requests. Health checks replace a connection the server
+        # dropped (a restart) at the next request instead of failing it.
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True)
     except (ValueError, KeyError) as error:
         raise ImproperlyConfigured(f"DATABASE_URL={url!r} is not a database URL: {error}") from None
     if config["ENGINE"] == "django.db.backends.sqlite3":
@@ -266,6 +267,8 @@ SPECTACULAR_SETTINGS = {
 # Every STEPWISE_* value is parsed here, at start-up, and a bad one names its variable.
 # Seconds a solution stays leased to an annotator without activity.
 STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600, minimum=1)
+# Heartbeats one annotator may send per minute (the page sends two, plus one on leaving).
+STEPWISE_HEARTBEATS_PER_MINUTE = env_int("STEPWISE_HEARTBEATS_PER_MINUTE", 20, minimum=1)
 # Seconds allowed to grade one answer with math-verify before it counts as unknown.
 STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0, minimum=0.1)
 STEPWISE_ALLOW_TRUST_REMOTE_CODE = env_bool("STEPWISE_ALLOW_TRUST_REMOTE_CODE", False)

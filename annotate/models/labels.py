@@ -64,6 +64,9 @@ class Annotation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["solution", "labeler"], name="one_annotation_per_labeler"),
         ]
+        # "Has this annotator seen this solution?" is asked of every candidate at each claim:
+        # one index probe, however many tasks the annotator has done.
+        indexes = [models.Index(fields=["annotator", "solution"], name="annotation_annotator_solution")]
 
     def __str__(self) -> str:
         return f"Annotation {self.pk} by {self.labeler} of solution {self.solution_id}"

@@ -1,0 +1,346 @@
+"""The HTTP load test behind `bench_http`: simulated annotators against the real server.
+
+Each annotator is one OS process with its own `requests` session (cookies, CSRF token),
+doing what a person at the labeling page does: log in, claim the next task (POST
+/label/next, then GET of the page it redirects to), rate every step as htmx does, submit.
+The clients stop by themselves at a deadline and after a bounded number of requests.
+Afterwards the parent checks the database: no solution went to two annotators and every
+rating the server acknowledged is stored. CPU is read from /proc for the gunicorn processes
+and for the PostgreSQL backends serving our database (found by their process titles, so
+short-lived connections are seen too; see `DatabaseCpu`).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+# Endpoint names as the report prints them.
+CLAIM, PAGE, NEXT, RATE, SUBMIT = "claim POST", "task page GET", "next task", "rating save", "submit"
+_STEP = re.compile(r'<li id="step-\d+"')
+_TASK_URL = re.compile(r"/label/(\d+)/$")
+_CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class ClientResult:
+    """What one simulated annotator saw: timings per endpoint and acknowledged writes."""
+
+    timings: dict[str, list[float]] = field(default_factory=dict)
+    statuses: Counter = field(default_factory=Counter)
+    ratings: list[tuple[int, int, int]] = field(default_factory=list)  # (annotation, step index, rating)
+    submitted: list[int] = field(default_factory=list)  # annotation ids acknowledged as submitted
+    claimed: list[int] = field(default_factory=list)  # annotation ids served
+    requests: int = 0
+    error: str = ""
+
+    def time(self, name: str, ms: float) -> None:
+        self.timings.setdefault(name, []).append(ms)
+
+
+class _Done(Exception):
+    """The client reached its deadline or its request budget."""
+
+
+class _NoAnswer(Exception):
+    """The server dropped or refused the connection (counted as status 0); the client goes on."""
+
+
+class Annotator:
+    """One simulated annotator: a logged-in session that labels tasks until told to stop."""
+
+    def __init__(self, base_url: str, username: str, password: str, deadline: float, max_requests: int):
+        self.base, self.username, self.password = base_url.rstrip("/"), username, password
+        self.deadline, self.max_requests = deadline, max_requests
+        self.http = requests.Session()
+        self.result = ClientResult()
+
+    def _send(self, method: str, path: str, **kwargs) -> requests.Response:
+        if self.result.requests >= self.max_requests or time.monotonic() >= self.deadline:
+            raise _Done
+        self.result.requests += 1
+        kwargs.setdefault("allow_redirects", False)
+        try:
+            response = self.http.request(method, self.base + path, timeout=30, **kwargs)
+        except requests.RequestException as error:
+            self.result.statuses[0] += 1
+            raise _NoAnswer(str(error)) from error
+        self.result.statuses[response.status_code] += 1
+        return response
+
+    def _post(self, path: str, data: dict, htmx: bool = False) -> requests.Response:
+        headers = {"X-CSRFToken": self.http.cookies.get("csrftoken", ""), "Referer": self.base + "/"}
+        if htmx:
+            headers["HX-Request"] = "true"
+        return self._send("POST", path, data=data, headers=headers)
+
+    def log_in(self) -> None:
+        page = self._send("GET", "/accounts/login/")
+        token = _CSRF_INPUT.search(page.text)
+        response = self._post("/accounts/login/", {
+            "username": self.username, "password": self.password,
+            "csrfmiddlewaretoken": token.group(1) if token else "",
+        })
+        if response.status_code != 302:
+            raise RuntimeError(f"{self.username} could not log in (HTTP {response.status_code})")
+
+    def label_until_done(self) -> None:
+        while True:
+            try:
+                if not self.label_one():
+                    return
+            except _NoAnswer:
+                continue  # Claiming again resumes the open task, as a reload would.
+            except _Done:
+                return
+
+    def label_one(self) -> bool:
+        """Claim, rate every step +1, submit. False when the queue is empty."""
+        started = time.perf_counter()
+        claim = self._post("/label/next", {})
+        claimed = time.perf_counter()
+        self.result.time(CLAIM, (claimed - started) * 1000)
+        match = _TASK_URL.search(claim.headers.get("Location", ""))
+        if claim.status_code != 302 or match is None:
+            return False  # Nothing left (redirected home) or refused: counted in statuses.
+        pk = int(match.group(1))
+        page = self._send("GET", f"/label/{pk}/")
+        done = time.perf_counter()
+        self.result.time(PAGE, (done - claimed) * 1000)
+        self.result.time(NEXT, (done - started) * 1000)
+        if page.status_code != 200:
+            return True
+        self.result.claimed.append(pk)
+        for index in range(len(_STEP.findall(page.text))):
+            started = time.perf_counter()
+            response = self._post(f"/label/{pk}/rate", {"index": index, "rating": 1}, htmx=True)
+            self.result.time(RATE, (time.perf_counter() - started) * 1000)
+            if response.status_code == 200:
+                self.result.ratings.append((pk, index, 1))
+        started = time.perf_counter()
+        response = self._post(f"/label/{pk}/submit", {"then": "home"}, htmx=True)
+        self.result.time(SUBMIT, (time.perf_counter() - started) * 1000)
+        if response.status_code == 200:
+            self.result.submitted.append(pk)
+        return True
+
+
+def client_process(base_url: str, username: str, password: str, seconds: float, max_requests: int,
+                   barrier, results) -> None:
+    """Body of one client process: log in, wait for the others, label until the deadline."""
+    annotator = Annotator(base_url, username, password, deadline=float("inf"), max_requests=max_requests)
+    try:
+        _log_in_patiently(annotator)
+        barrier.wait(timeout=120)
+        annotator.deadline = time.monotonic() + seconds
+        annotator.label_until_done()
+    except Exception as error:  # noqa: BLE001 - reported by the parent
+        annotator.result.error = f"{username}: {error!r}"
+        barrier.abort()
+    results.put(annotator.result)
+
+
+def _log_in_patiently(annotator: Annotator, attempts: int = 3) -> None:
+    """Log in, retrying a dropped connection: N password hashes at once on a small machine can
+    outlast gunicorn's worker timeout, and a login is setup, not what is measured."""
+    for attempt in range(attempts):
+        try:
+            annotator.log_in()
+            return
+        except (requests.RequestException, _NoAnswer):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1 + attempt)
+
+
+def run_clients(*, base_url: str, users: list[tuple[str, str]], seconds: float, max_requests: int,
+                on_start=None) -> tuple[list[ClientResult], float]:
+    """Run one process per (username, password); returns their results and the labeling seconds.
+
+    `on_start` is called once every client has logged in, just before they start labeling
+    (the CPU counters are read there, so logins are not charged to labeling).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(users) + 1), ctx.Queue()
+    processes = [
+        ctx.Process(target=client_process, args=(base_url, name, password, seconds, max_requests, barrier, results))
+        for name, password in users
+    ]
+    for process in processes:
+        process.start()
+    try:
+        barrier.wait(timeout=180)
+    except threading.BrokenBarrierError:
+        pass  # A client failed to log in; its error comes back with its result.
+    if on_start:
+        on_start()
+    started = time.perf_counter()
+    collected = [results.get(timeout=seconds + 300) for _ in processes]
+    elapsed = time.perf_counter() - started
+    for process in processes:
+        process.join(timeout=30)
+    return collected, elapsed
+
+
+# --- the server ---------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """gunicorn `config.wsgi`, 2 workers x 4 threads on loopback, as `./stepwise run` starts it."""
+
+    def __init__(self, *, database_url: str, workers: int = 2, threads: int = 4, extra_env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        gunicorn = Path(sys.executable).with_name("gunicorn")
+        env = {**os.environ, "DATABASE_URL": database_url, **(extra_env or {})}
+        env.setdefault("SECRET_KEY", "bench-http-not-secret")
+        self.process = subprocess.Popen(
+            [str(gunicorn), "config.wsgi", "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers),
+             "--threads", str(threads), "--log-level", "warning"],
+            cwd=Path(__file__).resolve().parent.parent, env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+
+    def wait_until_up(self, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited: {self.process.stderr.read()[-2000:]}")
+            try:
+                requests.get(self.url + "/accounts/login/", timeout=5)
+                return
+            except requests.RequestException:
+                time.sleep(0.2)
+        raise RuntimeError(f"gunicorn did not answer within {seconds} s")
+
+    def pids(self) -> list[int]:
+        return [self.process.pid, *_children(self.process.pid)]
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class RunningServer:
+    """A gunicorn started elsewhere (--url), known by its master's pid so its CPU can be read."""
+
+    def __init__(self, url: str, pid: int):
+        self.url, self.pid = url, pid
+
+    def pids(self) -> list[int]:
+        return [self.pid, *_children(self.pid)]
+
+
+# --- CPU ----------------------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU of a process (with `reaped`, plus its waited-for children); 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the ")": state is field 3, utime 14, stime 15, cutime 16, cstime 17 (man 5 proc).
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _CLOCK_TICKS
+
+
+def server_cpu(pids: list[int]) -> float:
+    """gunicorn's CPU: the master with its reaped children, plus the live workers."""
+    master, *workers = pids
+    return cpu_seconds(master, reaped=True) + sum(cpu_seconds(pid) for pid in workers)
+
+
+class DatabaseCpu:
+    """CPU of the PostgreSQL backends serving one database, seen through their process titles.
+
+    The server is shared (other databases, other users), so only backends whose title names
+    our database count. A backend that lives a few milliseconds (one connection per request)
+    ends between two reads of /proc, so a sampler thread reads every backend's counters
+    every few milliseconds and keeps the last value seen per pid: what a backend spent after
+    its last sample is missed, so with short connections the figure is a lower bound.
+    """
+
+    def __init__(self, database: str, interval: float = 0.005):
+        self.title = f" {database} "
+        self.interval = interval
+        self.seen: dict[int, float] = {}
+        self._baseline: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _backends(self) -> list[int]:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if self.title in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                        pids.append(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
+    def _read(self) -> None:
+        for pid in self._backends():
+            value = cpu_seconds(pid)
+            if value:
+                self.seen[pid] = max(value, self.seen.get(pid, 0.0))
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._read()
+
+    def start(self) -> None:
+        self._read()
+        self._baseline = dict(self.seen)
+        self._thread.start()
+
+    def stop(self) -> float:
+        """Seconds of CPU our backends spent since start()."""
+        self._stop.set()
+        self._thread.join()
+        self._read()
+        return sum(value - self._baseline.get(pid, 0.0) for pid, value in self.seen.items())
+
+
+# --- figures -------------------------------------------------------------------------
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]

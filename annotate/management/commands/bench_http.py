@@ -1,0 +1,183 @@
+"""python manage.py bench_http [--pool 50000] [--clients 1,10] [--seconds 30] [--url URL]
+
+The annotator's workflow over HTTP against the real server: gunicorn `config.wsgi`, 2
+workers x 4 threads on loopback as `./stepwise run` starts it (or the server at --url).
+N simulated annotators, one OS process each, log in, claim (POST /label/next + GET of the
+page), rate every step as htmx does, submit, for --seconds, then stop by themselves.
+
+Prints per-endpoint p50/p95/p99, labeled tasks per second, 5xx responses, duplicate
+assignments (a solution served to two annotators), lost labels (acknowledged ratings or
+submits the database does not hold), and server + database CPU per labeled task: gunicorn's
+processes and the PostgreSQL backends of our database, from /proc (on SQLite the database
+works inside gunicorn, so its CPU is in the server figure). Uses the database of
+DATABASE_URL; the pool (source "bench-workspace", shared with bench_workspace) is built on
+first use and kept. Refuses a database holding other solutions unless --force.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections import Counter
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, connections
+from django.test.utils import override_settings
+
+from annotate import loadtest, queueing, roles
+from annotate.management.commands.bench_workspace import BENCH_PRIORITY, SOURCE
+from annotate.management.commands.bench_workspace import Command as WorkspaceBench
+from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution
+
+ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.PAGE, loadtest.RATE, loadtest.SUBMIT)
+
+
+class Command(BaseCommand):
+    help = "HTTP load test of the labeling workflow through gunicorn: latency, throughput, errors, CPU per task"
+
+    def add_arguments(self, parser):
+        parser.add_argument("--pool", type=int, default=50_000, help="Solutions in the bench pool")
+        parser.add_argument("--clients", default="1,10", help="Comma-separated client counts, one run each")
+        parser.add_argument("--seconds", type=float, default=30, help="Labeling time per run")
+        parser.add_argument("--max-requests", type=int, default=100_000, help="Requests per client at most")
+        parser.add_argument("--url", default="", help="Target a running server instead of starting gunicorn")
+        parser.add_argument("--server-pid", type=int, default=0,
+                            help="With --url: the gunicorn master's pid, to measure its CPU")
+        parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
+
+    def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
+               force: bool, **options):
+        try:
+            runs = [int(c) for c in clients.split(",") if c.strip()]
+        except ValueError:
+            raise CommandError(f"--clients {clients!r}: expected comma-separated integers, e.g. 1,10") from None
+        if not force and Solution.objects.exclude(source=SOURCE).exists():
+            raise CommandError("this database holds other solutions; run on a scratch database or pass --force")
+        built = WorkspaceBench().build_pool(pool)
+        config = LabelingConfig.get()
+        saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
+                 "overlap_k": config.overlap_k}
+        LabelingConfig.objects.filter(pk=config.pk).update(qc_rate=0, screening_required=False, overlap_k=1)
+        server = loadtest.RunningServer(url, server_pid) if url and server_pid else None
+        if not url:
+            server = loadtest.Server(database_url=_database_url())
+        try:
+            if server and not url:
+                server.wait_until_up()
+            size = Solution.objects.filter(source=SOURCE).count()
+            self.stdout.write(
+                f"Stepwise HTTP benchmark on {connection.vendor} ({size:,} solutions in the pool"
+                f"{f', built in {built:.1f} s' if built else ''}); "
+                f"{url or 'gunicorn 2 workers x 4 threads'}; "
+                f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+            )
+            for n in runs:
+                self.run_once(n, seconds, max_requests, url or server.url, server)
+        finally:
+            if server and not url:
+                server.stop()
+            LabelingConfig.objects.filter(pk=config.pk).update(**saved)
+
+    def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> None:
+        _queue_whole_pool()
+        users = _annotators(n)
+        connections.close_all()  # Nothing of ours holds a connection while the clients run.
+        database_cpu = loadtest.DatabaseCpu(connection.settings_dict["NAME"]) if _postgres() else None
+        before: dict[str, float] = {}
+
+        def on_start() -> None:
+            before["server"] = loadtest.server_cpu(server.pids()) if server else 0.0
+            if database_cpu:
+                database_cpu.start()
+
+        results, elapsed = loadtest.run_clients(base_url=base_url, users=users, seconds=seconds,
+                                                max_requests=max_requests, on_start=on_start)
+        server_s = loadtest.server_cpu(server.pids()) - before["server"] if server else None
+        database_s = database_cpu.stop() if database_cpu else None
+        errors = [r.error for r in results if r.error]
+        if errors:
+            raise CommandError("a client failed: " + "; ".join(errors))
+        self.report(n, results, elapsed, [name for name, _ in users], server_s, database_s)
+
+    def report(self, n: int, results: list[loadtest.ClientResult], elapsed: float, usernames: list[str],
+               server_s: float | None, database_s: float | None) -> None:
+        timings: dict[str, list[float]] = {}
+        statuses: Counter = Counter()
+        for r in results:
+            statuses.update(r.statuses)
+            for name, values in r.timings.items():
+                timings.setdefault(name, []).extend(values)
+        labeled = sum(len(r.submitted) for r in results)
+        total = sum(statuses.values())
+        errors_5xx = sum(count for status, count in statuses.items() if status >= 500)
+        self.stdout.write(f"\n{n} client{'s' if n != 1 else ''}, {elapsed:.1f} s: {labeled} tasks labeled "
+                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx, "
+                          f"{statuses[0]} without an answer (statuses {dict(sorted(statuses.items()))})")
+        self.stdout.write(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
+        for name in ENDPOINTS:
+            values = timings.get(name, [])
+            self.stdout.write(f"  {name:<14} {len(values):>6} {loadtest.percentile(values, 50):>7.1f} "
+                              f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
+        duplicates, lost = _check(results, usernames)
+        self.stdout.write(f"  duplicate assignments: {duplicates}; lost labels: {lost}")
+        def per_task(seconds: float | None) -> str:
+            return f"{seconds / labeled * 1000:.1f} ms" if seconds is not None and labeled else "n/a"
+
+        both = (server_s or 0) + (database_s or 0)
+        self.stdout.write(f"  CPU per labeled task: server {per_task(server_s)}, database {per_task(database_s)}, "
+                          f"together {per_task(both if server_s is not None else None)}; "
+                          f"load average {os.getloadavg()[0]:.1f}")
+
+
+def _postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _database_url() -> str:
+    """The URL of the database this process uses (under pytest, the test database)."""
+    db = connection.settings_dict
+    if not _postgres():
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def _queue_whole_pool() -> None:
+    """Queue every unlabeled bench solution, past STEPWISE_QUEUE_SIZE: the queue is as big as the pool,
+    so whatever scans the queue per request shows in the figures, and no run runs out of work."""
+    with override_settings(STEPWISE_QUEUE_SIZE=Solution.objects.filter(source=SOURCE).count()):
+        queueing.ensure_default_queue()
+    QueueItem.objects.filter(solution__source=SOURCE, status=QueueItem.Status.AVAILABLE).exclude(
+        priority=BENCH_PRIORITY
+    ).update(priority=BENCH_PRIORITY)
+
+
+def _annotators(n: int) -> list[tuple[str, str]]:
+    """n fresh annotator accounts for one run, as (username, password)."""
+    stamp = int(time.time() * 1000)
+    password = secrets.token_urlsafe(12)
+    users = []
+    for i in range(n):
+        user = get_user_model().objects.create_user(f"bench-http-{stamp}-{i}", password=password)
+        roles.grant_role(user, roles.ANNOTATOR)
+        users.append((user.username, password))
+    return users
+
+
+def _check(results: list[loadtest.ClientResult], usernames: list[str]) -> tuple[int, int]:
+    """(solutions served to more than one annotator, acknowledged writes the database lacks)."""
+    per_solution = Counter(
+        Annotation.objects.filter(annotator__username__in=usernames).values_list("solution_id", flat=True)
+    )
+    duplicates = sum(1 for count in per_solution.values() if count > 1)
+    acknowledged = {(pk, index): rating for r in results for pk, index, rating in r.ratings}
+    stored = {
+        (pk, index): rating for pk, index, rating in Completion.objects.filter(
+            step_label__annotation_id__in={pk for pk, _ in acknowledged}, index=0
+        ).values_list("step_label__annotation_id", "step_label__index", "rating")
+    }
+    lost = sum(1 for key, rating in acknowledged.items() if stored.get(key) != rating)
+    submitted = {pk for r in results for pk in r.submitted}
+    lost += len(submitted) - Annotation.objects.submitted().filter(pk__in=submitted).count()
+    return duplicates, lost

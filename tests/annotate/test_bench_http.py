@@ -1,0 +1,38 @@
+"""bench_http drives real gunicorn over HTTP and reports clean figures (not timed)."""
+import io
+import re
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from annotate.models import Annotation, LabelingConfig
+from tests.factories import SolutionFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
+
+
+def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx():
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0.3})
+    out = io.StringIO()
+    call_command("bench_http", pool=60, clients="2", seconds=4, stdout=out)
+    report = out.getvalue()
+
+    assert "duplicate assignments: 0; lost labels: 0" in report
+    summary = re.search(r"2 clients, [\d.]+ s: (\d+) tasks labeled \([\d.]+ tasks/s\), \d+ requests, "
+                        r"(\d+) 5xx, (\d+) without an answer", report)
+    assert summary, report
+    labeled, errors_5xx, unanswered = (int(group) for group in summary.groups())
+    assert labeled > 0 and errors_5xx == 0 and unanswered == 0
+    for endpoint in ("next task", "claim POST", "task page GET", "rating save", "submit"):
+        row = re.search(rf"^\s+{endpoint}\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", report, re.MULTILINE)
+        assert row and int(row.group(1)) > 0, f"{endpoint} missing from:\n{report}"
+    assert re.search(r"CPU per labeled task: server [\d.]+ ms", report), report
+    # What the clients were told was submitted is what the database holds.
+    assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == labeled
+    assert LabelingConfig.get().qc_rate == 0.3  # The project's settings are restored.
+
+
+def test_refuses_a_database_with_real_solutions():
+    SolutionFactory()
+    with pytest.raises(CommandError, match="scratch database"):
+        call_command("bench_http", pool=10, clients="1", seconds=1, stdout=io.StringIO())
