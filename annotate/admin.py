@@ -18,6 +18,7 @@ from .models import (
     Problem,
     QueueItem,
     RatingOverride,
+    SampleLine,
     Solution,
     Step,
     StepLabel,
@@ -65,7 +66,7 @@ class ProblemAdmin(admin.ModelAdmin):
 @admin.register(Solution)
 class SolutionAdmin(admin.ModelAdmin):
     list_display = ("id", "problem_id", "final_answer", "is_correct", "is_reference", "is_gold", "source",
-                    "generator", "pre_generated_verifier_score", "created_at")
+                    "generator", "sample_count", "pre_generated_verifier_score", "created_at")
     list_filter = ("is_correct", "is_reference", "is_gold", "source", "generator")
     search_fields = ("=id", "problem__statement", "final_answer", "=content_hash")
     raw_id_fields = ("problem",)
@@ -78,6 +79,20 @@ class SolutionAdmin(admin.ModelAdmin):
         texts = ((strip_calculator_annotations(step.text),) for step in solution.steps.all())
         items = format_html_join("", "<li>{}</li>", texts)
         return format_html("<ol>{}</ol>", items)
+
+
+@admin.register(SampleLine)
+class SampleLineAdmin(admin.ModelAdmin):
+    """Where each sample of a solution came from; written by imports only, so read-only here."""
+
+    list_display = ("id", "solution_id", "file_name", "line_no", "created_at")
+    search_fields = ("=solution__id", "file_name", "=file_digest")
+    raw_id_fields = ("solution",)
+    readonly_fields = ("solution", "file_digest", "line_no", "file_name", "created_at")
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 @admin.register(Step)
