@@ -150,7 +150,7 @@ def test_a_submit_is_announced_even_when_the_next_task_has_the_same_problem(new_
     page.locator("#step-0.cursor").wait_for()
     # It floats over the page and fades: nothing moves under the cursor, and it does not stay.
     assert page.evaluate("getComputedStyle(document.querySelector('.messages .toast')).position") == "fixed"
-    page.wait_for_function("getComputedStyle(document.querySelector('.messages .toast')).visibility === 'hidden'",
+    page.wait_for_function("() => getComputedStyle(document.querySelector('.messages .toast')).visibility === 'hidden'",
                            timeout=10_000)
 
 
@@ -197,7 +197,7 @@ def test_give_up_and_bad_problem_have_keys(new_page, live_server, short_pool, ke
 
     page.keyboard.press("3")
     page.keyboard.press(key)  # Waits for the rating's answer, then opens the form with the reason chosen.
-    page.wait_for_function("document.activeElement?.id === 'note'")
+    page.wait_for_function("() => document.activeElement?.id === 'note'")
     assert page.is_checked(f"input[name=finish_reason][value={reason}]")
     page.keyboard.type("Step two refers to a figure that is not there.")
     page.keyboard.press("Control+Enter")
@@ -214,7 +214,7 @@ def test_escape_in_the_reason_goes_back_to_the_steps(new_page, live_server, shor
     log_in(page, live_server, "leo")
     task = start_labeling(page, live_server)
     page.keyboard.press("g")
-    page.wait_for_function("document.activeElement?.id === 'note'")
+    page.wait_for_function("() => document.activeElement?.id === 'note'")
     page.keyboard.press("Escape")
     assert not page.locator("details.giveup").evaluate("d => d.open")
     page.keyboard.press("3")  # Keys act on the steps again.
