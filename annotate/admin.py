@@ -10,6 +10,8 @@ from django.utils.html import format_html, format_html_join
 from .answers import strip_calculator_annotations
 from .models import (
     Annotation,
+    AutoLabelRun,
+    AutoStepLabel,
     Completion,
     ExportJob,
     Generation,
@@ -89,6 +91,31 @@ class SampleLineAdmin(admin.ModelAdmin):
     search_fields = ("=solution__id", "file_name", "=file_digest")
     raw_id_fields = ("solution",)
     readonly_fields = ("solution", "file_digest", "line_no", "file_name", "created_at")
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(AutoLabelRun)
+class AutoLabelRunAdmin(admin.ModelAdmin):
+    """Automatic labeling passes with their provenance; rollouts and imports write them."""
+
+    list_display = ("id", "method", "source", "rollouts", "tokens", "created_at")
+    list_filter = ("method",)
+    search_fields = ("source",)
+    readonly_fields = ("method", "source", "params", "rollouts", "tokens", "created_at")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(AutoStepLabel)
+class AutoStepLabelAdmin(admin.ModelAdmin):
+    list_display = ("id", "run_id", "step_id", "n_correct", "n_rollouts", "soft")
+    list_filter = ("run__method",)
+    raw_id_fields = ("run", "step")
+    readonly_fields = ("run", "step", "n_rollouts", "n_correct", "soft")
     show_full_result_count = False
 
     def has_add_permission(self, request) -> bool:

@@ -1,4 +1,5 @@
 """The labeling side's data: the pool, annotations, the queue and background jobs."""
+from .auto_labels import AutoLabelRun, AutoStepLabel
 from .jobs import ExportJob, ImportJob, JobState
 from .labels import Annotation, Completion, FinishReason, StepLabel
 from .pool import Problem, SampleLine, Solution, Step
@@ -8,6 +9,8 @@ from .review import RatingOverride
 
 __all__ = [
     "Annotation",
+    "AutoLabelRun",
+    "AutoStepLabel",
     "Completion",
     "ExportJob",
     "FinishReason",
