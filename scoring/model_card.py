@@ -1,0 +1,130 @@
+"""The README.md model card of an exported checkpoint: how to read it, what it was trained on,
+how it scored, and how to serve it. Plain text from facts; no torch, no Django."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CARD_NAME = "README.md"
+
+
+def write_model_card(folder: Path, exported, *, head_type: str, layer: int | None, facts: dict) -> Path:
+    config = exported.config
+    sections = [
+        _front_matter(exported.kind),
+        f"# {facts.get('name', 'Stepwise PRM')}\n\nA process reward model trained in Stepwise and exported as a "
+        f"standard transformers checkpoint (`{_auto_class(exported.kind)}`, no custom code).",
+        _reading(config, exported.kind),
+        _construction(exported.construction, head_type, layer),
+        _training(facts),
+        _evaluation(facts),
+        _serving(config, exported.kind),
+        "## Back into Stepwise\n\n`stepwise.json` describes this folder as a Stepwise model of kind "
+        f"`{exported.kind}`: `./stepwise manage register_model {folder.name if folder.name else 'FOLDER'} "
+        f"--style {exported.kind}` registers it as a version.",
+    ]
+    path = Path(folder) / CARD_NAME
+    path.write_text("\n\n".join(sections) + "\n")
+    return path
+
+
+def _auto_class(kind: str) -> str:
+    return "AutoModelForCausalLM" if kind == "step_token" else "AutoModelForTokenClassification"
+
+
+def _front_matter(kind: str) -> str:
+    tag = "text-generation" if kind == "step_token" else "token-classification"
+    return f"---\nlibrary_name: transformers\npipeline_tag: {tag}\ntags:\n- process-reward-model\n- stepwise\n---"
+
+
+def _reading(config: dict, kind: str) -> str:
+    separator = json.dumps(config["separator"])
+    lines = [
+        "## How to read it",
+        "",
+        f"Input: the problem, then `\\n\\n`, then each step followed by the step separator {separator} "
+        "(Stepwise tokenizes each piece separately and prepends the BOS token). A step's score is read at the "
+        f"separator's last token, id **{config['step_tag_id']}** (vLLM's `step_tag_id`). That token also "
+        "ends the problem when the separator is `\\n\\n`: the score there belongs to no step.",
+        "",
+    ]
+    if kind == "step_token":
+        lines.append(
+            f"P(step is good) = softmax(logits[:, [{config['good_token_id']}, {config['bad_token_id']}]])[..., 0] "
+            f"(good token id {config['good_token_id']}, bad token id {config['bad_token_id']}, as Math-Shepherd reads "
+            "`+`/`-`). Only those two rows of the lm_head are set: this model is a scorer, not a generator."
+        )
+    else:
+        lines.append("Labels: 0 = bad, 1 = good; P(step is good) = softmax(logits)[..., 1] at the step positions.")
+    return "\n".join(lines)
+
+
+def _construction(construction: str, head_type: str, layer: int | None) -> str:
+    where = "the final-normed last layer" if layer is None else f"hidden state {layer}"
+    text = f"## How it was built\n\nStepwise's {head_type} head reads {where}."
+    if head_type == "beta":
+        text += " It is distributional (a mean and a reliability per step); this export carries its mean only."
+    if construction == "linearized":
+        text += (
+            " The checkpoint keeps the layers below the read-out, widens the residual stream by the dimensions "
+            "the construction needs and appends layers whose attention bias writes a constant 2^20 there, so that "
+            "the final RMSNorm is linear and the classifier reproduces the head exactly. Serve it in bfloat16 or "
+            "float32, not float16 (which cannot hold 2^20)."
+        )
+    return text
+
+
+def _training(facts: dict) -> str:
+    data = facts.get("data") or {}
+    lines = ["## Training data", ""]
+    for split in ("train", "val"):
+        part = data.get(split)
+        if part:
+            lines.append(
+                f"- {split}: {part.get('solutions')} solutions of {part.get('problems')} problems, "
+                f"{part.get('labeled_steps')} labeled steps ({part.get('labels')} labels, "
+                f"positive rate {_fmt(part.get('positive_rate'))})"
+            )
+    if facts.get("generations"):
+        lines.append(f"- labels from queue generations {', '.join(str(g) for g in facts['generations'])}")
+    if facts.get("n_labels") is not None:
+        lines.append(f"- {facts['n_labels']} trainable annotations when the training run started")
+    if len(lines) == 2:
+        lines.append("No training record (an untrained or imported head).")
+    return "\n".join(lines)
+
+
+def _evaluation(facts: dict) -> str:
+    metrics = facts.get("metrics") or {}
+    if not metrics:
+        return "## Evaluation\n\nNo evaluation recorded for this version."
+    rows = [f"| {key} | {_fmt(value)} |" for key, value in _flatten(metrics)]
+    return "## Evaluation\n\nAs recorded by Stepwise for this version.\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
+
+
+def _serving(config: dict, kind: str) -> str:
+    tag = config["step_tag_id"]
+    if kind == "step_token":
+        pooler = {"pooling_type": "STEP", "step_tag_id": tag,
+                  "returned_token_ids": [config["good_token_id"], config["bad_token_id"]]}
+    else:
+        pooler = {"pooling_type": "STEP", "step_tag_id": tag}
+    return (
+        "## Serving with vLLM\n\n(From vLLM's pooling-model documentation; not run by Stepwise's tests.)\n\n"
+        f"```bash\nvllm serve ./this-folder --runner pooling --dtype bfloat16 \\\n"
+        f"  --pooler-config '{json.dumps(pooler)}'\n```\n\n"
+        "then `POST /pooling` with the input above; each returned row is the softmax at one step tag."
+    )
+
+
+def _flatten(metrics: dict, prefix: str = ""):
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, name + ".")
+        elif isinstance(value, int | float | str) or value is None:
+            yield name, value
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
