@@ -95,3 +95,13 @@ def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None
 
     run = retraining.scheduled_retrain(min_new_labels=min_new_labels, options=options)
     return run.pk if run else None
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def export_model_task(model_version_id: int, as_kind: str) -> str:
+    """Build a version's checkpoint archive for the models page; a rerun finds it built."""
+    from scoring import model_exports
+    from scoring.models import ModelVersion
+
+    version = ModelVersion.objects.get(pk=model_version_id)
+    return str(model_exports.build_archive(version=version, as_kind=as_kind))

@@ -9,6 +9,8 @@ urlpatterns: list = [
     path("jobs/rescore/<int:pk>/", views.rescore_job, name="rescore-job"),
     path("jobs/rescore/<int:pk>/cancel", views.cancel_rescore, name="rescore-cancel"),
     path("queue/", views.queue, name="queue"),
+    path("<int:version_id>/export/", views.export_model, name="export-model"),
+    path("<int:version_id>/export/<str:as_kind>.zip", views.download_model, name="download-model"),
     path("review-scores/<int:solution_id>/", review_views.review_scores, name="review-scores"),
 ]
 

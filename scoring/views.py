@@ -9,7 +9,7 @@ Thin views: parse, one call into scoring.scoring / a query, render. The job page
 `progress` partial, the one job progress partial; without JavaScript it is a plain page.
 """
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -18,7 +18,8 @@ from annotate import roles
 from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
 
-from . import scoring
+from . import model_exports, scoring
+from .checkpoint_export import EXPORT_KINDS
 from .models import ModelVersion, RescoreJob
 
 
@@ -27,8 +28,42 @@ def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
     versions = ModelVersion.objects.select_related("parent").order_by("-is_current", "-created_at")
     jobs = RescoreJob.objects.select_related("model_version")[:20]
+    versions = list(versions)
+    for version in versions:  # only admins see (and may build) exports
+        is_head = version.kind == ModelVersion.Kind.HEAD
+        version.export_links = _export_links(version) if is_head and roles.is_admin(request.user) else []
     return render(request, "scoring/model_list.html", {"versions": versions, "jobs": jobs,
                                                        "can_rescore": roles.is_admin(request.user)})
+
+
+def _export_links(version: ModelVersion) -> list[tuple[str, bool]]:
+    """(export kind, whether its archive is built) for the models page's download column."""
+    return [(kind, model_exports.finished_archive(version, kind) is not None) for kind in EXPORT_KINDS]
+
+
+@require_POST
+@roles.admin_required
+def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
+    """Start building a version's standard-checkpoint archive on the ml worker (once)."""
+    version = get_object_or_404(ModelVersion, pk=version_id)
+    as_kind = request.POST.get("as", "")
+    if as_kind not in EXPORT_KINDS:
+        return HttpResponse(f"'as' must be one of {', '.join(EXPORT_KINDS)}", status=400)
+    if model_exports.finished_archive(version, as_kind) is None:
+        from .tasks import export_model_task
+
+        export_model_task.delay_on_commit(version.pk, as_kind)
+    return redirect("scoring:models")
+
+
+@roles.admin_required
+def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileResponse:
+    """The built archive; nothing before it is complete, nothing outside the exports folder."""
+    version = get_object_or_404(ModelVersion, pk=version_id)
+    path = model_exports.finished_archive(version, as_kind) if as_kind in EXPORT_KINDS else None
+    if path is None:
+        raise Http404("This export is not built yet.")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=path.name, content_type="application/zip")
 
 
 @require_POST

@@ -1,0 +1,44 @@
+"""`manage.py register_model FOLDER --style math_shepherd|qwen_prm|token_classification [--name N]
+[--separator S] [--good-token T] [--bad-token T] [--trust-remote-code] [--make-current]`:
+a public PRM checkpoint folder as a model version (see scoring.public_checkpoints)."""
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from scoring import registry
+from scoring.model_files import ModelFormatError, write_model_config
+from scoring.models import ModelVersion
+from scoring.public_checkpoints import STYLES, describe_checkpoint
+
+
+class Command(BaseCommand):
+    help = "Write (or check) a checkpoint folder's stepwise.json and register it as a model version."
+
+    def add_arguments(self, parser):
+        parser.add_argument("folder")
+        parser.add_argument("--style", choices=sorted(STYLES), required=True)
+        parser.add_argument("--name", help="version name (default: the folder's name)")
+        parser.add_argument("--separator", "--step-tag", dest="separator",
+                            help="text appended after each step; its last token is the step tag")
+        parser.add_argument("--good-token", help="step_token styles: the token whose logit says good (default '+')")
+        parser.add_argument("--bad-token", help="step_token styles: the token whose logit says bad (default '-')")
+        parser.add_argument("--trust-remote-code", action="store_true",
+                            help="load the folder's own modeling code (needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true)")
+        parser.add_argument("--make-current", action="store_true")
+
+    def handle(self, *args, folder, style, name=None, separator=None, good_token=None, bad_token=None,
+               trust_remote_code=False, make_current=False, **options):
+        folder_path = Path(folder).resolve()
+        name = name or folder_path.name
+        if ModelVersion.objects.filter(name=name).exists():
+            raise CommandError(f"a model version called {name!r} already exists (--name)")
+        try:
+            config = describe_checkpoint(folder_path, style=style, separator=separator,
+                                         good_token=good_token, bad_token=bad_token)
+            write_model_config(folder_path, config)
+            version = registry.register_model_version(name=name, path=folder_path, make_current=make_current,
+                                                      trust_remote_code=trust_remote_code,
+                                                      metrics={"source": f"registered {style} checkpoint"})
+        except (ModelFormatError, ValueError, OSError) as error:
+            raise CommandError(str(error)) from None
+        self.stdout.write(f"Registered {version.name} ({config['kind']}, step tag id {config['step_tag_id']}).")
