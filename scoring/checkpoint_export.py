@@ -183,7 +183,8 @@ def _linearized_llama(base, readout: HeadReadout, *, as_kind: str, good_token_id
         target[tuple(slice(0, n) for n in value.shape)] = value * (scale if name.endswith("layernorm.weight") else 1)
     constant_dim = wide - 1
     if readout.normed:
-        _write_logit_layer(state, f"model.layers.{kept}.", readout.weight, base.state_dict()["norm.weight"] * scale, dim=hidden)
+        final_norm = base.state_dict()["norm.weight"] * scale
+        _write_logit_layer(state, f"model.layers.{kept}.", readout.weight, final_norm, dim=hidden)
         weight = torch.zeros(wide)
         weight[hidden] = 1.0
     else:

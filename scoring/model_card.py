@@ -99,7 +99,8 @@ def _evaluation(facts: dict) -> str:
     if not metrics:
         return "## Evaluation\n\nNo evaluation recorded for this version."
     rows = [f"| {key} | {_fmt(value)} |" for key, value in _flatten(metrics)]
-    return "## Evaluation\n\nAs recorded by Stepwise for this version.\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
+    table = "| metric | value |\n|---|---|\n" + "\n".join(rows)
+    return "## Evaluation\n\nAs recorded by Stepwise for this version.\n\n" + table
 
 
 def _serving(config: dict, kind: str) -> str:

@@ -3,10 +3,11 @@
 a public PRM checkpoint folder as a model version (see scoring.public_checkpoints)."""
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scoring import registry
-from scoring.model_files import ModelFormatError, write_model_config
+from scoring.model_files import CONFIG_NAME, ModelFormatError, write_model_config
 from scoring.models import ModelVersion
 from scoring.public_checkpoints import STYLES, describe_checkpoint
 
@@ -32,6 +33,10 @@ class Command(BaseCommand):
         name = name or folder_path.name
         if ModelVersion.objects.filter(name=name).exists():
             raise CommandError(f"a model version called {name!r} already exists (--name)")
+        if trust_remote_code and not settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE:
+            raise CommandError("--trust-remote-code needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true")
+        config_path = folder_path / CONFIG_NAME
+        before = config_path.read_text() if config_path.exists() else None
         try:
             config = describe_checkpoint(folder_path, style=style, separator=separator,
                                          good_token=good_token, bad_token=bad_token)
@@ -40,5 +45,13 @@ class Command(BaseCommand):
                                                       trust_remote_code=trust_remote_code,
                                                       metrics={"source": f"registered {style} checkpoint"})
         except (ModelFormatError, ValueError, OSError) as error:
+            _restore(config_path, before)  # nothing half-written: the folder is as it was
             raise CommandError(str(error)) from None
         self.stdout.write(f"Registered {version.name} ({config['kind']}, step tag id {config['step_tag_id']}).")
+
+
+def _restore(path: Path, text: str | None) -> None:
+    if text is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(text)
