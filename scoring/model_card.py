@@ -68,9 +68,13 @@ def _construction(construction: str, head_type: str, layer: int | None) -> str:
         text += (
             " The checkpoint keeps the layers below the read-out, widens the residual stream by the dimensions "
             "the construction needs and appends layers whose attention bias writes a constant 2^20 there, so that "
-            "the final RMSNorm is linear and the classifier reproduces the head exactly. Serve it in bfloat16 or "
-            "float32, not float16 (which cannot hold 2^20)."
+            "the final RMSNorm is linear and the classifier reproduces the head exactly."
         )
+    text += (
+        " Serve it in float32 for Stepwise's scores (Stepwise runs its head in float32): in bfloat16 the "
+        "classifier's own rounding moves P(good) by up to ~0.1 for a head with large, cancelling terms; never "
+        "float16, which cannot hold 2^20."
+    )
     return text
 
 
@@ -112,7 +116,7 @@ def _serving(config: dict, kind: str) -> str:
         pooler = {"pooling_type": "STEP", "step_tag_id": tag}
     return (
         "## Serving with vLLM\n\n(From vLLM's pooling-model documentation; not run by Stepwise's tests.)\n\n"
-        f"```bash\nvllm serve ./this-folder --runner pooling --dtype bfloat16 \\\n"
+        f"```bash\nvllm serve ./this-folder --runner pooling --dtype float32 \\\n"
         f"  --pooler-config '{json.dumps(pooler)}'\n```\n\n"
         "then `POST /pooling` with the input above; each returned row is the softmax at one step tag."
     )
