@@ -71,9 +71,9 @@ def _construction(construction: str, head_type: str, layer: int | None) -> str:
             "the final RMSNorm is linear and the classifier reproduces the head exactly."
         )
     text += (
-        " Serve it in float32 for Stepwise's scores (Stepwise runs its head in float32): in bfloat16 the "
-        "classifier's own rounding moves P(good) by up to ~0.1 for a head with large, cancelling terms; never "
-        "float16, which cannot hold 2^20."
+        " Serve it in float32 for Stepwise's scores: in bfloat16, rounding in the backbone moved a SmolLM2 "
+        "head's P(good) by up to ~0.1 (the original's as much as the export's); never float16, which cannot "
+        "hold 2^20."
     )
     return text
 
