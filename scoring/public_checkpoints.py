@@ -39,6 +39,7 @@ def describe_checkpoint(
     folder = Path(folder).resolve()
     check_safetensors_only(folder)
     defaults, found = STYLES[style], _ids_in_folder(folder)
+    _check_architecture(folder, defaults["kind"], style)
     separator = separator or found.get("separator") or defaults["separator"]
     tokenizer = AutoTokenizer.from_pretrained(folder)
     config = {"kind": defaults["kind"], "backbone": ".", "separator": separator,
@@ -55,15 +56,42 @@ def describe_checkpoint(
     return config
 
 
+ARCHITECTURE_SUFFIX = {"step_token": "ForCausalLM", "token_classification": "ForTokenClassification"}
+
+
+def _check_architecture(folder: Path, kind: str, style: str) -> None:
+    """A folder of the wrong class would load with a freshly initialised read-out (random scores)."""
+    config = _read_json(folder / "config.json")
+    own = _read_json(folder / CONFIG_NAME).get("kind") if (folder / CONFIG_NAME).exists() else None
+    if own is not None and own != kind:
+        raise ModelFormatError(f"{folder / CONFIG_NAME} says kind {own!r}; --style {style} is kind {kind!r}")
+    architectures = config.get("architectures") or []
+    if config.get("auto_map") or any(a.endswith(ARCHITECTURE_SUFFIX[kind]) for a in architectures):
+        return  # a remote-code model names its own classes; loading it needs the admin flag
+    raise ModelFormatError(
+        f"{folder / 'config.json'}: architectures {architectures} has no *{ARCHITECTURE_SUFFIX[kind]} "
+        f"model, which --style {style} reads"
+    )
+
+
+def _read_json(path: Path) -> dict:
+    if not path.exists():
+        raise ModelFormatError(f"{path} is missing")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ModelFormatError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"{path}: must be a JSON object")
+    return data
+
+
 def _ids_in_folder(folder: Path) -> dict:
     """What the folder itself says: its stepwise.json, else the id fields of its config.json."""
     for name in (CONFIG_NAME, "config.json"):
         path = folder / name
         if path.exists():
-            try:
-                data = json.loads(path.read_text())
-            except json.JSONDecodeError as error:
-                raise ModelFormatError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
+            data = _read_json(path)
             keys = ("separator", "step_tag_id", "good_token_id", "bad_token_id", "positive_label")
             found = {key: data[key] for key in keys if data.get(key) is not None}
             if found:

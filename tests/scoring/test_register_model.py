@@ -130,3 +130,10 @@ def test_an_exported_version_registers_back_and_rescores_the_pool_with_the_same_
     scoring.score_solutions(model_version=head, solution_ids=ids)
     scoring.score_solutions(model_version=back, solution_ids=ids)
     assert stored_scores(back, pool) == pytest.approx(stored_scores(head, pool), abs=1e-4)
+
+
+def test_a_folder_of_the_wrong_model_class_is_refused_naming_its_architecture(tmp_path, db):
+    folder = build_tiny_backbone(tmp_path / "causal")  # a causal LM, not a token classifier
+    with pytest.raises(CommandError, match=r"LlamaForCausalLM.*ForTokenClassification"):
+        call_command("register_model", str(folder), "--style", "qwen_prm")
+    assert not (folder / "stepwise.json").exists() and not ModelVersion.objects.exists()
