@@ -8,6 +8,7 @@ Thin views: parse, one call into scoring.scoring / a query, render. The job page
 (`jobs/rescore/<pk>/`) polls itself with htmx while the job runs and answers with its
 `progress` partial, the one job progress partial; without JavaScript it is a plain page.
 """
+from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -53,6 +54,8 @@ def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
         from .tasks import export_model_task
 
         export_model_task.delay_on_commit(version.pk, as_kind)
+        messages.info(request, f"Building the {as_kind} checkpoint of {version.name} on the ml worker; "
+                               "reload this page for its download link.")
     return redirect("scoring:models")
 
 

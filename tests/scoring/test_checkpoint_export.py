@@ -5,7 +5,7 @@ import zipfile
 
 import pytest
 import torch
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from scoring import model_exports, prm, registry
@@ -128,6 +128,12 @@ def test_export_model_command_writes_a_card_with_the_versions_evaluation(version
     assert_close(stepwise_scores(tmp_path / "export"), stepwise_scores(version.path))
 
 
+def test_export_model_command_names_an_unknown_version(db, tmp_path):
+    with pytest.raises(CommandError, match="'nope': no such model version"):
+        call_command("export_model", "nope", str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_models_page_download_is_for_admins_only(version, client, admin_user, annotator, settings, tmp_path):
     settings.EXPORTS_DIR = tmp_path / "exports"
     url = reverse("scoring:download-model", args=[version.pk, "step_token"])
@@ -156,8 +162,9 @@ def test_the_models_page_export_button_builds_the_archive_on_a_real_worker(
     version = registry.register_model_version(name="worker export", path=folder)
     model_exports.archive_path(version, "token_classification").unlink(missing_ok=True)
     client.force_login(admin_user)
-    response = client.post(reverse("scoring:export-model", args=[version.pk]), {"as": "token_classification"})
-    assert response.status_code == 302
+    response = client.post(reverse("scoring:export-model", args=[version.pk]), {"as": "token_classification"},
+                           follow=True)
+    assert "Building the token_classification checkpoint" in response.content.decode()
     url = reverse("scoring:download-model", args=[version.pk, "token_classification"])
     wait_for(lambda: client.get(url).status_code == 200, timeout=90)
     assert model_exports.finished_archive(version, "token_classification") is not None
