@@ -157,33 +157,20 @@ def _plain_token_classifier(base, readout: HeadReadout):
 
 
 def _linearized_llama(base, readout: HeadReadout, *, as_kind: str, good_token_id: int | None):
-    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, LlamaConfig
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
-    old = base.config
-    hidden, kept = old.hidden_size, (old.num_hidden_layers if readout.normed else readout.layer)
+    hidden = base.config.hidden_size
+    kept = base.config.num_hidden_layers if readout.normed else readout.layer
     extra = 2 if readout.normed else 1  # [z dimension,] constant dimension
-    # transformers wants the width a multiple of the head count; the padding stays zero.
-    wide = -(-(hidden + extra) // old.num_attention_heads) * old.num_attention_heads
-    config = LlamaConfig.from_dict(old.to_dict() | {
-        "hidden_size": wide, "head_dim": old.head_dim, "num_hidden_layers": kept + extra,
-        "attention_bias": True, "mlp_bias": readout.normed or old.mlp_bias, "tie_word_embeddings": False,
-        # The mean over `wide` dims of a vector zero outside the first `hidden`: eps and the norm
-        # weights scaled by hidden/wide keep every original norm's output unchanged.
-        "rms_norm_eps": old.rms_norm_eps * hidden / wide, "num_labels": 2, "layer_types": None,
-    })
+    config = _widened_config(base.config, layers=kept + extra, extra=extra, mlp_bias=readout.normed)
+    wide = config.hidden_size
     model_class = AutoModelForCausalLM if as_kind == "step_token" else AutoModelForTokenClassification
     model = model_class.from_config(config, dtype=torch.float32)
     state = {name: torch.zeros_like(value) for name, value in model.state_dict().items()}
-    scale = math.sqrt(hidden / wide)
-    for name, value in base.state_dict().items():
-        index = _layer_index(name)
-        if index is not None and index >= kept or name == "norm.weight":
-            continue
-        target = state[f"model.{name}"]
-        target[tuple(slice(0, n) for n in value.shape)] = value * (scale if name.endswith("layernorm.weight") else 1)
+    _copy_layers(state, base.state_dict(), kept=kept, scale=math.sqrt(hidden / wide))
     constant_dim = wide - 1
     if readout.normed:
-        final_norm = base.state_dict()["norm.weight"] * scale
+        final_norm = base.state_dict()["norm.weight"] * math.sqrt(hidden / wide)
         _write_logit_layer(state, f"model.layers.{kept}.", readout.weight, final_norm, dim=hidden)
         weight = torch.zeros(wide)
         weight[hidden] = 1.0
@@ -200,6 +187,31 @@ def _linearized_llama(base, readout: HeadReadout, *, as_kind: str, good_token_id
         state["score.weight"][1] = row
     model.load_state_dict(state)
     return model.eval()
+
+
+def _widened_config(old, *, layers: int, extra: int, mlp_bias: bool):
+    from transformers import LlamaConfig
+
+    hidden = old.hidden_size
+    # transformers wants the width a multiple of the head count; the padding stays zero.
+    wide = -(-(hidden + extra) // old.num_attention_heads) * old.num_attention_heads
+    return LlamaConfig.from_dict(old.to_dict() | {
+        "hidden_size": wide, "head_dim": old.head_dim, "num_hidden_layers": layers,
+        "attention_bias": True, "mlp_bias": mlp_bias or old.mlp_bias, "tie_word_embeddings": False,
+        # The mean over `wide` dims of a vector zero outside the first `hidden`: eps and the norm
+        # weights scaled by hidden/wide keep every original norm's output unchanged.
+        "rms_norm_eps": old.rms_norm_eps * hidden / wide, "num_labels": 2, "layer_types": None,
+    })
+
+
+def _copy_layers(state: dict, original: dict, *, kept: int, scale: float) -> None:
+    """The embeddings and the first `kept` layers into the wider (zero-padded) tensors."""
+    for name, value in original.items():
+        index = _layer_index(name)
+        if index is not None and index >= kept or name == "norm.weight":
+            continue
+        factor = scale if name.endswith("layernorm.weight") else 1.0
+        state[f"model.{name}"][tuple(slice(0, n) for n in value.shape)] = value * factor
 
 
 def _write_logit_layer(state: dict, prefix: str, weight: torch.Tensor, norm_weight: torch.Tensor, *, dim: int):
