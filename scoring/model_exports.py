@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def build_archive(*, version: ModelVersion, as_kind: str) -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_work(target.parent)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".work-") as work:
         folder = Path(work) / target.stem
         export_version(version=version, out=folder, as_kind=as_kind)
@@ -68,6 +70,14 @@ def build_archive(*, version: ModelVersion, as_kind: str) -> Path:
                 archive.write(path, arcname=f"{target.stem}/{path.name}")
         shutil.move(partial, target)  # same folder tree: an atomic rename
     return target
+
+
+def _remove_stale_work(folder: Path) -> None:
+    """Work folders of exports killed mid-run (no cleanup ran): older than any task may live."""
+    cutoff = time.time() - 2 * settings.CELERY_TASK_TIME_LIMIT
+    for work in folder.glob(".work-*"):
+        if work.is_dir() and work.stat().st_mtime < cutoff:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def finished_archive(version: ModelVersion, as_kind: str) -> Path | None:

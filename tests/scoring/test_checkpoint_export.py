@@ -1,6 +1,7 @@
 """Exporting a head version as a standard checkpoint: plain transformers and Stepwise read the
 same step scores as the version itself, at an intermediate layer and at the last one."""
 import json
+import os
 import zipfile
 
 import pytest
@@ -139,7 +140,11 @@ def test_models_page_download_is_for_admins_only(version, client, admin_user, an
     url = reverse("scoring:download-model", args=[version.pk, "step_token"])
     client.force_login(admin_user)
     assert client.get(url).status_code == 404  # not built yet
+    stale = tmp_path / "exports" / "models" / ".work-killed"  # what a worker killed mid-export leaves
+    stale.mkdir(parents=True)
+    os.utime(stale, (0, 0))
     export_model_task(version.pk, "step_token")  # the task as a plain function; a rerun is a no-op
+    assert not stale.exists()
     assert "Export token_classification" in client.get(reverse("scoring:models")).content.decode()
     response = client.get(url)
     assert response.status_code == 200 and response["Content-Type"] == "application/zip"
