@@ -129,6 +129,22 @@ def test_export_model_command_writes_a_card_with_the_versions_evaluation(version
     assert_close(stepwise_scores(tmp_path / "export"), stepwise_scores(version.path))
 
 
+def test_the_card_counts_the_training_runs_labels_and_their_generations(version, tmp_path):
+    from annotate.models import Annotation
+    from scoring.models import TrainingRun
+    from tests.factories import SolutionFactory
+
+    for index, generation in enumerate([0, 2, 2, None]):
+        Annotation.objects.create(solution=SolutionFactory(), labeler=f"l{index}", generation=generation,
+                                  status=Annotation.Status.SUBMITTED, finish_reason="solution")
+    TrainingRun.objects.create(result=version, n_labels=4, state="succeeded", active_slot=None)
+    facts = model_exports.version_facts(version)
+    assert facts["n_labels"] == 4 and facts["generations"] == [0, 2]
+    card = (model_exports.export_version(version=version, out=tmp_path / "out", as_kind="step_token").folder
+            / "README.md").read_text()
+    assert "labels from queue generations 0, 2" in card and "4 trainable annotations" in card
+
+
 def test_export_model_command_names_an_unknown_version(db, tmp_path):
     with pytest.raises(CommandError, match="'nope': no such model version"):
         call_command("export_model", "nope", str(tmp_path / "out"))
