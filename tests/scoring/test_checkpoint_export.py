@@ -113,6 +113,29 @@ def test_exporting_into_an_existing_folder_is_refused_and_writes_nothing(tmp_pat
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_other_architectures_export_a_last_layer_head_and_refuse_an_intermediate_one_with_the_reason(tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from scoring.model_files import ModelFormatError
+    from scoring.tiny import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id)
+    for layer in (None, 1):
+        folder = tmp_path / f"qwen-{layer}"
+        Qwen2ForCausalLM(config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        prm.save_head_model(folder, head=prm.StepHead(32), backbone=".", layer=layer)
+    exported = export_checkpoint(tmp_path / "qwen-None", tmp_path / "out", as_kind="token_classification")
+    assert_close(plain_transformers_scores(exported.folder, "token_classification"),
+                 stepwise_scores(tmp_path / "qwen-None"))
+    with pytest.raises(ModelFormatError, match="Llama-architecture backbone"):
+        export_checkpoint(tmp_path / "qwen-1", tmp_path / "out-1")
+    assert not (tmp_path / "out-1").exists()
+
+
 @pytest.fixture
 def version(db, tmp_path, settings):
     settings.STEPWISE_SCORING_DTYPE = "float32"
