@@ -29,6 +29,18 @@ class ExportForm(forms.Form):
                  ("hf_dataset", "Hugging Face datasets folder, load_from_disk (.zip)")],
         initial="jsonl", label="File", required=False,
     )
+    labels = forms.ChoiceField(
+        choices=[("human", "human labels"), ("automatic", "automatic labels (rollouts, imports)"),
+                 ("both", "both, each row saying which")],
+        initial="human", label="Labels", required=False,
+        help_text="TRL and soft labels; PRM800K gains an auto_labels key per step (not ProcessBench)",
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("format") == "processbench" and data.get("labels") not in ("", "human", None):
+            self.add_error("labels", "ProcessBench takes human labels only (its label is the annotators' first error)")
+        return data
 
     def clean_generations(self) -> list[int]:
         text = self.cleaned_data["generations"]

@@ -21,9 +21,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "prompt": "the problem",
         "completions": "the steps of a path, one string each (do not join: a step may hold newlines)",
         "labels": "per step, whether it is good",
-        "soft_labels": "per step, the soft label: K/N rollouts reaching the answer (automatic rows), "
-                       "1.0/0.0 (human rows)",
-        "label_source": "`human` (annotators) or `automatic` (the automatic-label run's method and source)",
+        "label_source": "`human` (annotators) or `automatic` (rollouts or an imported dataset; good when "
+                        "K > 0 of the step's rollouts reached the answer)",
     },
     "processbench": {
         "id": "`SOURCE-SOLUTION_ID`", "generator": "the model that wrote the solution",
@@ -33,11 +32,11 @@ COLUMNS: dict[str, dict[str, str]] = {
     },
     "soft": {
         "id": "the solution's id", "problem": "the problem", "steps": "the solution's steps",
-        "k": "per step, annotators who rated it good", "n": "per step, annotators who rated it",
-        "soft_labels": "per step, k/n (null where no annotator rated the step)",
-        "annotations": "annotations read for the solution",
-        "auto_k": "per step, rollouts from the step that reached the known answer (automatic labels)",
-        "auto_n": "per step, rollouts made from the step", "auto_soft_labels": "per step, auto_k/auto_n",
+        "k": "per step, annotators who rated it good (automatic rows: rollouts that reached the answer)",
+        "n": "per step, annotators who rated it (automatic rows: rollouts made; an imported verdict is 1)",
+        "soft_labels": "per step, k/n (null where nobody rated the step)",
+        "annotations": "annotations read for the solution (0 in automatic rows)",
+        "label_source": "`human` (annotators) or `automatic` (rollouts or an imported dataset), never mixed",
     },
 }
 

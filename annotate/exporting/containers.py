@@ -30,7 +30,6 @@ def features(format: str, *, labels: str = "human"):
                                  "n_correct": integer, "soft": number})}
     if format == "trl":
         return Features({"prompt": text, "completions": List(text), "labels": List(boolean),
-                         **({"soft_labels": List(number)} if labels != "human" else {}),
                          **({"label_source": text} if labels != "human" else {})})
     if format == "processbench":
         return Features({"id": text, "generator": text, "problem": text, "steps": List(text),
@@ -38,8 +37,7 @@ def features(format: str, *, labels: str = "human"):
     if format == "soft":
         return Features({"id": integer, "problem": text, "steps": List(text), "k": List(integer),
                          "n": List(integer), "soft_labels": List(number), "annotations": integer,
-                         **({"auto_k": List(integer), "auto_n": List(integer), "auto_soft_labels": List(number)}
-                            if labels != "human" else {})})
+                         **({"label_source": text} if labels != "human" else {})})
     completion = {"text": text, "rating": integer, "flagged": boolean}
     human = {"text": text, "rating": integer, "source": text, "flagged": boolean, "corrected_rating": integer}
     step = {"completions": List(completion), "human_completion": human, "chosen_completion": integer,

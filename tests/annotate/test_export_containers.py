@@ -120,3 +120,18 @@ def test_an_export_job_in_a_dataset_container_downloads_as_one_zip(labels, tmp_p
 def test_a_bad_container_is_refused_naming_the_option():
     with pytest.raises(exporting.ExportError, match="container: unknown 'csv'"):
         ExportOptions.from_dict({"container": "csv"})
+
+
+def test_the_export_page_offers_the_container_and_the_labels(client, admin_user):
+    client.force_login(admin_user)
+    page = client.get("/exports/").content.decode()
+    assert 'name="container"' in page and 'value="hf_dataset"' in page and 'name="labels"' in page
+    response = client.post("/exports/", {"format": "trl", "neutral_is_good": "1", "container": "parquet",
+                                         "labels": "both"})
+    job = ExportJob.objects.get()
+    assert response.status_code == 302
+    assert (job.options["container"], job.options["labels"]) == ("parquet", "both")
+    assert exporting.export_path(job).name == f"export-{job.pk}-trl-parquet.zip"
+    refused = client.post("/exports/", {"format": "processbench", "neutral_is_good": "1", "labels": "automatic"})
+    assert refused.status_code == 200 and "ProcessBench takes human labels only" in refused.content.decode()
+    assert ExportJob.objects.count() == 1

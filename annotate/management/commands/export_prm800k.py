@@ -30,6 +30,10 @@ class Command(BaseCommand):
             "--container", choices=exporting.CONTAINERS, default="jsonl",
             help="jsonl (default); parquet: README.md card + data/train.parquet; hf_dataset: save_to_disk + card",
         )
+        parser.add_argument(
+            "--labels", choices=exporting.LABEL_SOURCES, default="human",
+            help="soft / trl: human labels (default), automatic labels, or both; prm800k: both adds auto_labels",
+        )
 
     def handle(self, *args, **opts) -> None:
         try:
@@ -40,6 +44,7 @@ class Command(BaseCommand):
                 "finish_reasons": opts["finish_reason"],
                 "neutral_is_good": opts["neutral"] == "good",
                 "container": opts["container"],
+                "labels": opts["labels"],
             })
             lines = exporting.write_export(path=opts["out"], format=opts["format"], options=options)
         except exporting.ExportError as error:
