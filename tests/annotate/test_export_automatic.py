@@ -89,7 +89,8 @@ def test_the_command_writes_automatic_labels_in_every_container_and_refuses_proc
     out = tmp_path / "both.jsonl"
     call_command("export_prm800k", str(out), "--format", "trl", "--labels", "both")
     expected = [json.loads(line) for line in out.read_text().splitlines()]
-    call_command("export_prm800k", str(tmp_path / "pq"), "--format", "trl", "--labels", "both", "--container", "parquet")
+    call_command("export_prm800k", str(tmp_path / "pq"), "--format", "trl", "--labels", "both",
+                 "--container", "parquet")
     table = datasets.load_dataset("parquet", data_files=str(tmp_path / "pq" / "data" / "train.parquet"), split="train",
                                   cache_dir=str(tmp_path / "cache"))
     assert table.to_list() == expected and [row["label_source"] for row in expected] == ["human", "human", "automatic"]
