@@ -112,6 +112,29 @@ def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tmp_path)
     assert rewards == pytest.approx([min(expected_step_scores(version)[0])], abs=1e-6)
 
 
+def test_a_429_is_retried_after_the_wait_the_server_names(worker, token, tmp_path):
+    """One request a second per user: of three batches sent at once, the later ones wait and pass."""
+    tiny_version(tmp_path)
+    throttled = Server(database_url=_test_database_url(), workers=1, threads=2,
+                       extra_env={"STEPWISE_SCORE_RATE": "1/second"})
+    try:
+        throttled.wait_until_up(90)
+        client = StepwiseClient(throttled.url, token, batch_size=1, retries=10, backoff=5)
+        started = time.monotonic()
+        rewards = prm_reward(PROMPTS[:3], COMPLETIONS[:3], client=client)
+    finally:
+        throttled.stop()
+    assert len(rewards) == 3 and all(0 < r < 1 for r in rewards)
+    # Retry-After (about a second), not the 5 s backoff, set the pace.
+    assert 1 <= time.monotonic() - started < 10
+
+
+def test_a_server_that_does_not_answer_is_retried_then_reported(web):
+    client = StepwiseClient("http://127.0.0.1:9", "t", retries=2, backoff=0.1, timeout=2)
+    with pytest.raises(StepwiseError, match="failed after 3 attempts"):
+        prm_reward(PROMPTS[:1], COMPLETIONS[:1], client=client)
+
+
 def test_a_bad_token_fails_at_once_naming_the_status(web):
     client = StepwiseClient(web.url, "not-a-token", backoff=5, retries=5)
     started = time.monotonic()
