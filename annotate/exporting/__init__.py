@@ -13,6 +13,7 @@ from .formats import (
     PER_SOLUTION,
     ExportTally,
     check_format,
+    check_labels,
     count_inputs,
     is_good,
     iter_jsonl,
@@ -32,7 +33,8 @@ from .options import (
 __all__ = [
     "CHUNK_SIZE", "CONTAINERS", "FORMATS", "LABEL_SOURCES",
     "FORMAT_HELP", "PER_SOLUTION", "ExportError", "ExportOptions", "ExportTally",
-    "annotation_chunks", "annotations", "check_format", "count_inputs", "create_export_job", "download_name",
+    "annotation_chunks", "annotations", "check_format", "check_labels", "count_inputs", "create_export_job",
+    "download_name",
     "export_path", "finished_file", "is_good", "iter_jsonl", "iter_rows", "load_chunk", "parse_since",
     "run_export_job", "selected_annotations", "write_export",
 ]

@@ -135,3 +135,20 @@ def test_the_export_page_offers_the_container_and_the_labels(client, admin_user)
     refused = client.post("/exports/", {"format": "processbench", "neutral_is_good": "1", "labels": "automatic"})
     assert refused.status_code == 200 and "ProcessBench takes human labels only" in refused.content.decode()
     assert ExportJob.objects.count() == 1
+
+
+def test_the_api_starts_a_parquet_export_and_serves_it_as_a_zip(labels, admin_user, tmp_path):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(admin_user)
+    created = client.post("/api/exports", {"format": "trl", "container": "parquet", "labels": "both"},
+                          format="json").json()
+    exporting.run_export_job(job_id=created["id"])
+    download = client.get(client.get(f"/api/exports/{created['id']}").json()["download_url"])
+    assert download.status_code == 200 and download["Content-Type"] == "application/zip"
+    (tmp_path / "api.zip").write_bytes(b"".join(download.streaming_content))
+    with zipfile.ZipFile(tmp_path / "api.zip") as zipped:
+        assert any(name.endswith("/data/train.parquet") for name in zipped.namelist())
+    refused = client.post("/api/exports", {"format": "processbench", "labels": "automatic"}, format="json")
+    assert refused.status_code == 400 and "processbench takes human labels only" in refused.json()["labels"][0]
