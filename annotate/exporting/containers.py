@@ -99,7 +99,8 @@ def write_dataset_folder(
 
 
 def _write_arrow_folder(*, folder: Path, format: str, rows: Iterable[dict], features, on_row) -> int:
-    """`save_to_disk` of a Dataset memory-mapped from a Parquet file: memory stays flat."""
+    """`save_to_disk` of a Dataset read from a Parquet file written a chunk at a time, so the rows
+    are never all in memory as Python objects."""
     from datasets import Dataset
 
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".arrow-") as scratch:
