@@ -34,11 +34,16 @@ class AutoLabel:
     n_correct: int | None
     soft: float
 
+    @property
+    def hard(self) -> bool:
+        # The model's rule, read off this record's fields of the same names.
+        return AutoStepLabel.hard.fget(self)
+
     def votes(self) -> tuple[int, int]:
         """(K, N): the rollout counts, or one vote for a label that has none."""
         if self.n_rollouts is not None:
             return self.n_correct or 0, self.n_rollouts
-        return round(self.soft), 1
+        return int(self.hard), 1
 
     def as_dict(self) -> dict:
         return {"source": self.source, "method": self.method, "kind": self.kind, "n_rollouts": self.n_rollouts,

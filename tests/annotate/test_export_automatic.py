@@ -83,7 +83,9 @@ def test_prm800k_lines_gain_auto_labels_per_step_and_nothing_else(tmp_path):
     assert rows("prm800k") == [PHASE2_LINE]
 
 
-def test_the_command_writes_automatic_labels_in_every_container_and_refuses_processbench(rolled_out, tmp_path):
+def test_the_command_writes_automatic_labels_in_every_container_and_refuses_processbench(rolled_out, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     import datasets
 
     out = tmp_path / "both.jsonl"
@@ -91,8 +93,8 @@ def test_the_command_writes_automatic_labels_in_every_container_and_refuses_proc
     expected = [json.loads(line) for line in out.read_text().splitlines()]
     call_command("export_prm800k", str(tmp_path / "pq"), "--format", "trl", "--labels", "both",
                  "--container", "parquet")
-    table = datasets.load_dataset("parquet", data_files=str(tmp_path / "pq" / "data" / "train.parquet"), split="train",
-                                  cache_dir=str(tmp_path / "cache"))
+    table = datasets.load_dataset("parquet", data_files=str(tmp_path / "pq" / "data" / "train.parquet"),
+                                  split="train", cache_dir=str(tmp_path / "cache"))
     assert table.to_list() == expected and [row["label_source"] for row in expected] == ["human", "human", "automatic"]
     with pytest.raises(CommandError, match="labels: processbench takes human labels only"):
         call_command("export_prm800k", str(tmp_path / "pb.jsonl"), "--format", "processbench", "--labels", "both")
