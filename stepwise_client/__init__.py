@@ -11,14 +11,17 @@ from .rewards import (
     aggregate,
     completion_text,
     make_prm_reward,
+    make_prm_step_rewards,
     prm_reward,
     prm_step_rewards,
     prompt_text,
+    score_solutions,
+    score_steps,
     solution_steps,
 )
 
 __all__ = [
     "AGGREGATIONS", "StepwiseClient", "StepwiseError", "aggregate", "make_prm_reward", "prm_reward",
-    "completion_text", "prm_step_rewards",
-    "prompt_text", "solution_steps",
+    "completion_text", "make_prm_step_rewards",
+    "prm_step_rewards", "prompt_text", "score_solutions", "score_steps", "solution_steps",
 ]

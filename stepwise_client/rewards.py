@@ -59,8 +59,8 @@ def solution_steps(completion, split: str = "auto") -> list[str]:
     return split_steps(completion_text(completion), split)
 
 
-def prm_step_rewards(
-    prompts: Sequence, completions: Sequence, *, client: StepwiseClient | None = None, split: str = "auto", **kwargs
+def score_steps(
+    prompts: Sequence, completions: Sequence, *, client: StepwiseClient | None = None, split: str = "auto"
 ) -> list[list[float]]:
     """One reward per step of each completion (the PRM's probability that the step is right)."""
     if len(prompts) != len(completions):
@@ -75,31 +75,46 @@ def prm_step_rewards(
     return rewards
 
 
-def prm_reward(
-    prompts: Sequence,
-    completions: Sequence,
-    *,
-    aggregation: str = "min",
-    client: StepwiseClient | None = None,
+def score_solutions(
+    prompts: Sequence, completions: Sequence, *, aggregation: str = "min", client: StepwiseClient | None = None,
     split: str = "auto",
-    **kwargs,
 ) -> list[float]:
-    """One reward per completion: its step probabilities aggregated (min, product or last).
+    """One reward per completion: its step probabilities aggregated (min, product or last)."""
+    return [aggregate(ps, aggregation) for ps in score_steps(prompts, completions, client=client, split=split)]
 
-    Other keyword arguments (TRL passes `completion_ids`, `trainer_state` and the dataset's
-    columns) are accepted and ignored.
-    """
-    steps = prm_step_rewards(prompts, completions, client=client, split=split)
-    return [aggregate(ps, aggregation) for ps in steps]
+
+# The reward functions proper. TRL passes `completion_ids`, `trainer_state` and every column of
+# the dataset as keyword arguments, so they take no options of their own: a column named
+# `split` or `client` must not change how they score. Options are bound by the make_ functions.
+
+def prm_reward(prompts: Sequence, completions: Sequence, **kwargs) -> list[float]:
+    """TRL reward function: the minimum step probability, the client from STEPWISE_URL / STEPWISE_TOKEN."""
+    return score_solutions(prompts, completions)
+
+
+def prm_step_rewards(prompts: Sequence, completions: Sequence, **kwargs) -> list[list[float]]:
+    """Dense rewards: each completion's step probabilities."""
+    return score_steps(prompts, completions)
 
 
 def make_prm_reward(*, aggregation: str = "min", client: StepwiseClient | None = None, split: str = "auto"):
-    """A reward function bound to one aggregation and client, named for TRL's logs."""
+    """A reward function bound to one aggregation, client and split mode, named for TRL's logs."""
     aggregate([0.5], aggregation)  # An unknown aggregation fails here, not mid-training.
     client = client or StepwiseClient()
 
     def reward(prompts, completions, **kwargs) -> list[float]:
-        return prm_reward(prompts, completions, aggregation=aggregation, client=client, split=split)
+        return score_solutions(prompts, completions, aggregation=aggregation, client=client, split=split)
 
     reward.__name__ = f"stepwise_prm_{aggregation}"
     return reward
+
+
+def make_prm_step_rewards(*, client: StepwiseClient | None = None, split: str = "auto"):
+    """Dense rewards bound to one client and split mode."""
+    client = client or StepwiseClient()
+
+    def step_rewards(prompts, completions, **kwargs) -> list[list[float]]:
+        return score_steps(prompts, completions, client=client, split=split)
+
+    step_rewards.__name__ = "stepwise_prm_steps"
+    return step_rewards

@@ -11,7 +11,14 @@ from scoring import registry
 from scoring.prm import StepProbability, aggregate
 from scoring.scoring import score_texts
 from scoring.tiny import build_tiny_prm
-from stepwise_client import StepwiseClient, StepwiseError, make_prm_reward, prm_reward, prm_step_rewards
+from stepwise_client import (
+    StepwiseClient,
+    StepwiseError,
+    make_prm_reward,
+    make_prm_step_rewards,
+    prm_reward,
+    prm_step_rewards,
+)
 from tests.conftest import WorkerProcess, _test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,22 +84,25 @@ def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, wo
 
     # Batches of 2: the three scorable completions go out in two requests.
     client = StepwiseClient(batch_size=2)
-    dense = prm_step_rewards(PROMPTS, COMPLETIONS, client=client)
+    dense = make_prm_step_rewards(client=client)(PROMPTS, COMPLETIONS)
     assert [len(steps) for steps in dense] == [2, 2, 2, 0]
     for got, want in zip(dense[:3], expected, strict=True):
         assert got == pytest.approx(want, abs=1e-6)
     assert dense[3] == []
 
     for how in ("min", "product", "last"):
-        rewards = prm_reward(PROMPTS, COMPLETIONS, aggregation=how, client=client, completion_ids=[[1]] * 4)
+        reward = make_prm_reward(aggregation=how, client=client)
+        assert reward.__name__ == f"stepwise_prm_{how}"  # What TRL logs it under.
+        # As TRL calls it: keywords, its own extras, and the dataset's columns, whatever their names.
+        rewards = reward(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=[[1]] * 4, trainer_state=None,
+                         split=["train"] * 4, aggregation=["?"] * 4, client=["?"] * 4)
         model = [aggregate([StepProbability(p=p) for p in steps])[how] for steps in expected]
         assert rewards == pytest.approx([*model, 0.0], abs=1e-6)
 
-    # The TRL-facing function reads STEPWISE_URL / STEPWISE_TOKEN and carries a name for the logs.
-    reward = make_prm_reward(aggregation="product")
-    assert reward.__name__ == "stepwise_prm_product"
-    assert reward(prompts=PROMPTS[:1], completions=COMPLETIONS[:1], trainer_state=None) == pytest.approx(
-        [aggregate([StepProbability(p=p) for p in expected[0]])["product"]], abs=1e-6)
+    # The plain functions read STEPWISE_URL / STEPWISE_TOKEN: min, and the dense rewards.
+    assert prm_reward(PROMPTS, COMPLETIONS, split=["test"] * 4) == pytest.approx(
+        [*(min(steps) for steps in expected), 0.0], abs=1e-6)
+    assert prm_step_rewards(PROMPTS[:1], COMPLETIONS[:1])[0] == pytest.approx(expected[0], abs=1e-6)
 
 
 def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tmp_path):
@@ -106,7 +116,7 @@ def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tmp_path)
     promoter = threading.Thread(target=promote_soon)
     promoter.start()
     started = time.monotonic()
-    rewards = prm_reward(PROMPTS[:1], COMPLETIONS[:1], client=client)
+    rewards = make_prm_reward(client=client)(PROMPTS[:1], COMPLETIONS[:1])
     promoter.join()
     assert time.monotonic() - started >= 1.5  # Answered only after the model became current.
     assert rewards == pytest.approx([min(expected_step_scores(version)[0])], abs=1e-6)
@@ -121,7 +131,7 @@ def test_a_429_is_retried_after_the_wait_the_server_names(worker, token, tmp_pat
         throttled.wait_until_up(90)
         client = StepwiseClient(throttled.url, token, batch_size=1, retries=10, backoff=5)
         started = time.monotonic()
-        rewards = prm_reward(PROMPTS[:3], COMPLETIONS[:3], client=client)
+        rewards = make_prm_reward(client=client)(PROMPTS[:3], COMPLETIONS[:3])
     finally:
         throttled.stop()
     assert len(rewards) == 3 and all(0 < r < 1 for r in rewards)
@@ -132,14 +142,14 @@ def test_a_429_is_retried_after_the_wait_the_server_names(worker, token, tmp_pat
 def test_a_server_that_does_not_answer_is_retried_then_reported(web):
     client = StepwiseClient("http://127.0.0.1:9", "t", retries=2, backoff=0.1, timeout=2)
     with pytest.raises(StepwiseError, match="failed after 3 attempts"):
-        prm_reward(PROMPTS[:1], COMPLETIONS[:1], client=client)
+        make_prm_reward(client=client)(PROMPTS[:1], COMPLETIONS[:1])
 
 
 def test_a_bad_token_fails_at_once_naming_the_status(web):
     client = StepwiseClient(web.url, "not-a-token", backoff=5, retries=5)
     started = time.monotonic()
     with pytest.raises(StepwiseError, match="401"):
-        prm_reward(PROMPTS[:1], COMPLETIONS[:1], client=client)
+        make_prm_reward(client=client)(PROMPTS[:1], COMPLETIONS[:1])
     assert time.monotonic() - started < 5  # Not retried: retrying cannot fix a token.
 
 
