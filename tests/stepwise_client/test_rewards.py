@@ -62,9 +62,13 @@ def token(reviewer) -> str:
     return Token.objects.create(user=reviewer).key
 
 
-def tiny_version(tmp_path, *, make_current=True):
-    path = build_tiny_prm(tmp_path / "tiny")
-    return registry.register_model_version(name="tiny", path=path, make_current=make_current)
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return build_tiny_prm(tmp_path_factory.mktemp("prm") / "tiny")
+
+
+def tiny_version(folder, *, make_current=True):
+    return registry.register_model_version(name="tiny", path=folder, make_current=make_current)
 
 
 def expected_step_scores(version) -> list[list[float]]:
@@ -75,9 +79,9 @@ def expected_step_scores(version) -> list[list[float]]:
     return [[step["p"] for step in steps] for steps in score_texts(items=items, model_version=version)]
 
 
-def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, worker, token, tmp_path,
+def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, worker, token, tiny_folder,
                                                                            monkeypatch):
-    version = tiny_version(tmp_path)
+    version = tiny_version(tiny_folder)
     monkeypatch.setenv("STEPWISE_URL", web.url)
     monkeypatch.setenv("STEPWISE_TOKEN", token)
     expected = expected_step_scores(version)
@@ -105,8 +109,8 @@ def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, wo
     assert prm_step_rewards(PROMPTS[:1], COMPLETIONS[:1])[0] == pytest.approx(expected[0], abs=1e-6)
 
 
-def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tmp_path):
-    version = tiny_version(tmp_path, make_current=False)
+def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tiny_folder):
+    version = tiny_version(tiny_folder, make_current=False)
     client = StepwiseClient(web.url, token, backoff=0.5, retries=8)
 
     def promote_soon():
@@ -122,9 +126,9 @@ def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tmp_path)
     assert rewards == pytest.approx([min(expected_step_scores(version)[0])], abs=1e-6)
 
 
-def test_a_429_is_retried_after_the_wait_the_server_names(worker, token, tmp_path):
+def test_a_429_is_retried_after_the_wait_the_server_names(worker, token, tiny_folder):
     """One request a second per user: of three batches sent at once, the later ones wait and pass."""
-    tiny_version(tmp_path)
+    tiny_version(tiny_folder)
     throttled = Server(database_url=_test_database_url(), workers=1, threads=2,
                        extra_env={"STEPWISE_SCORE_RATE": "1/second"})
     try:
