@@ -53,6 +53,17 @@ SEMANTICS = {
 }
 
 
+AUTOMATIC_SEMANTICS = {
+    "prm800k": "Each step also has `auto_labels`: the automatic labels of the pool step at that index, one per "
+               "run (source, method, kind, n_rollouts, n_correct, soft); PRM800K readers ignore the key.",
+    "trl": "Automatic rows: a solution's steps up to its first unlabeled one, good when K > 0 of the "
+           "rollouts from the step reached the answer (Math-Shepherd's hard estimate; an imported verdict "
+           "is one vote), steps after a bad one kept as TRL's Math-Shepherd converter keeps them.",
+    "soft": "Automatic rows: per step, K and N pooled over the automatic runs that labeled it (an imported "
+            "verdict is one vote, 1 of 1 or 0 of 1); soft_labels = K/N.",
+}
+
+
 def type_name(feature) -> str:
     """A short type for the card: `string`, `list[bool]`, `struct{text, rating}`."""
     if isinstance(feature, dict):
@@ -77,7 +88,8 @@ def dataset_card(*, format: str, container: str, options: ExportOptions, tally: 
               "## Features", "", "| column | type | meaning |", "|---|---|---|"]
     lines += [f"| `{name}` | `{type_name(feature)}` | {COLUMNS[format].get(name, '')} |"
               for name, feature in features.items()]
-    lines += ["", "## Labels", "", SEMANTICS[format], "",
+    automatic = [AUTOMATIC_SEMANTICS[format], ""] if options.labels != "human" and format in AUTOMATIC_SEMANTICS else []
+    lines += ["", "## Labels", "", SEMANTICS[format], "", *automatic,
               f"**Neutral rule**: a neutral (0) rating counts as {neutral}.", "",
               f"**Label source**: {options.labels} (`human`: annotators only; `automatic`: automatic "
               "labels by rollouts or imported, never mixed with human ones; `both`: each row says which).", "",

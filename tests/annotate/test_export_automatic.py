@@ -96,6 +96,8 @@ def test_the_command_writes_automatic_labels_in_every_container_and_refuses_proc
     table = datasets.load_dataset("parquet", data_files=str(tmp_path / "pq" / "data" / "train.parquet"),
                                   split="train", cache_dir=str(tmp_path / "cache"))
     assert table.to_list() == expected and [row["label_source"] for row in expected] == ["human", "human", "automatic"]
+    card = (tmp_path / "pq" / "README.md").read_text()
+    assert "**Label source**: both" in card and "Automatic rows:" in card and "| `label_source` |" in card
     with pytest.raises(CommandError, match="labels: processbench takes human labels only"):
         call_command("export_prm800k", str(tmp_path / "pb.jsonl"), "--format", "processbench", "--labels", "both")
     assert not (tmp_path / "pb.jsonl").exists()

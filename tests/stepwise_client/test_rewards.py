@@ -86,8 +86,8 @@ def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, wo
     monkeypatch.setenv("STEPWISE_TOKEN", token)
     expected = expected_step_scores(version)
 
-    # Batches of 2: the three scorable completions go out in two requests.
-    client = StepwiseClient(batch_size=2)
+    # Batches of 2: the three scorable completions go out in two requests, side by side.
+    client = StepwiseClient(batch_size=2, concurrency=2)
     dense = make_prm_step_rewards(client=client)(PROMPTS, COMPLETIONS)
     assert [len(steps) for steps in dense] == [2, 2, 2, 0]
     for got, want in zip(dense[:3], expected, strict=True):
