@@ -24,6 +24,23 @@ class ExportForm(forms.Form):
         coerce=lambda v: v == "1", initial="1",
         label="A neutral (0) rating counts as", help_text="TRL and soft labels only (neutral=good / neutral=bad)",
     )
+    container = forms.ChoiceField(
+        choices=[("jsonl", "JSON Lines (.jsonl)"), ("parquet", "Parquet with a dataset card (.zip)"),
+                 ("hf_dataset", "Hugging Face datasets folder, load_from_disk (.zip)")],
+        initial="jsonl", label="File", required=False,
+    )
+    labels = forms.ChoiceField(
+        choices=[("human", "human labels"), ("automatic", "automatic labels (rollouts, imports)"),
+                 ("both", "both, each row saying which")],
+        initial="human", label="Labels", required=False,
+        help_text="TRL and soft labels; PRM800K gains an auto_labels key per step (not ProcessBench)",
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("format") == "processbench" and data.get("labels") not in ("", "human", None):
+            self.add_error("labels", "ProcessBench takes human labels only (its label is the annotators' first error)")
+        return data
 
     def clean_generations(self) -> list[int]:
         text = self.cleaned_data["generations"]
@@ -62,5 +79,6 @@ def export_download(request: HttpRequest, pk: int) -> FileResponse:
     path = exporting.finished_file(job)
     if path is None:
         raise Http404("This export is not finished.")
+    content_type = "application/zip" if path.suffix == ".zip" else "application/jsonl"
     return FileResponse(path.open("rb"), as_attachment=True, filename=exporting.download_name(job),
-                        content_type="application/jsonl")
+                        content_type=content_type)

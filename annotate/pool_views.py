@@ -20,6 +20,8 @@ FORMAT_CHOICES = [
     ("gsm8k", 'gsm8k: {"question", "answer"} with "#### N"'),
     ("math", 'math: {"problem", "solution"} with \\boxed{}'),
     ("generic", 'generic: {"problem", "ground_truth_answer", "steps" | "solution", ...}'),
+    ("math_shepherd", 'math_shepherd: Math-Shepherd {"input", "label"} with "ки" step tags (automatic labels)'),
+    ("processbench", 'processbench: ProcessBench {"problem", "steps", "label"} (gold first-error labels)'),
 ]
 SPLIT_CHOICES = [
     ("auto", "auto: blank-line paragraphs if the text has them, else lines"),

@@ -147,3 +147,18 @@ class ExportRequestSerializer(serializers.Serializer):
         child=serializers.ChoiceField(choices=FinishReason.choices), required=False, max_length=10
     )
     neutral_is_good = serializers.BooleanField(default=True)
+    container = serializers.ChoiceField(
+        choices=exporting.CONTAINERS, default="jsonl",
+        help_text="jsonl, or a .zip of a Parquet folder or a `datasets` folder, each with a dataset card",
+    )
+    labels = serializers.ChoiceField(
+        choices=exporting.LABEL_SOURCES, default="human",
+        help_text="trl / soft: human, automatic or both (each row says which); prm800k: adds auto_labels per step",
+    )
+
+    def validate(self, data: dict) -> dict:
+        try:
+            exporting.check_labels(data.get("format", "prm800k"), exporting.ExportOptions.from_dict(data))
+        except exporting.ExportError as error:
+            raise serializers.ValidationError({"labels": str(error)}) from None
+        return data

@@ -148,7 +148,8 @@ class ExportJobViewSet(JobViewSet):
         return exporting.create_export_job(format=data["format"], options=options, user=user)
 
     @extend_schema(
-        responses={(200, "application/jsonl"): OpenApiTypes.BINARY, 404: OpenApiResponse(description="Not finished")},
+        responses={(200, "application/jsonl"): OpenApiTypes.BINARY, (200, "application/zip"): OpenApiTypes.BINARY,
+                   404: OpenApiResponse(description="Not finished")},
         summary="The finished export file",
     )
     @action(detail=True, methods=["get"], content_negotiation_class=IgnoreAcceptHeader)
@@ -157,8 +158,9 @@ class ExportJobViewSet(JobViewSet):
         path = exporting.finished_file(job)
         if path is None:
             raise Http404("This export has not succeeded (or its file is gone).")
+        content_type = "application/zip" if path.suffix == ".zip" else "application/jsonl"
         return FileResponse(path.open("rb"), as_attachment=True, filename=exporting.download_name(job),
-                            content_type="application/jsonl")
+                            content_type=content_type)
 
 
 EXPORT_QUERY = [

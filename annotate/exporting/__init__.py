@@ -1,4 +1,5 @@
-"""Datasets out: PRM800K, TRL stepwise supervision, ProcessBench and per-step soft labels.
+"""Datasets out: PRM800K, TRL stepwise supervision, ProcessBench and per-step soft labels,
+as JSON Lines, Parquet or a Hugging Face `datasets` folder (`containers`, with a dataset card).
 
 By stage: `options` (which annotations, checked up front), `loading` (keyset chunks of plain
 records, flat memory), `formats` (rows per annotation or solution, every verdict read
@@ -12,17 +13,28 @@ from .formats import (
     PER_SOLUTION,
     ExportTally,
     check_format,
+    check_labels,
     count_inputs,
     is_good,
     iter_jsonl,
     iter_rows,
 )
 from .loading import annotation_chunks, annotations, load_chunk
-from .options import CHUNK_SIZE, ExportError, ExportOptions, parse_since, selected_annotations
+from .options import (
+    CHUNK_SIZE,
+    CONTAINERS,
+    LABEL_SOURCES,
+    ExportError,
+    ExportOptions,
+    parse_since,
+    selected_annotations,
+)
 
 __all__ = [
-    "CHUNK_SIZE", "FORMATS", "FORMAT_HELP", "PER_SOLUTION", "ExportError", "ExportOptions", "ExportTally",
-    "annotation_chunks", "annotations", "check_format", "count_inputs", "create_export_job", "download_name",
+    "CHUNK_SIZE", "CONTAINERS", "FORMATS", "LABEL_SOURCES",
+    "FORMAT_HELP", "PER_SOLUTION", "ExportError", "ExportOptions", "ExportTally",
+    "annotation_chunks", "annotations", "check_format", "check_labels", "count_inputs", "create_export_job",
+    "download_name",
     "export_path", "finished_file", "is_good", "iter_jsonl", "iter_rows", "load_chunk", "parse_since",
     "run_export_job", "selected_annotations", "write_export",
 ]

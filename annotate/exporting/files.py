@@ -1,11 +1,14 @@
 """Export files and jobs: written atomically, run by a worker through the shared job lifecycle.
 
 A file is written to a hidden temporary file next to the destination and renamed into place
-only once complete: a reader (or the download link) never sees a truncated export.
+only once complete: a reader (or the download link) never sees a truncated export. A Parquet
+or `datasets` export is a folder, staged the same way; named `*.zip` (as jobs name theirs, so
+the download is one file) it is zipped into that file.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +18,7 @@ from django.utils import timezone
 
 from annotate.models import ExportJob, JobState
 
+from . import containers
 from .formats import ExportTally, check_format, count_inputs, iter_jsonl
 from .options import CHUNK_SIZE, ExportOptions
 
@@ -35,6 +39,9 @@ def write_export(
     path = Path(path)
     check_format(format)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if options.container != "jsonl":
+        return _write_dataset(path=path, format=format, options=options, on_progress=on_progress,
+                              progress_every=progress_every, tally=tally or ExportTally())
     # Same folder as the destination, so the final rename never crosses file systems.
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     lines = 0
@@ -56,13 +63,55 @@ def write_export(
     return lines
 
 
+def _write_dataset(*, path: Path, format: str, options: ExportOptions, on_progress, progress_every: int,
+                   tally: ExportTally) -> int:
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+    rows = 0
+
+    def on_row() -> None:
+        nonlocal rows
+        rows += 1
+        if on_progress and rows % progress_every == 0:
+            on_progress(rows)
+
+    try:
+        folder = staging / "dataset"
+        folder.mkdir()
+        count = containers.write_dataset_folder(folder=folder, format=format, container=options.container,
+                                                options=options, tally=tally, on_row=on_row)
+        if path.suffix == ".zip":
+            containers.zip_folder(folder=folder, path=path, top=path.stem)
+        else:
+            _replace_folder(folder, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if on_progress:
+        on_progress(count)
+    return count
+
+
+def _replace_folder(folder: Path, path: Path) -> None:
+    """Put `folder` at `path`; an earlier export there is moved aside first, then removed."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} is a file; a {folder.name} export is a folder (or name it .zip)")
+    old = folder.parent / "old"
+    if path.exists():
+        path.rename(old)
+    folder.rename(path)
+
+
 def export_path(job: ExportJob) -> Path:
-    return Path(settings.EXPORTS_DIR) / f"export-{job.pk}-{job.format}.jsonl"
+    return Path(settings.EXPORTS_DIR) / f"export-{job.pk}-{job.format}{_suffix(job)}"
 
 
 def download_name(job: ExportJob) -> str:
     stamp = (job.finished_at or job.created_at or timezone.now()).strftime("%Y%m%d-%H%M%S")
-    return f"stepwise-{job.format}-{stamp}.jsonl"
+    return f"stepwise-{job.format}-{stamp}{_suffix(job)}"
+
+
+def _suffix(job: ExportJob) -> str:
+    container = (job.options or {}).get("container") or "jsonl"
+    return ".jsonl" if container == "jsonl" else f"-{container}.zip"
 
 
 def create_export_job(*, format: str, options: ExportOptions, user=None) -> ExportJob:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from annotate import verdicts
 from annotate.models import FinishReason
 
-from .loading import AnnotationRecord, annotations, solution_groups
+from . import automatic
+from .loading import AnnotationRecord, annotation_chunks, annotations, solution_groups
 from .options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
 
 FORMATS = ("prm800k", "trl", "processbench", "soft")
@@ -47,9 +48,15 @@ def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
 def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     from annotate import prm800k  # the import side owns the schema, both ways
 
-    for annotation in annotations(options=options, chunk_size=chunk_size):
+    def line_for(annotation) -> dict:
         tally.read += 1
-        yield prm800k.line_for_annotation(annotation)
+        return prm800k.line_for_annotation(annotation)
+
+    if options.labels != "human":  # Asked for: each step's automatic labels as an extra key.
+        yield from automatic.with_prm800k_extras(annotation_chunks(options=options, chunk_size=chunk_size), line_for)
+        return
+    for annotation in annotations(options=options, chunk_size=chunk_size):
+        yield line_for(annotation)
 
 
 def labeled(annotation: AnnotationRecord, tally: ExportTally, *, trainable: bool = True) -> verdicts.Verdicts | None:
@@ -195,9 +202,29 @@ def check_format(format: str) -> str:
     return format
 
 
+AUTOMATIC_ROWS: dict[str, Callable[..., Iterator[dict]]] = {"trl": automatic.trl_rows, "soft": automatic.soft_rows}
+
+
 def iter_rows(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
               tally: ExportTally | None = None) -> Iterator[dict]:
-    return ROWS[check_format(format)](options=options, tally=tally or ExportTally(), chunk_size=chunk_size)
+    tally = tally or ExportTally()
+    check_labels(format, options)
+    if options.labels == "human" or format not in AUTOMATIC_ROWS:
+        return ROWS[format](options=options, tally=tally, chunk_size=chunk_size)
+    return _with_automatic(format=format, options=options, tally=tally, chunk_size=chunk_size)
+
+
+def _with_automatic(*, format: str, options: ExportOptions, tally: ExportTally, chunk_size: int) -> Iterator[dict]:
+    """Human rows (with `both`), then automatic rows: each row says whose labels it carries."""
+    if options.labels == "both":
+        for row in ROWS[format](options=options, tally=tally, chunk_size=chunk_size):
+            yield {**row, "label_source": "human"}
+    yield from AUTOMATIC_ROWS[format](tally=tally, chunk_size=chunk_size)
+
+
+def check_labels(format: str, options: ExportOptions) -> None:
+    if options.labels != "human" and check_format(format) == "processbench":
+        raise ExportError("labels: processbench takes human labels only (its label is the annotators' first error)")
 
 
 def iter_jsonl(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
@@ -210,7 +237,12 @@ def iter_jsonl(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_S
 
 def count_inputs(*, format: str, options: ExportOptions) -> int:
     """How many annotations (per-solution formats: solutions) the export will read."""
+    check_labels(format, options)
+    offers_automatic = format in AUTOMATIC_ROWS and options.labels != "human"
+    automatic_count = automatic.count_labeled_solutions() if offers_automatic else 0
+    if offers_automatic and options.labels == "automatic":
+        return automatic_count
     selected = selected_annotations(options=options)
-    if check_format(format) in PER_SOLUTION:
-        return selected.values("solution_id").distinct().count()
-    return selected.count()
+    if format in PER_SOLUTION:
+        return selected.values("solution_id").distinct().count() + automatic_count
+    return selected.count() + automatic_count

@@ -11,6 +11,10 @@ from django.utils.dateparse import parse_date, parse_datetime
 from annotate.models import Annotation, FinishReason
 
 CHUNK_SIZE = 2000
+# How the rows are written: JSON Lines, a Parquet dataset folder, or `Dataset.save_to_disk`'s.
+CONTAINERS = ("jsonl", "parquet", "hf_dataset")
+# Whose labels the rows carry (soft and TRL formats; PRM800K gains `auto_labels` extras).
+LABEL_SOURCES = ("human", "automatic", "both")
 
 
 class ExportError(ValueError):
@@ -27,6 +31,8 @@ class ExportOptions:
     finish_reasons: tuple[str, ...] = ()
     # PRM800K's 0 means "reasonable but not progress"; most PRM trainers count it as good.
     neutral_is_good: bool = True
+    container: str = "jsonl"
+    labels: str = "human"
 
     @classmethod
     def from_dict(cls, data: dict) -> ExportOptions:
@@ -42,12 +48,20 @@ class ExportOptions:
                 f"finish_reasons: unknown {', '.join(map(str, unknown))}; expected {', '.join(FinishReason.values)}"
             )
         since = data.get("since")
+        container = data.get("container") or "jsonl"
+        if container not in CONTAINERS:
+            raise ExportError(f"container: unknown {container!r}; expected one of {', '.join(CONTAINERS)}")
+        labels = data.get("labels") or "human"
+        if labels not in LABEL_SOURCES:
+            raise ExportError(f"labels: unknown {labels!r}; expected one of {', '.join(LABEL_SOURCES)}")
         return cls(
             generations=generations,
             since=parse_since(since) if isinstance(since, str) and since else since or None,
             include_qc=bool(data.get("include_qc", False)),
             finish_reasons=reasons,
             neutral_is_good=bool(data.get("neutral_is_good", True)),
+            container=container,
+            labels=labels,
         )
 
     def to_dict(self) -> dict:

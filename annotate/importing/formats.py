@@ -9,7 +9,16 @@ Formats (``auto`` picks one per file from its first valid line, see ``detect_for
   ``The answer is: ...``; also stored as a reference solution;
 - ``generic``: one solution per line, ``{"problem", "ground_truth_answer",
   "ground_truth_solution"?, "steps": [...] | "solution": "text", "answer"?, "source"?,
-  "generator"?, "meta"?}``.
+  "generator"?, "meta"?}``;
+- ``math_shepherd``: peiyi9979/Math-Shepherd's ``{"input", "label", "task"}``: the problem, then
+  ``Step 1: ...`` steps each closed by the tag ``ки``; ``label`` is the same text with ``+`` or
+  ``-`` in each tag's place (automatic labels by rollouts: soft 1.0 / 0.0 per step);
+- ``processbench``: Qwen/ProcessBench's ``{"id", "generator", "problem", "steps",
+  "final_answer_correct", "label"}``, ``label`` the index of the first wrong step or -1 (expert
+  labels, gold: steps before it good, the step at it bad, the steps after it unlabeled).
+
+The last two bring labels of their own, stored as automatic labels (``AutoStepLabel`` in an
+``AutoLabelRun`` of method ``imported``, never as human labels), see ``ImportedLabels``.
 
 Solution text is split into steps by ``annotate.splitting`` in the import's split mode; a
 line that gives its ``steps`` as a list (any text format) keeps them as given, and split mode
@@ -19,6 +28,7 @@ Every error is a ``LineError`` naming the field, so the report can say what to f
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,9 +42,22 @@ from annotate.models import Problem, Solution
 from annotate.prm800k import LineError
 from annotate.splitting import SplitMode
 
-FORMATS = ("auto", "prm800k", "gsm8k", "math", "generic")
+FORMATS = ("auto", "prm800k", "gsm8k", "math", "generic", "math_shepherd", "processbench")
+MATH_SHEPHERD_TAG = "ки"
+_FIRST_STEP = re.compile(r"\bstep 1\s*:", re.IGNORECASE)
 
 Parser = Callable[[Any, int], "Record"]
+
+
+@dataclass(frozen=True)
+class ImportedLabels:
+    """A dataset's own step labels: per step P(good) (None: not labeled), and their provenance.
+
+    `kind` is "automatic" (estimated, e.g. by Math-Shepherd's rollouts) or "gold" (experts')."""
+
+    dataset: str
+    kind: str
+    soft: tuple[float | None, ...]
 
 
 @dataclass
@@ -56,6 +79,9 @@ class Record:
     pre_generated_verifier_score: float | None = None
     labels: prm800k.ParsedLine | None = None
     is_correct: bool | None = None
+    imported_labels: ImportedLabels | None = None
+    # The dataset's own verdict on the final answer, used when there is no ground truth to grade by.
+    given_is_correct: bool | None = None
 
     @cached_property
     def problem_hash(self) -> str:
@@ -72,6 +98,10 @@ def check_format(format: str) -> None:
 
 
 def detect_format(obj: dict) -> str | None:
+    if isinstance(obj.get("input"), str) and MATH_SHEPHERD_TAG in obj["input"] and "label" in obj:
+        return "math_shepherd"
+    if "steps" in obj and "final_answer_correct" in obj and "label" in obj:
+        return "processbench"
     if isinstance(obj.get("question"), dict) and "label" in obj:
         return "prm800k"
     if "ground_truth_answer" in obj and ("steps" in obj or "solution" in obj):
@@ -90,8 +120,8 @@ def parser_for(format: str, *, source: str | None, split: str, split_mode: Split
         if not isinstance(obj, dict):
             raise LineError("line", f"must be a JSON object, got {prm800k.type_name(obj)}")
         if format == "auto":
-            raise LineError("line", "format not recognised (no line of the file matches prm800k, gsm8k, math "
-                                    "or generic)")
+            raise LineError("line", "format not recognised (no line of the file matches prm800k, gsm8k, math, "
+                                    "generic, math_shepherd or processbench)")
         record = PARSERS[format](obj, line_no, split_mode=split_mode)
         record.source = source or record.source or format
         record.split = record.split or split
@@ -213,4 +243,64 @@ def parse_prm800k(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") ->
     )
 
 
-PARSERS = {"gsm8k": parse_gsm8k, "math": parse_math, "generic": parse_generic, "prm800k": parse_prm800k}
+def parse_math_shepherd(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
+    """A Math-Shepherd line: the text before ``Step 1:`` is the problem, each tag closes a step.
+
+    The label text must be the input with ``+`` or ``-`` at each tag, so a label read from a
+    shifted or edited line is refused rather than put on the wrong step. The last step's label
+    is the final answer's grade: Math-Shepherd labels a complete solution by its answer.
+    """
+    text, label = _text(obj, "input"), _text(obj, "label")
+    pieces = text.split(MATH_SHEPHERD_TAG)
+    if len(pieces) < 2 or pieces[-1].strip():
+        raise LineError("input", f"must end each step with the tag '{MATH_SHEPHERD_TAG}' (text follows the last tag)")
+    signs, position = [], 0
+    for piece in pieces[:-1]:
+        position += len(piece)
+        sign = label[position:position + 1]
+        if sign not in ("+", "-") or label[position - len(piece):position] != piece:
+            raise LineError("label", f"does not match 'input' at step tag {len(signs) + 1}: expected the "
+                                     f"input's text with '+' or '-' at each '{MATH_SHEPHERD_TAG}'")
+        signs.append(sign)
+        position += 1
+    if label[position:] != pieces[-1]:
+        raise LineError("label", "does not match 'input' after the last step tag")
+    first = _FIRST_STEP.search(pieces[0])
+    if first is None:
+        raise LineError("input", "has no 'Step 1:' where the problem ends and the steps begin")
+    statement = pieces[0][:first.start()].strip()
+    steps = [pieces[0][first.start():].strip(), *(piece.strip() for piece in pieces[1:-1])]
+    if not statement or not all(steps):
+        raise LineError("input", "has an empty problem or an empty step between tags")
+    task = obj.get("task")
+    return Record(
+        line_no=line_no, statement=statement, ground_truth_answer=None, ground_truth_solution=None,
+        steps=steps, final_answer=extract_answer(steps[-1]), generator="math-shepherd",
+        meta={"task": task} if isinstance(task, str) else {}, given_is_correct=signs[-1] == "+",
+        imported_labels=ImportedLabels("math-shepherd", "automatic", tuple(1.0 if s == "+" else 0.0 for s in signs)),
+    )
+
+
+def parse_processbench(obj: dict, line_no: int, *, split_mode: SplitMode = "auto") -> Record:
+    """A ProcessBench line: its steps as given, gold labels up to and at the first error."""
+    statement = _text(obj, "problem")
+    steps = _steps({"steps": obj.get("steps")}, None, "explicit")
+    first_error = obj.get("label")
+    if type(first_error) is not int or not -1 <= first_error < len(steps):
+        raise LineError("label", f"must be -1 or a step index below {len(steps)}, got {first_error!r}")
+    correct = obj.get("final_answer_correct")
+    if type(correct) is not bool:
+        raise LineError("final_answer_correct", f"must be a boolean, got {prm800k.type_name(correct)}")
+    bad = len(steps) if first_error == -1 else first_error
+    soft = tuple(1.0 if i < bad else 0.0 if i == bad else None for i in range(len(steps)))
+    return Record(
+        line_no=line_no, statement=statement, ground_truth_answer=None, ground_truth_solution=None,
+        steps=steps, final_answer=extract_answer(steps[-1]),
+        generator=_text(obj, "generator", required=False, max_length=100) or "",
+        meta={"id": obj["id"]} if isinstance(obj.get("id"), str) else {}, given_is_correct=correct,
+        imported_labels=ImportedLabels("processbench", "gold", soft),
+    )
+
+
+PARSERS = {"gsm8k": parse_gsm8k, "math": parse_math, "generic": parse_generic, "prm800k": parse_prm800k,
+           "math_shepherd": parse_math_shepherd, "processbench": parse_processbench}

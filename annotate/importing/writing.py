@@ -1,4 +1,5 @@
-"""Writing parsed records: problems, solutions, steps and PRM800K labels, found by content hash.
+"""Writing parsed records: problems, solutions, steps, PRM800K labels and a dataset's automatic
+labels, found by content hash.
 
 A batch is graded, then written in one transaction with bulk inserts (COPY on PostgreSQL).
 Everything is looked up by content hash first, so a re-import, or a redelivered job, finds
@@ -9,6 +10,10 @@ Identical solutions are one row, labeled once, but each input line that brings o
 sample of it (``SampleLine``, keyed on the file's digest and line number) and the
 solution's ``sample_count`` is recounted from those rows: majority vote and best-of-N weigh
 by it, and a re-import of the same file counts nothing twice.
+
+Labels a dataset brings (Math-Shepherd's, ProcessBench's) are automatic labels, apart from
+human ones: one ``AutoLabelRun`` (method ``imported``) per dataset, label kind and file digest,
+one ``AutoStepLabel`` per labeled step, so re-importing the file adds nothing.
 """
 from __future__ import annotations
 
@@ -22,7 +27,17 @@ from django.utils import timezone
 
 from annotate import prm800k
 from annotate.grading import judge
-from annotate.models import Annotation, Completion, Problem, SampleLine, Solution, Step, StepLabel
+from annotate.models import (
+    Annotation,
+    AutoLabelRun,
+    AutoStepLabel,
+    Completion,
+    Problem,
+    SampleLine,
+    Solution,
+    Step,
+    StepLabel,
+)
 
 from .formats import Record
 from .report import Outcome
@@ -42,12 +57,15 @@ def write_batch(records: list[Record], *, source_file: SourceFile | None = None)
     With `source_file`, every line is recorded as a sample of its solution.
     """
     for record in records:
-        record.is_correct = judge(answer=record.final_answer, truth=record.ground_truth_answer).is_correct
+        record.is_correct = (record.given_is_correct if record.given_is_correct is not None
+                             else judge(answer=record.final_answer, truth=record.ground_truth_answer).is_correct)
     return _write_atomically(records, source_file)
 
 
 def grading_note(record: Record) -> str:
     """How the grade was reached when an admin should know (unknown, no answer, second opinion)."""
+    if record.given_is_correct is not None:
+        return f"graded by the dataset ({record.source}), which has no ground-truth answer to grade by"
     return judge(answer=record.final_answer, truth=record.ground_truth_answer).note  # cached
 
 
@@ -76,6 +94,7 @@ def _write(records: list[Record], source_file: SourceFile | None) -> list[Outcom
     problems = _problems_for(records)
     solutions, created = _solutions_for(records, problems)
     annotated = _annotations_for(records, problems, solutions)
+    _imported_labels_for(records, solutions, source_file)
     if source_file is not None:
         new_ids = {solutions[r.solution_hash].pk for r in records if id(r) in created}
         _record_samples(records, solutions, source_file, new_ids)
@@ -264,3 +283,29 @@ def _write_step_labels(new: list[tuple[Record, Annotation]]) -> None:
         for step_label, step in step_labels
         for j, c in enumerate(step.completions)
     )
+
+
+def _imported_labels_for(records: list[Record], solutions: dict[str, Solution], source_file: SourceFile | None) -> None:
+    """The datasets' own step labels, as automatic labels of this file's runs (existing ones kept)."""
+    labeled = [r for r in records if r.imported_labels is not None]
+    if not labeled:
+        return
+    runs = {key: _imported_run(*key, source_file) for key in {(r.imported_labels.dataset, r.imported_labels.kind)
+                                                                 for r in labeled}}
+    solution_ids = {solutions[r.solution_hash].pk for r in labeled}
+    steps = {(solution_id, index): pk for solution_id, index, pk in
+             Step.objects.filter(solution_id__in=solution_ids).values_list("solution_id", "index", "id")}
+    AutoStepLabel.objects.bulk_create([
+        AutoStepLabel(run=runs[(r.imported_labels.dataset, r.imported_labels.kind)],
+                      step_id=steps[(solutions[r.solution_hash].pk, i)], soft=soft)
+        for r in labeled for i, soft in enumerate(r.imported_labels.soft) if soft is not None
+    ], ignore_conflicts=True)  # The same solution again (a re-import, a repeated line): labeled once per run.
+
+
+def _imported_run(dataset: str, kind: str, source_file: SourceFile | None) -> AutoLabelRun:
+    digest = source_file.digest if source_file else ""
+    params = {"dataset": dataset, "kind": kind, "file_digest": digest,
+              "file_name": source_file.name if source_file else ""}
+    found = AutoLabelRun.objects.filter(method=AutoLabelRun.Method.IMPORTED, source=dataset, params__kind=kind,
+                                        params__file_digest=digest).order_by("id").first()
+    return found or AutoLabelRun.objects.create(method=AutoLabelRun.Method.IMPORTED, source=dataset, params=params)

@@ -45,6 +45,8 @@ class Command(BaseCommand):
         parser.add_argument("--solutions", type=int, default=50_000)
         parser.add_argument("--steps", type=int, default=5, help="Steps per solution, all labeled")
         parser.add_argument("--format", action="append", choices=exporting.FORMATS, help="Default: all")
+        parser.add_argument("--container", choices=exporting.CONTAINERS, default="jsonl",
+                            help="Write JSON Lines (default), a Parquet folder or a datasets folder")
         parser.add_argument("--cleanup", action="store_true", help="Delete the benchmark rows afterwards")
         parser.add_argument(
             "--compare", action="store_true",
@@ -54,11 +56,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         if opts["child"]:
-            self.stdout.write(json.dumps(self.export_once(opts["child"])))
+            self.stdout.write(json.dumps(self.export_once(opts["child"], opts["container"])))
             return
         self.ensure_data(opts["solutions"], opts["steps"])
         self.stdout.write(f"{opts['solutions']} annotated solutions x {opts['steps']} steps "
-                          f"({settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]})")
+                          f"({settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}), as {opts['container']}")
         # Wall time depends on what else the machine runs; CPU time is this process's alone.
         self.stdout.write(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         self.stdout.write(f"{'format':<13} {'lines':>7} {'seconds':>8} {'cpu s':>6} {'lines/s':>8} {'MB':>7} "
@@ -66,7 +68,8 @@ class Command(BaseCommand):
         results = {}
         for format in [*(opts["format"] or exporting.FORMATS), *(["orm"] if opts["compare"] else [])]:
             results[format] = result = json.loads(subprocess.run(
-                [sys.executable, "manage.py", "bench_export", "--child", format],
+                [sys.executable, "manage.py", "bench_export", "--child", format, "--container",
+                 "jsonl" if format == "orm" else opts["container"]],
                 cwd=settings.BASE_DIR, check=True, capture_output=True, text=True,
             ).stdout.strip().splitlines()[-1])
             self.stdout.write(
@@ -81,19 +84,20 @@ class Command(BaseCommand):
         if opts["cleanup"]:
             Problem.objects.filter(source=SOURCE).delete()
 
-    def export_once(self, format: str) -> dict:
-        options = exporting.ExportOptions(generations=(BENCH_GENERATION,))
+    def export_once(self, format: str, container: str = "jsonl") -> dict:
+        options = exporting.ExportOptions(generations=(BENCH_GENERATION,), container=container)
         from annotate import prm800k  # noqa: F401 -- imported before the baseline is taken
         start_rss = peak_rss_mb()
         with tempfile.TemporaryDirectory(dir=settings.EXPORTS_DIR) as folder:
-            path = Path(folder) / f"bench.{format}.jsonl"
+            path = Path(folder) / (f"bench.{format}.jsonl" if container == "jsonl" else f"bench-{format}")
             started, cpu_started = time.perf_counter(), time.process_time()
             if format == "orm":
                 lines = self.export_with_model_instances(path, options)
             else:
                 lines = exporting.write_export(path=path, format=format, options=options)
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-            size = path.stat().st_size
+            files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
+            size = sum(f.stat().st_size for f in files)
         return {"lines": lines, "seconds": seconds, "cpu": cpu, "bytes": size, "start_rss_mb": start_rss,
                 "peak_rss_mb": peak_rss_mb()}
 

@@ -1,4 +1,5 @@
-"""Write submitted labels as a dataset file: PRM800K JSONL by default, or TRL/ProcessBench/soft."""
+"""Write submitted labels as a dataset file: PRM800K JSONL by default, or TRL/ProcessBench/soft,
+as JSONL, Parquet or a Hugging Face `datasets` folder."""
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotate import exporting
@@ -9,7 +10,10 @@ class Command(BaseCommand):
     help = "Export submitted annotations as PRM800K JSONL (or --format trl|processbench|soft)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("out", help="Destination .jsonl file (written atomically)")
+        parser.add_argument(
+            "out", help="Destination (written atomically): a .jsonl file, or for parquet / hf_dataset a folder "
+                        "(a .zip name zips it)",
+        )
         parser.add_argument("--format", default="prm800k", choices=exporting.FORMATS)
         parser.add_argument("--generation", type=int, action="append", default=[], help="Repeatable")
         parser.add_argument("--since", help="Only labels made on or after this date / ISO datetime")
@@ -22,6 +26,14 @@ class Command(BaseCommand):
             "--neutral", choices=("good", "bad"), default="good",
             help="How a 0 rating counts in TRL/soft labels (bad: only +1 is good, as in TRL's PRM800K converter)",
         )
+        parser.add_argument(
+            "--container", choices=exporting.CONTAINERS, default="jsonl",
+            help="jsonl (default); parquet: README.md card + data/train.parquet; hf_dataset: save_to_disk + card",
+        )
+        parser.add_argument(
+            "--labels", choices=exporting.LABEL_SOURCES, default="human",
+            help="soft / trl: human labels (default), automatic labels, or both; prm800k: both adds auto_labels",
+        )
 
     def handle(self, *args, **opts) -> None:
         try:
@@ -31,8 +43,11 @@ class Command(BaseCommand):
                 "include_qc": opts["include_qc"],
                 "finish_reasons": opts["finish_reason"],
                 "neutral_is_good": opts["neutral"] == "good",
+                "container": opts["container"],
+                "labels": opts["labels"],
             })
             lines = exporting.write_export(path=opts["out"], format=opts["format"], options=options)
         except exporting.ExportError as error:
             raise CommandError(str(error)) from None
-        self.stdout.write(f"wrote {lines} {opts['format']} lines to {opts['out']}")
+        unit = "lines" if opts["container"] == "jsonl" else f"rows ({opts['container']})"
+        self.stdout.write(f"wrote {lines} {opts['format']} {unit} to {opts['out']}")

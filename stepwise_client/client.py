@@ -1,0 +1,120 @@
+"""The HTTP side: `POST /api/score` in batches the server accepts, with timeouts and retries.
+
+Plain standard library (urllib), so a training job needs nothing installed beyond Stepwise's
+source. The limits mirror scoring/api/serializers.py: a batch holds at most 64 solutions and
+400,000 characters of text; the client cuts batches to fit instead of getting a 400.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+MAX_ITEMS = 64
+MAX_TOTAL_TEXT = 400_000
+# 429: over STEPWISE_SCORE_RATE; 503: no model, or no ml worker answered in time. Both pass.
+RETRY_STATUSES = frozenset({429, 503})
+
+
+class StepwiseError(RuntimeError):
+    """The server refused a request (bad body, bad token) or kept failing after the retries."""
+
+
+class StepwiseClient:
+    """Scores (problem, steps) pairs with the current PRM, or the version named in `model`.
+
+    `url` and `token` default to the STEPWISE_URL and STEPWISE_TOKEN environment variables
+    (a token comes from `./stepwise manage create_api_token USERNAME`, a reviewer or admin).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        model: str | None = None,
+        batch_size: int = MAX_ITEMS,
+        timeout: float = 120.0,
+        retries: int = 5,
+        backoff: float = 1.0,
+        concurrency: int = 1,
+    ):
+        url = url or os.environ.get("STEPWISE_URL", "")
+        token = token or os.environ.get("STEPWISE_TOKEN", "")
+        if not url:
+            raise StepwiseError("no Stepwise URL: pass url= or set STEPWISE_URL")
+        if not token:
+            raise StepwiseError("no API token: pass token= or set STEPWISE_TOKEN")
+        if not 1 <= batch_size <= MAX_ITEMS:
+            raise ValueError(f"batch_size must be between 1 and {MAX_ITEMS}, not {batch_size}")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.model = model
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.concurrency = max(1, concurrency)
+
+    def score(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
+        """Each step's probability of being correct, for every (problem, steps) pair, in order."""
+        batches = list(self._batches(items))
+        if self.concurrency == 1 or len(batches) < 2:
+            answers = [self._score_batch(batch) for batch in batches]
+        else:
+            with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+                answers = list(pool.map(self._score_batch, batches))
+        return [steps for answer in answers for steps in answer]
+
+    def _batches(self, items: Sequence[tuple[str, Sequence[str]]]):
+        batch: list[tuple[str, list[str]]] = []
+        characters = 0
+        for problem, steps in items:
+            size = len(problem) + sum(map(len, steps))
+            if batch and (len(batch) == self.batch_size or characters + size > MAX_TOTAL_TEXT):
+                yield batch
+                batch, characters = [], 0
+            batch.append((problem, list(steps)))
+            characters += size
+        if batch:
+            yield batch
+
+    def _score_batch(self, batch: list[tuple[str, list[str]]]) -> list[list[float]]:
+        body: dict = {"items": [{"problem": problem, "steps": steps} for problem, steps in batch]}
+        if self.model:
+            body["model"] = self.model
+        answer = self._post("/api/score", body)
+        return [[step["p"] for step in item["steps"]] for item in answer["items"]]
+
+    def _post(self, path: str, body: dict) -> dict:
+        data = json.dumps(body).encode()
+        headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json",
+                   "Accept": "application/json"}
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                detail = error.read().decode(errors="replace")[:2000]
+                if error.code not in RETRY_STATUSES or attempt == self.retries:
+                    raise StepwiseError(f"POST {path} answered {error.code}: {detail}") from None
+                wait = _retry_after(error.headers.get("Retry-After"))
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+                if attempt == self.retries:
+                    raise StepwiseError(f"POST {path} failed after {attempt + 1} attempts: {error}") from None
+                wait = None
+            # Exponential backoff unless the server said how long to wait.
+            time.sleep(min(30.0, wait if wait is not None else self.backoff * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:  # An HTTP date: fall back to the backoff.
+        return None

@@ -1,0 +1,120 @@
+"""Rewards for RL from completions: TRL's reward-function signature over the Stepwise client.
+
+TRL's `GRPOTrainer` calls each reward function as `f(prompts=..., completions=..., **kwargs)`
+and logs it under its `__name__`. Prompts and completions are strings (standard format) or
+lists of chat messages (conversational format); both are read here. A completion is cut into
+steps by `annotate.splitting.split_steps`, as Stepwise cuts imported and generated solutions,
+so the PRM sees steps shaped like the ones it was trained on.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from annotate.splitting import split_steps
+
+from .client import StepwiseClient
+
+AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
+    # As scoring.prm.aggregate computes them: a solution is as good as its weakest step
+    # (min), every step right (product), or the PRM's verdict after the last step (last).
+    "min": min,
+    "product": math.prod,
+    "last": lambda ps: ps[-1],
+}
+# A completion with no text has no step to score; it earns nothing.
+EMPTY_REWARD = 0.0
+
+
+def aggregate(step_probabilities: Sequence[float], how: str = "min") -> float:
+    if how not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, not {how!r}")
+    return AGGREGATIONS[how](step_probabilities) if step_probabilities else EMPTY_REWARD
+
+
+def prompt_text(prompt) -> str:
+    """The problem of a prompt: a string as is; of chat messages, the last user message
+    (system prompts and few-shot turns before it are not the problem)."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m for m in prompt if m.get("role") == "user"]
+    return _content((users or list(prompt))[-1].get("content"))
+
+
+def completion_text(completion) -> str:
+    """The solution of a completion: a string as is; chat messages' contents joined."""
+    if isinstance(completion, str):
+        return completion
+    return "\n\n".join(_content(m.get("content")) for m in completion)
+
+
+def _content(content) -> str:
+    if isinstance(content, str):
+        return content
+    # Multimodal messages: a list of parts; only the text parts are read.
+    return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
+
+
+def solution_steps(completion, split: str = "auto") -> list[str]:
+    return split_steps(completion_text(completion), split)
+
+
+def score_steps(
+    prompts: Sequence, completions: Sequence, *, client: StepwiseClient | None = None, split: str = "auto"
+) -> list[list[float]]:
+    """One reward per step of each completion (the PRM's probability that the step is right)."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    client = client or StepwiseClient()
+    items = [(prompt_text(p), solution_steps(c, split)) for p, c in zip(prompts, completions, strict=True)]
+    scorable = [i for i, (_, steps) in enumerate(items) if steps]
+    scored = client.score([items[i] for i in scorable])
+    rewards: list[list[float]] = [[] for _ in items]
+    for index, steps in zip(scorable, scored, strict=True):
+        rewards[index] = steps
+    return rewards
+
+
+def score_solutions(
+    prompts: Sequence, completions: Sequence, *, aggregation: str = "min", client: StepwiseClient | None = None,
+    split: str = "auto",
+) -> list[float]:
+    """One reward per completion: its step probabilities aggregated (min, product or last)."""
+    return [aggregate(ps, aggregation) for ps in score_steps(prompts, completions, client=client, split=split)]
+
+
+# The reward functions proper. TRL passes `completion_ids`, `trainer_state` and every column of
+# the dataset as keyword arguments, so they take no options of their own: a column named
+# `split` or `client` must not change how they score. Options are bound by the make_ functions.
+
+def prm_reward(prompts: Sequence, completions: Sequence, **kwargs) -> list[float]:
+    """TRL reward function: the minimum step probability, the client from STEPWISE_URL / STEPWISE_TOKEN."""
+    return score_solutions(prompts, completions)
+
+
+def prm_step_rewards(prompts: Sequence, completions: Sequence, **kwargs) -> list[list[float]]:
+    """Dense rewards: each completion's step probabilities."""
+    return score_steps(prompts, completions)
+
+
+def make_prm_reward(*, aggregation: str = "min", client: StepwiseClient | None = None, split: str = "auto"):
+    """A reward function bound to one aggregation, client and split mode, named for TRL's logs."""
+    aggregate([0.5], aggregation)  # An unknown aggregation fails here, not mid-training.
+    client = client or StepwiseClient()
+
+    def reward(prompts, completions, **kwargs) -> list[float]:
+        return score_solutions(prompts, completions, aggregation=aggregation, client=client, split=split)
+
+    reward.__name__ = f"stepwise_prm_{aggregation}"
+    return reward
+
+
+def make_prm_step_rewards(*, client: StepwiseClient | None = None, split: str = "auto"):
+    """Dense rewards bound to one client and split mode."""
+    client = client or StepwiseClient()
+
+    def step_rewards(prompts, completions, **kwargs) -> list[list[float]]:
+        return score_steps(prompts, completions, client=client, split=split)
+
+    step_rewards.__name__ = "stepwise_prm_steps"
+    return step_rewards

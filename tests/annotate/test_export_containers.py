@@ -1,0 +1,154 @@
+"""Every export format as Parquet and as a `datasets` folder, read back with `datasets`: the same
+rows as the JSONL export, in order, with a dataset card that says what they mean."""
+import json
+import zipfile
+
+import pytest
+from django.core.management import call_command
+
+from annotate import exporting
+from annotate.exporting import ExportOptions
+from annotate.models import ExportJob, JobState
+from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
+from tests.factories import SolutionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def offline_datasets(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def labels(tmp_path):
+    """PRM800K lines (alternatives, a human completion, a found error) and graded pool solutions."""
+    import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
+    wrong = SolutionFactory(steps=["a", "b", "c"], is_correct=False, generator="Qwen2.5-Math-7B")
+    annotate(wrong, [1, -1], labeler="x")
+    annotate(wrong, [1, 0, -1], labeler="y")
+    annotate(SolutionFactory(steps=["d", "e"], is_correct=True), [1, 0], labeler="x")
+
+
+def jsonl_rows(tmp_path, format: str, *extra: str) -> list[dict]:
+    out = tmp_path / f"{format}.jsonl"
+    call_command("export_prm800k", str(out), "--format", format, *extra)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def prm800k_meaning(line: dict) -> dict:
+    """What a PRM800K line says: who, which problem and steps, every rating and flag, the path, the end."""
+    steps = [([(c["text"], c["rating"], c["flagged"]) for c in step["completions"]], step["chosen_completion"],
+              (step["human_completion"] or {}).get("text")) for step in line["label"]["steps"]]
+    return {"labeler": line["labeler"], "problem": line["question"]["problem"],
+            "pool": line["question"].get("pre_generated_steps"), "steps": steps,
+            "finish_reason": line["label"]["finish_reason"], "generation": line["generation"]}
+
+
+@pytest.mark.parametrize("format", exporting.FORMATS)
+def test_a_parquet_export_loads_with_load_dataset_as_the_jsonl_rows(labels, tmp_path, format):
+    import datasets
+
+    expected = jsonl_rows(tmp_path, format, "--neutral", "bad")
+    folder = tmp_path / f"{format}-parquet"
+    call_command("export_prm800k", str(folder), "--format", format, "--neutral", "bad", "--container", "parquet")
+    table = datasets.load_dataset("parquet", data_files=str(folder / "data" / "train.parquet"), split="train")
+    assert len(expected) > 0 and table.num_rows == len(expected)
+    if format == "prm800k":
+        assert [prm800k_meaning(row) for row in table] == [prm800k_meaning(row) for row in expected]
+    else:
+        assert table.to_list() == expected
+    card = (folder / "README.md").read_text()
+    assert f"- rows: {len(expected)}" in card and "only +1 is good" in card
+    assert "path: data/train.parquet" in card  # The Hub reads the card's configs.
+    for column in table.column_names:
+        assert f"| `{column}` |" in card
+
+
+@pytest.mark.parametrize("format", exporting.FORMATS)
+def test_an_hf_dataset_export_loads_with_load_from_disk_as_the_jsonl_rows(labels, tmp_path, format):
+    import datasets
+
+    expected = jsonl_rows(tmp_path, format)
+    folder = tmp_path / f"{format}-hf"
+    call_command("export_prm800k", str(folder), "--format", format, "--container", "hf_dataset")
+    table = datasets.load_from_disk(str(folder))
+    if format == "prm800k":
+        assert [prm800k_meaning(row) for row in table] == [prm800k_meaning(row) for row in expected]
+    else:
+        assert table.to_list() == expected
+    assert "a neutral (0) rating counts as good" in (folder / "README.md").read_text()
+
+
+def test_typed_columns_survive_an_export_with_no_rows(tmp_path):
+    import datasets
+    import pyarrow.parquet as pq
+
+    call_command("export_prm800k", str(tmp_path / "hf"), "--format", "processbench", "--container", "hf_dataset")
+    table = datasets.load_from_disk(str(tmp_path / "hf"))
+    assert table.num_rows == 0
+    assert table.features["label"] == datasets.Value("int64")
+    assert table.features["steps"].feature == datasets.Value("string")
+    assert "- rows: 0" in (tmp_path / "hf" / "README.md").read_text()
+    # load_dataset("parquet") finds no split in a file with no rows; the file still has the types.
+    call_command("export_prm800k", str(tmp_path / "pq"), "--format", "processbench", "--container", "parquet")
+    schema = pq.read_schema(tmp_path / "pq" / "data" / "train.parquet")
+    assert datasets.Features.from_arrow_schema(schema) == table.features
+
+
+def test_an_export_job_in_a_dataset_container_downloads_as_one_zip(labels, tmp_path, admin_user, client):
+    import datasets
+
+    options = ExportOptions.from_dict({"container": "hf_dataset"})
+    job = ExportJob.objects.create(format="soft", options=options.to_dict(), created_by=admin_user)
+    job = exporting.run_export_job(job_id=job.pk)
+    assert job.state == JobState.SUCCEEDED and job.lines == 4, job.error  # 2 PRM800K solutions, 2 pool ones
+    client.force_login(admin_user)
+    response = client.get(f"/jobs/export/{job.pk}/download")
+    assert response["Content-Type"] == "application/zip"
+    assert response["Content-Disposition"].endswith('-hf_dataset.zip"')
+    archive = tmp_path / "download.zip"
+    archive.write_bytes(b"".join(response.streaming_content))
+    with zipfile.ZipFile(archive) as zipped:
+        (top,) = {name.split("/")[0] for name in zipped.namelist()}
+        zipped.extractall(tmp_path / "unzipped")
+    table = datasets.load_from_disk(str(tmp_path / "unzipped" / top))
+    assert table.to_list() == jsonl_rows(tmp_path, "soft")
+
+
+def test_a_bad_container_is_refused_naming_the_option():
+    with pytest.raises(exporting.ExportError, match="container: unknown 'csv'"):
+        ExportOptions.from_dict({"container": "csv"})
+
+
+def test_the_export_page_offers_the_container_and_the_labels(client, admin_user):
+    client.force_login(admin_user)
+    page = client.get("/exports/").content.decode()
+    assert 'name="container"' in page and 'value="hf_dataset"' in page and 'name="labels"' in page
+    response = client.post("/exports/", {"format": "trl", "neutral_is_good": "1", "container": "parquet",
+                                         "labels": "both"})
+    job = ExportJob.objects.get()
+    assert response.status_code == 302
+    assert (job.options["container"], job.options["labels"]) == ("parquet", "both")
+    assert exporting.export_path(job).name == f"export-{job.pk}-trl-parquet.zip"
+    refused = client.post("/exports/", {"format": "processbench", "neutral_is_good": "1", "labels": "automatic"})
+    assert refused.status_code == 200 and "ProcessBench takes human labels only" in refused.content.decode()
+    assert ExportJob.objects.count() == 1
+
+
+def test_the_api_starts_a_parquet_export_and_serves_it_as_a_zip(labels, admin_user, tmp_path):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(admin_user)
+    created = client.post("/api/exports", {"format": "trl", "container": "parquet", "labels": "both"},
+                          format="json").json()
+    exporting.run_export_job(job_id=created["id"])
+    download = client.get(client.get(f"/api/exports/{created['id']}").json()["download_url"])
+    assert download.status_code == 200 and download["Content-Type"] == "application/zip"
+    (tmp_path / "api.zip").write_bytes(b"".join(download.streaming_content))
+    with zipfile.ZipFile(tmp_path / "api.zip") as zipped:
+        assert any(name.endswith("/data/train.parquet") for name in zipped.namelist())
+    refused = client.post("/api/exports", {"format": "processbench", "labels": "automatic"}, format="json")
+    assert refused.status_code == 400 and "processbench takes human labels only" in refused.json()["labels"][0]

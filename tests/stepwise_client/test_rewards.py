@@ -1,0 +1,168 @@
+"""The RL reward client against the running app: gunicorn, a real ml worker, the tiny PRM."""
+import threading
+import time
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from annotate.loadtest import Server
+from annotate.splitting import split_steps
+from scoring import registry
+from scoring.prm import StepProbability, aggregate
+from scoring.scoring import score_texts
+from scoring.tiny import build_tiny_prm
+from stepwise_client import (
+    StepwiseClient,
+    StepwiseError,
+    make_prm_reward,
+    make_prm_step_rewards,
+    prm_reward,
+    prm_step_rewards,
+)
+from tests.conftest import WorkerProcess, _test_database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROMPTS = [
+    "What is 2 + 3?",
+    [{"role": "system", "content": "Reason step by step."}, {"role": "user", "content": "What is 7 * 6?"}],
+    "Compute 10 - 4.",
+    "What is 1 + 1?",
+]
+COMPLETIONS = [
+    "2 + 3 = 5.\n\nSo the sum is 5.\n\n# Answer\n\n5",
+    [{"role": "assistant", "content": "7 * 6 = 42.\n\nThe answer is 42."}],
+    "10 - 4 = 7.\n\nSo the answer is 7.",
+    "",  # Nothing written: no step to score.
+]
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, django_db_blocker):
+    """gunicorn on the test database, as `./stepwise run` serves the app."""
+    server = Server(database_url=_test_database_url(), workers=1, threads=4)
+    try:
+        server.wait_until_up(90)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, tmp_path_factory):
+    """One real ml worker for the module's tests (each starts from an empty database)."""
+    process = WorkerProcess(tmp_path_factory.mktemp("worker") / "worker.log")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def token(reviewer) -> str:
+    return Token.objects.create(user=reviewer).key
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return build_tiny_prm(tmp_path_factory.mktemp("prm") / "tiny")
+
+
+def tiny_version(folder, *, make_current=True):
+    return registry.register_model_version(name="tiny", path=folder, make_current=make_current)
+
+
+def expected_step_scores(version) -> list[list[float]]:
+    """What the model itself gives the same steps, computed in this process."""
+    items = [("What is 2 + 3?", split_steps(COMPLETIONS[0])),
+             ("What is 7 * 6?", split_steps(COMPLETIONS[1][0]["content"])),
+             ("Compute 10 - 4.", split_steps(COMPLETIONS[2]))]
+    return [[step["p"] for step in steps] for steps in score_texts(items=items, model_version=version)]
+
+
+def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, worker, token, tiny_folder,
+                                                                           monkeypatch):
+    version = tiny_version(tiny_folder)
+    monkeypatch.setenv("STEPWISE_URL", web.url)
+    monkeypatch.setenv("STEPWISE_TOKEN", token)
+    expected = expected_step_scores(version)
+
+    # Batches of 2: the three scorable completions go out in two requests, side by side.
+    client = StepwiseClient(batch_size=2, concurrency=2)
+    dense = make_prm_step_rewards(client=client)(PROMPTS, COMPLETIONS)
+    assert [len(steps) for steps in dense] == [2, 2, 2, 0]
+    for got, want in zip(dense[:3], expected, strict=True):
+        assert got == pytest.approx(want, abs=1e-6)
+    assert dense[3] == []
+
+    for how in ("min", "product", "last"):
+        reward = make_prm_reward(aggregation=how, client=client)
+        assert reward.__name__ == f"stepwise_prm_{how}"  # What TRL logs it under.
+        # As TRL calls it: keywords, its own extras, and the dataset's columns, whatever their names.
+        rewards = reward(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=[[1]] * 4, trainer_state=None,
+                         split=["train"] * 4, aggregation=["?"] * 4, client=["?"] * 4)
+        model = [aggregate([StepProbability(p=p) for p in steps])[how] for steps in expected]
+        assert rewards == pytest.approx([*model, 0.0], abs=1e-6)
+
+    # The plain functions read STEPWISE_URL / STEPWISE_TOKEN: min, and the dense rewards.
+    assert prm_reward(PROMPTS, COMPLETIONS, split=["test"] * 4) == pytest.approx(
+        [*(min(steps) for steps in expected), 0.0], abs=1e-6)
+    assert prm_step_rewards(PROMPTS[:1], COMPLETIONS[:1])[0] == pytest.approx(expected[0], abs=1e-6)
+
+
+def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tiny_folder):
+    version = tiny_version(tiny_folder, make_current=False)
+    client = StepwiseClient(web.url, token, backoff=0.5, retries=8)
+
+    def promote_soon():
+        time.sleep(1.5)
+        registry.make_current_version(version)
+
+    promoter = threading.Thread(target=promote_soon)
+    promoter.start()
+    started = time.monotonic()
+    rewards = make_prm_reward(client=client)(PROMPTS[:1], COMPLETIONS[:1])
+    promoter.join()
+    assert time.monotonic() - started >= 1.5  # Answered only after the model became current.
+    assert rewards == pytest.approx([min(expected_step_scores(version)[0])], abs=1e-6)
+
+
+def test_a_429_is_retried_after_the_wait_the_server_names(worker, token, tiny_folder):
+    """One request a second per user: of three batches sent at once, the later ones wait and pass."""
+    tiny_version(tiny_folder)
+    throttled = Server(database_url=_test_database_url(), workers=1, threads=2,
+                       extra_env={"STEPWISE_SCORE_RATE": "1/second"})
+    try:
+        throttled.wait_until_up(90)
+        client = StepwiseClient(throttled.url, token, batch_size=1, retries=10, backoff=5)
+        started = time.monotonic()
+        rewards = make_prm_reward(client=client)(PROMPTS[:3], COMPLETIONS[:3])
+    finally:
+        throttled.stop()
+    assert len(rewards) == 3 and all(0 < r < 1 for r in rewards)
+    # Retry-After (about a second), not the 5 s backoff, set the pace.
+    assert 1 <= time.monotonic() - started < 10
+
+
+def test_a_server_that_does_not_answer_is_retried_then_reported(web):
+    client = StepwiseClient("http://127.0.0.1:9", "t", retries=2, backoff=0.1, timeout=2)
+    with pytest.raises(StepwiseError, match="failed after 3 attempts"):
+        make_prm_reward(client=client)(PROMPTS[:1], COMPLETIONS[:1])
+
+
+def test_a_bad_token_fails_at_once_naming_the_status(web):
+    client = StepwiseClient(web.url, "not-a-token", backoff=5, retries=5)
+    started = time.monotonic()
+    with pytest.raises(StepwiseError, match="401"):
+        make_prm_reward(client=client)(PROMPTS[:1], COMPLETIONS[:1])
+    assert time.monotonic() - started < 5  # Not retried: retrying cannot fix a token.
+
+
+def test_the_client_needs_a_url_and_a_token(monkeypatch):
+    monkeypatch.delenv("STEPWISE_URL", raising=False)
+    monkeypatch.delenv("STEPWISE_TOKEN", raising=False)
+    with pytest.raises(StepwiseError, match="STEPWISE_URL"):
+        StepwiseClient()
+    with pytest.raises(StepwiseError, match="STEPWISE_TOKEN"):
+        StepwiseClient("http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="aggregation"):
+        make_prm_reward(aggregation="mean", client=StepwiseClient("http://127.0.0.1:1", "t"))
