@@ -43,7 +43,7 @@ def sample_solutions(
 
 def best_of_n(
     *, problem: str, generator: Generator, scorer: Scorer, budget: Budget | None = None, n: int = 8,
-    aggregation: str = "min", max_tokens: int = 512, options: StepOptions | None = None,
+    aggregation: str = "min", max_solution_tokens: int = 512, options: StepOptions | None = None,
 ) -> SearchResult:
     """Sample `n` solutions (fewer if the budget runs out), return the best by `aggregation`."""
     check_aggregation(aggregation)
@@ -52,7 +52,7 @@ def best_of_n(
     try:
         while len(paths) < n:
             paths += sample_solutions(problem=problem, generator=generator, scorer=scorer, compute=compute,
-                                      n=n - len(paths), max_tokens=max_tokens, options=options)
+                                      n=n - len(paths), max_tokens=max_solution_tokens, options=options)
     except BudgetExhausted:
         stopped = "budget"
     return SearchResult("best_of_n", aggregation, best_path(paths, aggregation), paths, compute.as_dict(),
@@ -82,7 +82,7 @@ def aca_should_stop(candidates: Sequence[Sequence[StepProbability]], *, aggregat
 def aca_best_of_n(
     *, problem: str, generator: Generator, scorer: Scorer, budget: Budget | None = None,
     n0: int = ACA_DEFAULTS["n0"], n_total: int = ACA_DEFAULTS["n_total"], m: int = ACA_DEFAULTS["m"],
-    lam: float = ACA_DEFAULTS["lam"], aggregation: str = "min", max_tokens: int = 512,
+    lam: float = ACA_DEFAULTS["lam"], aggregation: str = "min", max_solution_tokens: int = 512,
     options: StepOptions | None = None,
 ) -> SearchResult:
     """Adaptive best-of-N: n0 samples, then m more at a time until one dominates or n_total."""
@@ -96,7 +96,7 @@ def aca_best_of_n(
         while True:
             while len(paths) < want:
                 paths += sample_solutions(problem=problem, generator=generator, scorer=scorer, compute=compute,
-                                          n=want - len(paths), max_tokens=max_tokens, options=options)
+                                          n=want - len(paths), max_tokens=max_solution_tokens, options=options)
             scored = [p.scores for p in paths if p.scores]
             dominated = aca_should_stop(scored, aggregation=aggregation, lam=lam)
             rounds.append({"samples": len(paths), "dominates": dominated})

@@ -16,11 +16,11 @@ from scoring.tiny import build_tiny_backbone, build_tiny_prm
 PROBLEM = "What is 12 + 7?"
 OPTIONS = search.StepOptions(max_step_tokens=6, max_steps=3, seed=0)
 METHOD_OPTIONS = {
-    "best_of_n": {"n": 4, "max_tokens": 12},
+    "best_of_n": {"n": 4, "max_solution_tokens": 12},
     "beam": {"beam_width": 2, "expansions": 2},
     "beam_lookahead": {"beam_width": 2, "expansions": 2, "lookahead": 1},
     "mcts": {"simulations": 8, "expansion_width": 2},
-    "aca": {"n0": 2, "n_total": 6, "m": 2, "lam": 1e6, "max_tokens": 12},
+    "aca": {"n0": 2, "n_total": 6, "m": 2, "lam": 1e6, "max_solution_tokens": 12},
 }
 
 
