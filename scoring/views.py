@@ -18,7 +18,7 @@ from annotate import roles
 from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
 
-from . import scoring
+from . import scoring, search_report
 from .models import ModelVersion, RescoreJob
 
 
@@ -27,8 +27,11 @@ def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
     versions = ModelVersion.objects.select_related("parent").order_by("-is_current", "-created_at")
     jobs = RescoreJob.objects.select_related("model_version")[:20]
-    return render(request, "scoring/model_list.html", {"versions": versions, "jobs": jobs,
-                                                       "can_rescore": roles.is_admin(request.user)})
+    report = search_report.latest()
+    return render(request, "scoring/model_list.html", {
+        "versions": versions, "jobs": jobs, "can_rescore": roles.is_admin(request.user),
+        "search_report": report, "search_chart": search_report.chart(report) if report else "",
+    })
 
 
 @require_POST

@@ -13,18 +13,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.importing import formats
-from scoring import registry, search_eval
+from scoring import registry, search_eval, search_report
 
 DEFAULT_DATA = settings.BASE_DIR.parent / "shared" / "data"
 DATASETS = {"gsm8k": ("gsm8k/test.jsonl", formats.parse_gsm8k), "math500": ("math500/test.jsonl", formats.parse_math)}
-REPORT_NAME = "search-eval"
 # SmolLM2's chat format: an instruct model answers a user turn far better than raw text.
 CHAT_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-
-
-def report_path() -> Path:
-    """Where the latest report lives; the models page reads it from here."""
-    return settings.DATA_DIR / "reports" / f"{REPORT_NAME}.json"
 
 
 def ints(text: str) -> tuple[int, ...]:
@@ -107,9 +101,7 @@ class Command(BaseCommand):
                                       log=lambda line: self.stderr.write(line))
         report |= {"dataset": options["dataset"], "model": model_name, "chat": options["chat"],
                    "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        out = options["out"] or report_path()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
+        out = search_report.write(report, options["out"])
         search_eval.plot(report, out.with_suffix(".png"))
         self._summary(report, out)
 
