@@ -137,12 +137,23 @@ def _run(method: str, label: str, result: search.SearchResult, problem: EvalProb
 
 
 def evaluate(problems: Sequence[EvalProblem], *, generator: Generator, scorer: search.Scorer, config: EvalConfig,
-             log: Callable[[str], None] = lambda _: None) -> dict:
-    """The whole report: per-problem records, the curves, and ACA's saving at equal accuracy."""
+             log: Callable[[str], None] = lambda _: None,
+             checkpoint: Callable[[dict], None] = lambda _: None) -> dict:
+    """The whole report: per-problem records, the curves, and ACA's saving at equal accuracy.
+
+    `checkpoint` gets the report so far after every problem, so a long run that is stopped
+    still leaves the problems it finished.
+    """
     started, records = time.monotonic(), []
     for index, problem in enumerate(problems):
         records.append(evaluate_problem(problem, index=index, generator=generator, scorer=scorer, config=config))
         log(f"problem {index + 1}/{len(problems)} done ({time.monotonic() - started:.0f} s)")
+        if index + 1 < len(problems):
+            checkpoint(report_of(records, generator=generator, config=config, started=started))
+    return report_of(records, generator=generator, config=config, started=started)
+
+
+def report_of(records: list[dict], *, generator: Generator, config: EvalConfig, started: float) -> dict:
     curves = curves_of(records, config)
     return {"settings": config.as_dict(), "generator": generator.name, "problems": len(records),
             "seconds": round(time.monotonic() - started, 1), "curves": curves,

@@ -164,6 +164,14 @@ class SearchOptionsSerializer(serializers.Serializer):
     top_p = serializers.FloatField(min_value=0.01, max_value=1, required=False)
     seed = serializers.IntegerField(min_value=0, required=False)
 
+    def to_internal_value(self, data):
+        # DRF drops unknown keys; a misspelt option must not run silently with its default.
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(dict.fromkeys(unknown, "Unknown option."))
+        return super().to_internal_value(data)
+
 
 class SearchRequestSerializer(serializers.Serializer):
     problem = text()

@@ -82,6 +82,7 @@ def test_an_option_the_method_does_not_take_is_refused_by_name(search_worker, cl
     ({"problem": " ", "method": "beam", "budget": {"max_tokens": 10}}, "problem"),
     ({"problem": PROBLEM, "method": "beam", "budget": {"max_tokens": 10 ** 7}}, "budget"),
     ({"problem": PROBLEM, "method": "beam", "budget": {"max_tokens": 10}, "options": {"lookahead": 2}}, "options"),
+    ({"problem": PROBLEM, "method": "mcts", "budget": {"max_tokens": 10}, "options": {"simulatons": 4}}, "options"),
 ])
 def test_bad_requests_name_the_field_before_any_worker_is_asked(client, tiny_beta, body, field):
     response = client.post("/api/search", body, format="json")

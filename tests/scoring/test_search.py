@@ -4,6 +4,8 @@ Budgets are what the methods are for: whatever the method and its options, the g
 tokens and PRM calls it spends never pass the budget, and the count it reports is what
 the generator really wrote.
 """
+import io
+
 import pytest
 import torch
 
@@ -144,3 +146,31 @@ def test_bad_options_are_refused_by_name(tiny, method, options, message):
 def test_a_budget_below_one_is_refused():
     with pytest.raises(ValueError, match="max_tokens"):
         search.Budget(max_tokens=0)
+
+
+def test_the_search_command_runs_a_search_with_the_current_model_and_prints_its_compute(db, tmp_path, settings,
+                                                                                       one_thread):
+    import json
+
+    from django.core.management import call_command
+
+    from scoring import registry
+
+    registry.register_model_version(name="tiny-beta", path=build_tiny_prm(tmp_path / "beta", head_type="beta"),
+                                    make_current=True)
+    out = io.StringIO()
+    call_command("search", PROBLEM, "--method", "mcts", "--max-tokens", "20", "--option", "simulations=3",
+                 "--option", "max_step_tokens=5", "--json", stdout=out)
+    result = json.loads(out.getvalue())
+    assert result["model"] == "tiny-beta" and result["method"] == "mcts"
+    assert result["compute"]["generated_tokens"] <= 20 and result["solution"]["steps"]
+
+
+def test_the_search_command_names_an_option_the_method_does_not_take(db, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    from scoring import registry
+
+    registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"), make_current=True)
+    with pytest.raises(CommandError, match="beam_width"):
+        call_command("search", PROBLEM, "--method", "aca", "--max-tokens", "20", "--option", "beam_width=2")

@@ -97,12 +97,17 @@ class Command(BaseCommand):
             steps=search.StepOptions(template=template, max_step_tokens=options["max_step_tokens"],
                                      max_steps=options["max_steps"], seed=options["seed"]),
         )
+        extra = {"dataset": options["dataset"], "model": model_name, "chat": options["chat"]}
+
+        def save(report: dict) -> Path:
+            report |= extra | {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            out = search_report.write(report, options["out"])
+            search_eval.plot(report, out.with_suffix(".png"))
+            return out
+
         report = search_eval.evaluate(problems, generator=generator, scorer=search.prm_scorer(prm), config=config,
-                                      log=lambda line: self.stderr.write(line))
-        report |= {"dataset": options["dataset"], "model": model_name, "chat": options["chat"],
-                   "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        out = search_report.write(report, options["out"])
-        search_eval.plot(report, out.with_suffix(".png"))
+                                      log=lambda line: self.stderr.write(line), checkpoint=save)
+        out = save(report)
         self._summary(report, out)
 
     def _prm(self, options):
