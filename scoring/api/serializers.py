@@ -198,13 +198,18 @@ class SearchSolutionSerializer(serializers.Serializer):
     tokens = serializers.IntegerField()
 
 
+class SpentBudgetSerializer(serializers.Serializer):
+    max_tokens = serializers.IntegerField(allow_null=True)
+    max_prm_calls = serializers.IntegerField(allow_null=True, help_text="null: no cap")
+
+
 class SearchComputeSerializer(serializers.Serializer):
     generated_tokens = serializers.IntegerField()
     prompt_tokens = serializers.IntegerField()
     generator_calls = serializers.IntegerField()
     samples = serializers.IntegerField()
     prm_calls = serializers.IntegerField()
-    budget = SearchBudgetSerializer()
+    budget = SpentBudgetSerializer()
 
 
 class SearchResponseSerializer(serializers.Serializer):

@@ -89,3 +89,12 @@ def test_the_models_page_says_how_to_make_search_curves_when_there_are_none(clie
     settings.DATA_DIR = tmp_path
     client.force_login(reviewer)
     assert "run <code>./stepwise manage eval_search</code>" in client.get("/models/").content.decode()
+
+
+@pytest.mark.parametrize("dataset, first_truth", [("gsm8k", "18"), ("math500", "\\left( 3, \\frac{\\pi}{2} \\right)")])
+def test_problems_are_read_with_their_known_answers_by_the_importers_parsers(dataset, first_truth):
+    from scoring.management.commands.eval_search import load_problems
+
+    problems = load_problems(dataset, SHARED_DATA, n=3, shortest=False)
+    assert len(problems) == 3 and problems[0].truth == first_truth
+    assert all(p.statement.strip() and p.truth for p in problems)
