@@ -293,6 +293,11 @@ STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900, 
 # Seconds POST /api/score waits for the ml worker's answer before a 503 (the task's own
 # time limit is a little longer, so a late answer is never computed for nobody for long).
 STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minimum=0.1)
+# POST /api/search (scoring/searching.py): how long it waits for the ml worker, the most
+# tokens one request may budget, and requests per user (a search holds a worker far longer).
+STEPWISE_SEARCH_API_TIMEOUT = env_float("STEPWISE_SEARCH_API_TIMEOUT", 120.0, minimum=0.1)
+STEPWISE_SEARCH_MAX_TOKENS = env_int("STEPWISE_SEARCH_MAX_TOKENS", 8192, minimum=1)
+STEPWISE_SEARCH_RATE = env_rate("STEPWISE_SEARCH_RATE", "20/minute")
 # Loaded PRMs a worker keeps, by weight fingerprint (head-only versions share one backbone).
 STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2, minimum=1)
 # Bounded input: JSON nesting (request bodies and import lines), and per import line its

@@ -106,24 +106,36 @@ def score_on_worker(
     each web process. The message expires with the wait, so a worker that comes up late
     does not compute answers nobody is waiting for. Raises ValueError for bad items.
     """
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
     from .tasks import score_texts_task
 
     timeout = settings.STEPWISE_SCORE_API_TIMEOUT if timeout is None else timeout
-    result = score_texts_task.apply_async(args=(model_version.pk, [list(item) for item in items]), expires=timeout)
+    answer = answer_from_worker(score_texts_task, (model_version.pk, [list(item) for item in items]),
+                                timeout=timeout, what="scoring")
+    return answer["steps"]
+
+
+def answer_from_worker(task, args: tuple, *, timeout: float, what: str) -> dict:
+    """Run `task` on the ml worker and wait at most `timeout` seconds for its answer.
+
+    The task answers data: {"error", "status": 400} becomes ValueError, any other error
+    ScoringUnavailable (the API's 503). The message expires with the wait, so a worker that
+    comes up late does not compute answers nobody is waiting for.
+    """
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    result = task.apply_async(args=args, expires=timeout)
     try:
         answer = result.get(timeout=timeout, interval=0.02)
     except CeleryTimeout:
         raise ScoringUnavailable(
-            f"no scoring worker answered within {timeout:g} s; is the ml worker running?"
+            f"no {what} worker answered within {timeout:g} s; is the ml worker running?"
         ) from None
     result.forget()  # Answered once, read once: no result left in the backend.
     if answer.get("status") == 400:
         raise ValueError(answer["error"])
     if "error" in answer:
         raise ScoringUnavailable(answer["error"])
-    return answer["steps"]
+    return answer
 
 
 # --- rescore jobs -------------------------------------------------------------------------

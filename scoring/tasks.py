@@ -56,25 +56,55 @@ SCORE_TIME_LIMIT = 75
 def score_texts_task(model_version_id: int, items: list[list]) -> dict:
     """Score texts for POST /api/score in the worker, where the model stays loaded.
 
-    Returns {"steps": [...]} or {"error": ..., "status": 400 | 503}: expected failures come
-    back as data, so the web process never has to rebuild (import) a scoring exception.
+    Returns {"steps": [...]} or {"error": ..., "status": 400 | 503} (see `_answer`).
     Not acks_late: nobody waits for a redelivered answer.
     """
-    from scoring import registry, scoring
+    from scoring import scoring
+
+    return _answer(model_version_id, "scoring for /api/score", lambda version: {
+        "steps": scoring.score_texts(items=[(p, steps) for p, steps in items], model_version=version)
+    })
+
+
+# A search generates as well as scores: minutes, not seconds. The view waits a little less.
+SEARCH_SOFT_TIME_LIMIT = 180
+SEARCH_TIME_LIMIT = 200
+
+
+@shared_task(soft_time_limit=SEARCH_SOFT_TIME_LIMIT, time_limit=SEARCH_TIME_LIMIT)
+def search_task(model_version_id: int, body: dict) -> dict:
+    """Run one PRM-guided search for POST /api/search in the worker (model and generator stay loaded).
+
+    Answers data like score_texts_task. Not acks_late: nobody waits for a redelivered answer,
+    and a search writes nothing, so a worker killed mid-search leaves nothing to repair.
+    """
+    from scoring import searching
+
+    return _answer(model_version_id, "search for /api/search",
+                   lambda version: searching.run_search(body=body, model_version=version))
+
+
+def _answer(model_version_id: int, what: str, compute) -> dict:
+    """`compute(version)`, with expected failures as data: {"error", "status": 400 | 503}.
+
+    The web process never has to rebuild (import) a scoring exception, and answers 503,
+    never 500, for what the worker could not do.
+    """
+    from scoring import registry
     from scoring.models import ModelVersion
 
     version = ModelVersion.objects.filter(pk=model_version_id).first()
     if version is None:
         return {"error": f"model version {model_version_id} no longer exists", "status": 503}
     try:
-        return {"steps": scoring.score_texts(items=[(p, steps) for p, steps in items], model_version=version)}
+        return compute(version)
     except registry.ModelIntegrityError as error:
         return {"error": str(error), "status": 503}
     except ValueError as error:
         return {"error": str(error), "status": 400}
     except Exception as error:  # a time limit, out of memory: the caller answers 503, never 500
-        logger.exception("scoring for /api/score failed")
-        return {"error": f"scoring failed: {type(error).__name__}: {error}", "status": 503}
+        logger.exception("%s failed", what)
+        return {"error": f"{what.split()[0]} failed: {type(error).__name__}: {error}", "status": 503}
 
 
 # --- retraining (scoring/retraining.py) ------------------------------------------------------

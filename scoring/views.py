@@ -19,7 +19,7 @@ from annotate import roles
 from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
 
-from . import model_exports, scoring
+from . import model_exports, scoring, search_report
 from .checkpoint_export import EXPORT_KINDS
 from .models import ModelVersion, RescoreJob
 
@@ -33,8 +33,11 @@ def model_list(request: HttpRequest) -> HttpResponse:
     for version in versions:  # only admins see (and may build) exports
         is_head = version.kind == ModelVersion.Kind.HEAD
         version.export_links = _export_links(version) if is_head and roles.is_admin(request.user) else []
-    return render(request, "scoring/model_list.html", {"versions": versions, "jobs": jobs,
-                                                       "can_rescore": roles.is_admin(request.user)})
+    report = search_report.latest()
+    return render(request, "scoring/model_list.html", {
+        "versions": versions, "jobs": jobs, "can_rescore": roles.is_admin(request.user),
+        "search_report": report, "search_chart": search_report.chart(report) if report else "",
+    })
 
 
 def _export_links(version: ModelVersion) -> list[tuple[str, bool]]:

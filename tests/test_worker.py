@@ -34,8 +34,9 @@ def test_real_worker_runs_an_import_once_and_ignores_its_redelivery(celery_worke
 
 
 @pytest.mark.embedded
-def test_rescore_button_and_score_api_leave_the_web_process_without_torch(celery_worker_process, admin_user, tmp_path):
-    """The worker does the ML: a web process serving both requests never imports torch."""
+def test_rescore_button_score_and_search_api_leave_the_web_process_without_torch(celery_worker_process, admin_user,
+                                                                                 tmp_path):
+    """The worker does the ML: a web process serving these requests never imports torch."""
     import json
     import subprocess
     import sys
@@ -60,6 +61,8 @@ def test_rescore_button_and_score_api_leave_the_web_process_without_torch(celery
     assert answer["rescore"] == [302, f"/models/jobs/rescore/{job.pk}/"]
     status, body = answer["score"]
     assert status == 200 and body["model"] == "tiny" and len(body["steps"]) == 2, body
+    status, body = answer["search"]
+    assert status == 200 and body["solution"]["steps"] and body["compute"]["generated_tokens"] <= 12, body
     assert (answer["torch_loaded"], answer["transformers_loaded"]) == (False, False)
     wait_for(lambda: RescoreJob.objects.get(pk=job.pk).is_finished, timeout=120)
     job.refresh_from_db()

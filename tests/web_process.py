@@ -20,9 +20,13 @@ def main(user_id: int, version_id: int) -> dict:
     rescore = client.post(f"/models/{version_id}/rescore/")
     score = client.post("/api/score", {"problem": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "# Answer\n\n5"]},
                         content_type="application/json")
+    search = client.post("/api/search", {"problem": "What is 2 + 3?", "method": "beam", "budget": {"max_tokens": 12},
+                                          "options": {"beam_width": 1, "expansions": 2, "max_step_tokens": 4}},
+                         content_type="application/json")
     return {
         "rescore": [rescore.status_code, rescore.get("Location")],
         "score": [score.status_code, score.json()],
+        "search": [search.status_code, search.json()],
         "torch_loaded": "torch" in sys.modules,
         "transformers_loaded": "transformers" in sys.modules,
     }

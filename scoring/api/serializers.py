@@ -1,6 +1,7 @@
 """Read shapes of model versions, training runs and scores; the scoring request."""
 from rest_framework import serializers
 
+from scoring.evaluation import AGGREGATIONS
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 
 # One request may not tie up a worker for long: bounded items, steps and text sizes.
@@ -115,3 +116,109 @@ class ScoreResponseSerializer(serializers.Serializer):
     model = serializers.CharField(help_text="The model version that scored")
     steps = StepProbabilitySerializer(many=True, required=False, help_text="For a single solution")
     items = ScoredItemSerializer(many=True, required=False, help_text="For a batch, in request order")
+
+
+# --- POST /api/search --------------------------------------------------------------------
+
+# scoring.search.METHODS, spelled here because importing it would import torch into the web process.
+SEARCH_METHODS = ("best_of_n", "beam", "mcts", "aca")
+
+
+class SearchBudgetSerializer(serializers.Serializer):
+    max_tokens = serializers.IntegerField(
+        min_value=1, help_text="Most generated tokens (at most STEPWISE_SEARCH_MAX_TOKENS)")
+    max_prm_calls = serializers.IntegerField(
+        min_value=1, required=False, help_text="Most PRM calls (one per scored path)")
+
+    def validate_max_tokens(self, value: int) -> int:
+        from django.conf import settings
+
+        if value > settings.STEPWISE_SEARCH_MAX_TOKENS:
+            raise serializers.ValidationError(f"At most {settings.STEPWISE_SEARCH_MAX_TOKENS} tokens per search.")
+        return value
+
+
+def small_int(high: int, help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=1, max_value=high, required=False, help_text=help_text)
+
+
+class SearchOptionsSerializer(serializers.Serializer):
+    """Every option any method takes; one a method does not take is refused by name (400)."""
+
+    aggregation = serializers.ChoiceField(AGGREGATIONS, required=False, help_text="Solution score from steps")
+    n = small_int(64, "best_of_n: samples")
+    beam_width = small_int(16, "beam: beams kept")
+    expansions = small_int(16, "beam: next steps sampled per beam")
+    lookahead = serializers.IntegerField(min_value=0, max_value=1, required=False, help_text="beam: 0 or 1")
+    simulations = small_int(256, "mcts: simulations")
+    expansion_width = small_int(16, "mcts: children per expanded node")
+    c_puct = serializers.FloatField(min_value=0, max_value=100, required=False, help_text="mcts: exploration")
+    n0 = small_int(64, "aca: first samples")
+    n_total = small_int(64, "aca: most samples")
+    m = small_int(64, "aca: samples added per round")
+    lam = serializers.FloatField(min_value=0, max_value=1e6, required=False, help_text="aca: bound width in sigmas")
+    max_solution_tokens = small_int(4096, "best_of_n, aca: tokens per sampled solution")
+    max_step_tokens = small_int(1024, "beam, mcts: tokens per step")
+    max_steps = small_int(64, "beam, mcts: steps per solution")
+    temperature = serializers.FloatField(min_value=0, max_value=5, required=False)
+    top_p = serializers.FloatField(min_value=0.01, max_value=1, required=False)
+    seed = serializers.IntegerField(min_value=0, required=False)
+
+    def to_internal_value(self, data):
+        # DRF drops unknown keys; a misspelt option must not run silently with its default.
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(dict.fromkeys(unknown, "Unknown option."))
+        return super().to_internal_value(data)
+
+
+class SearchRequestSerializer(serializers.Serializer):
+    problem = text()
+    method = serializers.ChoiceField(SEARCH_METHODS)
+    budget = SearchBudgetSerializer()
+    options = SearchOptionsSerializer(required=False)
+    model = serializers.CharField(
+        max_length=200, required=False, help_text="A model version name; default the current one")
+
+    def body(self) -> dict:
+        """What the worker runs: plain JSON, the options a client sent and nothing else."""
+        data = self.validated_data
+        return {"problem": data["problem"], "method": data["method"], "budget": dict(data["budget"]),
+                "options": dict(data.get("options", {}))}
+
+
+class SearchSolutionSerializer(serializers.Serializer):
+    steps = serializers.ListField(child=serializers.CharField())
+    scores = StepProbabilitySerializer(many=True)
+    answer = serializers.CharField(allow_null=True)
+    complete = serializers.BooleanField()
+    value = serializers.FloatField(allow_null=True, help_text="The aggregated score the method ranked by")
+    sigma = serializers.FloatField(allow_null=True)
+    tokens = serializers.IntegerField()
+
+
+class SpentBudgetSerializer(serializers.Serializer):
+    max_tokens = serializers.IntegerField(allow_null=True)
+    max_prm_calls = serializers.IntegerField(allow_null=True, help_text="null: no cap")
+
+
+class SearchComputeSerializer(serializers.Serializer):
+    generated_tokens = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField()
+    generator_calls = serializers.IntegerField()
+    samples = serializers.IntegerField()
+    prm_calls = serializers.IntegerField()
+    budget = SpentBudgetSerializer()
+
+
+class SearchResponseSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    generator = serializers.CharField()
+    method = serializers.CharField()
+    aggregation = serializers.CharField()
+    stopped = serializers.ChoiceField(["done", "budget"])
+    solution = SearchSolutionSerializer(allow_null=True)
+    candidates = serializers.IntegerField(help_text="Complete solutions the method compared")
+    compute = SearchComputeSerializer()
+    details = serializers.DictField(help_text="Method-specific: rounds, simulations, ACA's stop")

@@ -12,5 +12,6 @@ router.register("step-scores", views.StepScoreViewSet, basename="api-step-score"
 
 urlpatterns = [
     path("score", views.ScoreView.as_view(), name="api-score"),
+    path("search", views.SearchView.as_view(), name="api-search"),
     *router.urls,
 ]

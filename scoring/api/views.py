@@ -10,7 +10,7 @@ from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from annotate.api.permissions import IsReviewer
-from scoring import registry, scoring
+from scoring import registry, scoring, searching
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 
 from . import serializers
@@ -151,3 +151,64 @@ class ScoreView(APIView):
 
 def _step(probability: dict) -> dict:
     return {"p": probability["p"], "mean": probability.get("mean"), "sigma": probability.get("sigma")}
+
+
+SEARCH_DESCRIPTION = """
+Solve a problem by PRM-guided search: the generator writes, the current PRM (or the one named
+in `model`) scores every step, and the method picks one solution. Methods: `best_of_n`,
+`beam` (step-level beam search, lookahead 0/1), `mcts` (PUCT, the PRM's step score as value)
+and `aca` (adaptive best-of-N with a BetaPRM head: stops when one candidate dominates).
+`budget.max_tokens` (generated tokens) is required and `budget.max_prm_calls` optional: no
+method passes them; `stopped` says whether the method finished or ran out of budget, and
+`compute` what it spent. An option the method does not take is a 400 naming it.
+
+```
+curl -X POST https://stepwise.example/api/search -H "Authorization: Token $STEPWISE_TOKEN" \\
+  -H "Content-Type: application/json" \\
+  -d '{"problem": "What is 2 + 3?", "method": "beam", "budget": {"max_tokens": 2000},
+       "options": {"beam_width": 4, "expansions": 4, "aggregation": "min"}}'
+```
+"""
+
+
+class SearchRateThrottle(ScoreRateThrottle):
+    """STEPWISE_SEARCH_RATE searches per user: each one holds an ml worker for many generations."""
+
+    scope = "search"
+
+    def get_rate(self) -> str:
+        return settings.STEPWISE_SEARCH_RATE
+
+
+class SearchView(APIView):
+    permission_classes = [IsReviewer]
+    throttle_classes = [SearchRateThrottle]
+
+    @extend_schema(
+        request=serializers.SearchRequestSerializer,
+        responses={
+            200: serializers.SearchResponseSerializer,
+            400: OpenApiResponse(description="Bad body, an option the method does not take, or unknown model"),
+            429: OpenApiResponse(description="Over STEPWISE_SEARCH_RATE for this user; retry after `Retry-After`"),
+            503: OpenApiResponse(description="No model, or no ml worker answered within STEPWISE_SEARCH_API_TIMEOUT"),
+        },
+        summary="Solve a problem by PRM-guided search within a compute budget",
+        description=SEARCH_DESCRIPTION,
+        examples=[OpenApiExample("Beam search", request_only=True, value={
+            "problem": "What is 2 + 3?", "method": "beam", "budget": {"max_tokens": 2000, "max_prm_calls": 64},
+            "options": {"beam_width": 4, "expansions": 4, "lookahead": 0, "aggregation": "min"}})],
+    )
+    def post(self, request: Request) -> Response:
+        body = serializers.SearchRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        model_version = ScoreView._model_version(body.validated_data.get("model"))
+        if model_version is None:
+            return Response({"detail": "No current model version; name one in `model`."},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        try:
+            # Generated and scored by the ml worker; this process never imports torch.
+            return Response(searching.search_on_worker(body=body.body(), model_version=model_version))
+        except scoring.ScoringUnavailable as error:
+            return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except ValueError as error:
+            raise drf_serializers.ValidationError({"options": str(error)}) from None

@@ -31,6 +31,7 @@ def admin_token(admin_user, tiny_prm_folder, settings):
     # /api/score request gets the documented 503 at once; scoring itself is tested with a
     # real worker in test_score_endpoint.py.
     settings.STEPWISE_SCORE_API_TIMEOUT = 0.2
+    settings.STEPWISE_SEARCH_API_TIMEOUT = 0.2  # the same for /api/search (test_search_api.py has a worker)
     registry.forget_loaded()
     registry.register_model_version(name="tiny", path=tiny_prm_folder, make_current=True)
     for ratings in ([1, 1, 1], [1, 0, -1], [-1]):
@@ -84,8 +85,9 @@ def test_schema_generates_without_warnings_and_validates(tmp_path):
           suppress_health_check=list(HealthCheck))
 def test_no_generated_request_causes_a_server_error(case, admin_token):
     response = case.call(headers={"Authorization": f"Token {admin_token}"})
-    if case.formatted_path == "/api/score" and response.status_code == 503:
-        assert "no scoring worker answered" in response.text, response.text[:3000]
+    waits_for = {"/api/score": "no scoring worker answered", "/api/search": "no search worker answered"}
+    if case.formatted_path in waits_for and response.status_code == 503:
+        assert waits_for[case.formatted_path] in response.text, response.text[:3000]
         return
     assert response.status_code < 500, (
         f"{case.method} {case.formatted_path} -> {response.status_code}\n{response.text[:3000]}"
