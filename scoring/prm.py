@@ -247,6 +247,12 @@ class LoadedPRM:
         """Per-step probabilities for each (problem, steps), one forward pass per solution."""
         return self.probabilities_for_encoded(self.encode_many(items))
 
+    def score_counting_tokens(self, items: Sequence[Item]) -> tuple[list[list[StepProbability]], int]:
+        """step_probabilities, and the tokens the model read (rescoring's tokens/s); a remote
+        scorer (scoring.remote_scorer) answers the same call."""
+        encoded = self.encode_many(items)
+        return self.probabilities_for_encoded(encoded), self.count_tokens(encoded)
+
     def probabilities_for_encoded(self, encoded: Sequence[Encoded]) -> list[list[StepProbability]]:
         results: list[list[StepProbability]] = [[] for _ in encoded]
         for batch, outputs in self._forward_batches(encoded, layer=self._head_layer()):
