@@ -30,12 +30,13 @@ class PoolingModel:
     """A loaded PRM answering STEP pooling requests; one forward at a time (the model is shared)."""
 
     def __init__(self, folder: str | Path, *, served_name: str, step_tag_id: int | None = None,
-                 fail_every: int = 0, device: str | None = None):
+                 fail_every: int = 0, device: str | None = None, dtype: str = "auto"):
         import torch
 
         from scoring.prm import load_prm
 
-        self.prm = load_prm(folder, device=device, dtype=torch.float32)
+        torch_dtype = None if dtype == "auto" else getattr(torch, dtype)  # auto: as local scoring chooses
+        self.prm = load_prm(folder, device=device, dtype=torch_dtype)
         self.served_name = served_name
         self.step_tag_id = step_tag_id if step_tag_id is not None else self._separator_token()
         self.fail_every = fail_every
@@ -118,9 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step-tag-id", type=int, default=None, help="default: the separator's last token")
     parser.add_argument("--fail-every", type=int, default=0, help="answer every K-th /pooling request with a 503")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: the best there is)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     args = parser.parse_args(argv)
     model = PoolingModel(args.model, served_name=args.served_model_name or Path(args.model).resolve().name,
-                         step_tag_id=args.step_tag_id, fail_every=args.fail_every, device=args.device)
+                         step_tag_id=args.step_tag_id, fail_every=args.fail_every, device=args.device,
+                         dtype=args.dtype)
     server = make_server(model, host=args.host, port=args.port)
     # One line with everything a client's config needs; tests wait for it.
     print(f"serving {model.served_name!r} ({model.prm.kind}) at {server.url}/pooling: step_tag_id="
