@@ -147,8 +147,8 @@ class RemotePRM:
         if len(rows) != n_steps:
             raise RemoteScoringError(
                 f"{self.config.endpoint}: item {item} has {n_steps} steps but the server returned {len(rows)} "
-                f"step outputs; is the server's step_tag_id the last token of the separator "
-                f"{self.separator!r}, and does no step's text contain it?"
+                f"step outputs; the separator {self.separator!r} must hold the server's step tag token "
+                f"(step_tag_id) exactly once, and no step's text may hold it"
             )
         index = self.config.positive_index
         probabilities = []
