@@ -18,7 +18,7 @@ and `vllm/entrypoints/pooling/pooling/protocol.py`; the STEP pooler in
 
 with one row per occurrence of token T in input i (the step tag), each row the softmax over
 the returned token ids (or the classifier's labels). Each text is built exactly as local
-scoring builds it (`prm.build_input`): the problem, then each step followed by the
+scoring builds it (`step_scores.build_input`): the problem, then each step followed by the
 separator, which must end in the step tag. `positive_index` says which entry of a row is
 P(step is good): 0 for Math-Shepherd's `[+, -]`, 1 for a 2-label classifier (Qwen2.5-Math-PRM).
 """
@@ -34,6 +34,8 @@ import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
+
+from .step_scores import StepProbability, build_input
 
 # Answers worth another try: the server is busy, restarting or briefly failing.
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -118,8 +120,6 @@ class RemotePRM:
 
     def score_counting_tokens(self, items: Sequence[tuple[str, Sequence[str]]]) -> tuple[list, int]:
         """(per-step probabilities per item, prompt tokens the server reports having read)."""
-        from .prm import build_input
-
         texts = ["".join(build_input(problem, steps, separator=self.separator)) for problem, steps in items]
         size = self.config.batch_size
         batches = [(start, texts[start : start + size]) for start in range(0, len(texts), size)]
@@ -142,8 +142,6 @@ class RemotePRM:
         return results, int(usage.get("prompt_tokens") or 0)
 
     def _read_steps(self, rows: list, *, n_steps: int, item: int) -> list:
-        from .prm import StepProbability
-
         if len(rows) != n_steps:
             raise RemoteScoringError(
                 f"{self.config.endpoint}: item {item} has {n_steps} steps but the server returned {len(rows)} "

@@ -20,6 +20,7 @@ from annotate.models.jobs import JobState, heartbeats, holder_gone, this_worker
 
 from . import registry
 from .models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
+from .step_scores import aggregate
 
 if TYPE_CHECKING:
     from .prm import LoadedPRM
@@ -54,8 +55,6 @@ def write_scores(
     *, model_version: ModelVersion, solution_ids: Sequence[int], step_ids: Sequence[Sequence[int]], results
 ) -> int:
     """Insert step and solution scores; rows that already exist are left alone."""
-    from .prm import aggregate
-
     step_rows, solution_rows = [], []
     for solution_id, ids, steps in zip(solution_ids, step_ids, results):
         step_rows.extend(

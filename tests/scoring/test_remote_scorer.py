@@ -209,3 +209,22 @@ def test_a_chunk_held_by_a_live_worker_is_left_to_it_and_a_dead_holders_chunk_is
     chunk.refresh_from_db()
     assert (chunk.state, chunk.claimed_by) == (RescoreChunk.State.RUNNING, this_worker())
     heartbeats.release(chunk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_scoring_through_a_remote_version_never_imports_torch(server, tiny_folder):
+    make_pool(4, steps=2)
+    version = registry.register_remote_version(name="remote", config=remote_config(server, tiny_folder))
+    ids = list(Solution.objects.values_list("pk", flat=True))
+    script = (
+        "import sys, django; django.setup()\n"
+        "from scoring import scoring\nfrom scoring.models import ModelVersion\n"
+        f"version = ModelVersion.objects.get(pk={version.pk})\n"
+        f"scored = scoring.score_solutions(model_version=version, solution_ids={ids})\n"
+        "print(scored, 'torch' in sys.modules)\n"
+    )
+    env = {**worker_environment(), "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.split() == ["4", "False"], done.stderr[-2000:]
+    assert SolutionScore.objects.filter(model_version=version).count() == 4
