@@ -101,8 +101,9 @@ def rescore_rate(version: ModelVersion, *, timeout: float) -> dict:
 
 
 def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size: int,
-            timeout: float = 600) -> dict:
-    """{"local_1_workers": {...}, "remote_2_workers": {...}, ...} for each worker count."""
+            timeout: float = 600, report: Callable[[str, dict], None] = lambda key, rate: None) -> dict:
+    """{"local_1_workers": {...}, "remote_1_workers": {...}, ...}: each worker count started
+    once, the pool rescored locally and (with `remote`) through the pooling server."""
     from .tiny import build_tiny_prm
 
     results: dict = {"scaleout_solutions": len(pool_ids), "scaleout_chunk_size": chunk_size}
@@ -112,23 +113,32 @@ def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size:
         # A special token as the step tag (as Qwen2.5-Math-PRM's <extra_0>): what STEP pooling reads.
         write_model_config(folder, {**read_model_config(folder), "separator": STEP_TAG})
         url = stack.enter_context(pooling_server(folder, work)) if remote else None
-        versions = []
-        try:
-            for count in counts:
-                name = f"bench-scaleout-{count}-{time.time_ns()}"
-                version = (
-                    registry.register_remote_version(name=name, config={
-                        "url": url, "served_model": folder.name, "separator": STEP_TAG, "positive_index": 1})
-                    if remote else registry.register_model_version(name=name, path=folder)
-                )
-                versions.append(version)
-                with worker_processes(count, chunk_size=chunk_size, logs=work):
-                    results[f"{'remote' if remote else 'local'}_{count}_workers"] = rescore_rate(
-                        version, timeout=timeout)
-        finally:
-            for version in versions:
-                version.delete()
+        versions: list[ModelVersion] = []
+        stack.callback(lambda: [version.delete() for version in versions])
+        for count in counts:
+            with worker_processes(count, chunk_size=chunk_size, logs=work):
+                for mode in ("local", "remote") if remote else ("local",):
+                    name = f"bench-scaleout-{mode}-{count}-{time.time_ns()}"
+                    versions.append(
+                        registry.register_remote_version(name=name, config={
+                            "url": url, "served_model": folder.name, "separator": STEP_TAG, "positive_index": 1})
+                        if mode == "remote" else registry.register_model_version(name=name, path=folder)
+                    )
+                    key = f"{mode}_{count}_workers"
+                    results[key] = rescore_rate(versions[-1], timeout=timeout)
+                    report(key, results[key])
     return results
+
+
+@contextmanager
+def stopped_by_sigterm():
+    """Turn SIGTERM (a `timeout`, a Ctrl-C'd parent) into SystemExit, so the workers and the
+    server this benchmark started are stopped and its rows deleted."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def delete_pool(solution_ids: list[int]) -> None:

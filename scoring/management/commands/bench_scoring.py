@@ -180,15 +180,15 @@ class Command(BaseCommand):
             counts = [int(n) for n in options["workers"].split(",")]
         except ValueError:
             raise CommandError(f"--workers: a comma-separated list of counts, not {options['workers']!r}") from None
-        ids = make_pool(f"scaleout-{time.time_ns()}", options["scaleout_solutions"])
-        try:
-            results = {}
-            for remote in (False, True) if options["remote"] else (False,):
-                results.update(bench_scaleout.measure(counts=counts, pool_ids=ids, remote=remote,
-                                                      chunk_size=options["scaleout_chunk_size"]))
-            return results
-        finally:
-            bench_scaleout.delete_pool(ids)
+        with bench_scaleout.stopped_by_sigterm():
+            ids = make_pool(f"scaleout-{time.time_ns()}", options["scaleout_solutions"])
+            try:
+                return bench_scaleout.measure(
+                    counts=counts, pool_ids=ids, remote=options["remote"], chunk_size=options["scaleout_chunk_size"],
+                    report=lambda key, rate: self.stderr.write(f"{key}: {rate}"),
+                )
+            finally:
+                bench_scaleout.delete_pool(ids)
 
     def api_latency(self, options) -> dict:
         """p50/p95 of POST /api/score through the worker: the rows it reads are committed
