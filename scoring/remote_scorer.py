@@ -81,9 +81,9 @@ class RemoteConfig:
         for name, minimum in (("positive_index", 0), ("concurrency", 1), ("retries", 0), ("batch_size", 1)):
             if name in values and (not isinstance(values[name], int) or values[name] < minimum):
                 raise ValueError(f"'{name}' must be an integer >= {minimum}, not {values[name]!r}")
-        for name in ("timeout", "backoff"):
-            if name in values and (not isinstance(values[name], int | float) or values[name] < 0):
-                raise ValueError(f"'{name}' must be a number of seconds >= 0, not {values[name]!r}")
+        for name, least in (("timeout", 0.001), ("backoff", 0.0)):
+            if name in values and (not isinstance(values[name], int | float) or values[name] < least):
+                raise ValueError(f"'{name}' must be a number of seconds >= {least:g}, not {values[name]!r}")
         if not isinstance(values.get("api_key_env", ""), str):
             raise ValueError("'api_key_env' must be the name of an environment variable")
         return cls(**{**values, "url": config["url"].rstrip("/")})
