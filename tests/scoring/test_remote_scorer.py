@@ -1,5 +1,6 @@
 """A model version served at a /pooling endpoint: a real `scoring.pooling_server` process
 (vLLM's protocol, backed by a tiny PRM) scores like the local model, through real workers."""
+import datetime
 import socket
 import subprocess
 import sys
@@ -208,6 +209,12 @@ def test_a_chunk_held_by_a_live_worker_is_left_to_it_and_a_dead_holders_chunk_is
     assert scoring.claim_chunk(chunk)
     chunk.refresh_from_db()
     assert (chunk.state, chunk.claimed_by) == (RescoreChunk.State.RUNNING, this_worker())
+
+    # While held, the chunk is beaten like a job, so a live holder's chunk never looks stale.
+    long_ago = timezone.now() - datetime.timedelta(hours=1)
+    RescoreChunk.objects.filter(pk=chunk.pk).update(heartbeat_at=long_ago)
+    heartbeats.beat()
+    assert RescoreChunk.objects.get(pk=chunk.pk).heartbeat_at > long_ago
     heartbeats.release(chunk)
 
 
