@@ -12,7 +12,8 @@ tokens), [P(label 0), P(label 1)] for a `token_classification` one, [1 - p, p] f
 `head` model (a 2-label classifier whose label 1 is "good"). T defaults to the last token of
 the model's separator; the beginning-of-sequence token is prepended as local scoring does.
 
-`--fail-every K` answers every K-th POST /pooling with a 503 before computing anything, so
+`--api-key KEY` makes every request send `Authorization: Bearer KEY`, as
+vLLM's does. `--fail-every K` answers every K-th POST /pooling with a 503 before computing anything, so
 clients' retries can be tested; GET /stats counts requests, failures and inputs scored.
 """
 from __future__ import annotations
@@ -102,11 +103,13 @@ class PoolingModel:
             return 200, dict(self.stats)
 
 
-def make_server(model: PoolingModel, *, host: str = "127.0.0.1", port: int = 0) -> JSONServer:
+def make_server(
+    model: PoolingModel, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None
+) -> JSONServer:
     return JSONServer(
         {("POST", "/pooling"): model.pool, ("GET", "/v1/models"): model.models,
          ("GET", "/health"): lambda _body: (200, {}), ("GET", "/stats"): model.stats_answer},
-        host=host, port=port,
+        host=host, port=port, api_key=api_key,
     )
 
 
@@ -118,13 +121,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--served-model-name", default="", help="the name clients send (default: the folder's name)")
     parser.add_argument("--step-tag-id", type=int, default=None, help="default: the separator's last token")
     parser.add_argument("--fail-every", type=int, default=0, help="answer every K-th /pooling request with a 503")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY', as vLLM's --api-key")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: the best there is)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     args = parser.parse_args(argv)
     model = PoolingModel(args.model, served_name=args.served_model_name or Path(args.model).resolve().name,
                          step_tag_id=args.step_tag_id, fail_every=args.fail_every, device=args.device,
                          dtype=args.dtype)
-    server = make_server(model, host=args.host, port=args.port)
+    server = make_server(model, host=args.host, port=args.port, api_key=args.api_key)
     # One line with everything a client's config needs; tests wait for it.
     print(f"serving {model.served_name!r} ({model.prm.kind}) at {server.url}/pooling: step_tag_id="
           f"{model.step_tag_id}, separator={model.prm.separator!r}, positive_index={model.positive_index}",

@@ -14,6 +14,7 @@ from annotate.models import Solution, Step
 from annotate.models.jobs import JobState, heartbeats, this_worker
 from scoring import registry, scoring
 from scoring.models import RescoreChunk, RescoreJob, SolutionScore, StepScore
+from scoring.pooling_server import PoolingModel, make_server
 from scoring.prm import read_model_config, write_model_config
 from scoring.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 from scoring.tasks import rescore_chunk_task
@@ -235,3 +236,25 @@ def test_scoring_through_a_remote_version_never_imports_torch(server, tiny_folde
                           timeout=120)
     assert done.stdout.split() == ["4", "False"], done.stderr[-2000:]
     assert SolutionScore.objects.filter(model_version=version).count() == 4
+
+
+def test_a_server_with_an_api_key_refuses_a_client_without_it_and_the_client_reads_it_from_the_environment(
+    tiny_folder, monkeypatch
+):
+    httpd = make_server(PoolingModel(tiny_folder, served_name="tiny", device="cpu"), api_key="s3cret")
+    httpd.start()
+    try:
+        config = {"url": httpd.url, "served_model": "tiny", "separator": STEP_TAG, "api_key_env": "TINY_PRM_KEY"}
+        client = RemotePRM(RemoteConfig.from_dict(config))
+        monkeypatch.delenv("TINY_PRM_KEY", raising=False)
+        with pytest.raises(RemoteScoringError, match="TINY_PRM_KEY is not set"):
+            client.step_probabilities(ITEMS[:1])
+        monkeypatch.setenv("TINY_PRM_KEY", "wrong")
+        with pytest.raises(RemoteScoringError, match="HTTP 401: invalid or missing API key"):
+            client.step_probabilities(ITEMS[:1])
+        assert client.requests_sent == 1  # a refusal is not retried
+        monkeypatch.setenv("TINY_PRM_KEY", "s3cret")
+        assert len(client.step_probabilities(ITEMS[:1])[0]) == 3
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
