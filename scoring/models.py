@@ -15,6 +15,7 @@ class ModelVersion(models.Model):
         HEAD = "head", "Backbone + step head (ours)"
         STEP_TOKEN = "step_token", "Causal LM scoring good/bad tokens at a step tag"
         TOKEN_CLASSIFICATION = "token_classification", "Token-classification PRM (TRL)"
+        REMOTE = "remote", "A PRM served at a vLLM-compatible /pooling endpoint"
 
     class Status(models.TextChoices):
         CANDIDATE = "candidate"
@@ -24,7 +25,7 @@ class ModelVersion(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=30, choices=Kind.choices, default=Kind.HEAD)
-    path = models.CharField(max_length=500, help_text="Folder with safetensors weights")
+    path = models.CharField(max_length=500, help_text="Folder with safetensors weights (remote: the endpoint URL)")
     weights_sha256 = models.CharField(max_length=64)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     config = models.JSONField(default=dict, blank=True)
@@ -109,10 +110,16 @@ class RescoreJob(Job):
 
 class RescoreChunk(models.Model):
     """A fixed slice of a rescore job's solutions. Its state, not a counter, records progress,
-    so a chunk run twice (redelivery, resume after a crash) is counted once."""
+    so a chunk run twice (redelivery, resume after a crash) is counted once.
+
+    A worker claims a chunk (pending -> running) with one guarded UPDATE, so of several
+    workers handed the same chunk (redelivery, a resume) one scores it. The claim is held
+    like a job's: `claimed_by` and a `heartbeat_at` beaten by the holder's heartbeat thread,
+    so a chunk whose worker died is taken over (scoring.scoring.claim_chunk)."""
 
     class State(models.TextChoices):
         PENDING = "pending"
+        RUNNING = "running"  # the same word as JobState.RUNNING: the job heartbeat thread beats chunks too
         DONE = "done"
 
     job = models.ForeignKey(RescoreJob, on_delete=models.CASCADE, related_name="chunks")
@@ -121,6 +128,8 @@ class RescoreChunk(models.Model):
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     tokens = models.PositiveIntegerField(default=0)  # tokens the model read for this chunk
+    claimed_by = models.CharField(max_length=200, blank=True, editable=False)  # "host:pid", as Job's
+    heartbeat_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["job", "index"]

@@ -13,7 +13,6 @@ prefix separately (`score_per_prefix`, the slow reference), only ~n times cheape
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,17 +38,9 @@ from scoring.model_files import (  # noqa: F401  (re-exported: the format is par
     weights_sha256,
     write_model_config,
 )
+from scoring.step_scores import StepProbability, aggregate, build_input  # noqa: F401  (re-exported, as above)
 
 Item = tuple[str, Sequence[str]]
-
-
-@dataclass(frozen=True)
-class StepProbability:
-    """P(step is good); mean and sigma are set when the head is distributional (beta)."""
-
-    p: float
-    mean: float | None = None
-    sigma: float | None = None
 
 
 # --- the step head -----------------------------------------------------------------------
@@ -151,16 +142,6 @@ def choose_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16
 
 
-def build_input(problem: str, steps: Sequence[str], *, separator: str = DEFAULT_SEPARATOR) -> list[str]:
-    """The text pieces of one scored solution: the problem, then each step plus separator.
-
-    Scoring and training both tokenize these pieces one by one and concatenate the ids, so
-    a step's score position (the last token of its piece) is exact and identical in a
-    one-pass and a per-prefix forward.
-    """
-    return [problem.strip() + "\n\n", *(step.strip() + separator for step in steps)]
-
-
 @dataclass
 class Encoded:
     ids: list[int]
@@ -246,6 +227,12 @@ class LoadedPRM:
     def step_probabilities(self, items: Sequence[Item]) -> list[list[StepProbability]]:
         """Per-step probabilities for each (problem, steps), one forward pass per solution."""
         return self.probabilities_for_encoded(self.encode_many(items))
+
+    def score_counting_tokens(self, items: Sequence[Item]) -> tuple[list[list[StepProbability]], int]:
+        """step_probabilities, and the tokens the model read (rescoring's tokens/s); a remote
+        scorer (scoring.remote_scorer) answers the same call."""
+        encoded = self.encode_many(items)
+        return self.probabilities_for_encoded(encoded), self.count_tokens(encoded)
 
     def probabilities_for_encoded(self, encoded: Sequence[Encoded]) -> list[list[StepProbability]]:
         results: list[list[StepProbability]] = [[] for _ in encoded]
@@ -382,18 +369,3 @@ def default_token_budget(device: torch.device) -> int:
     solutions only add padding and cache misses (measured here with SmolLM2 in bf16: 2,322
     tokens/s at 4,096 tokens per batch against 1,554 at 16,384)."""
     return 16384 if device.type in ("cuda", "mps") else 4096
-
-
-def aggregate(probabilities: Sequence[StepProbability]) -> dict:
-    """Solution-level scores from its steps: product, min, last, mean (and mean sigma)."""
-    ps = [s.p for s in probabilities]
-    if not ps:
-        raise ValueError("a solution with no steps has no score")
-    sigmas = [s.sigma for s in probabilities if s.sigma is not None]
-    return {
-        "product": math.prod(ps),
-        "min": min(ps),
-        "last": ps[-1],
-        "mean": sum(ps) / len(ps),
-        "sigma": sum(sigmas) / len(sigmas) if sigmas else None,
-    }

@@ -25,6 +25,7 @@ from .models import ModelVersion
 
 if TYPE_CHECKING:
     from .prm import LoadedPRM
+    from .remote_scorer import RemotePRM
 
 
 class ModelIntegrityError(RuntimeError):
@@ -59,6 +60,25 @@ def register_model_version(
     version = ModelVersion.objects.create(
         name=name, kind=config["kind"], path=str(folder), weights_sha256=prm.weights_sha256(folder),
         parent=parent, config=config, metrics=metrics or {}, trust_remote_code=trust_remote_code,
+    )
+    if make_current:
+        make_current_version(version)
+    return version
+
+
+def register_remote_version(*, name: str, config: dict, make_current: bool = False) -> ModelVersion:
+    """Record a PRM served at a /pooling endpoint (scoring.remote_scorer.RemoteConfig fields).
+
+    Its path is the endpoint and its fingerprint the hash of what decides its scores (URL,
+    served model, separator, read-out), so pointing a name at another server is a new version.
+    Nothing is contacted here; a bad field raises ValueError naming it.
+    """
+    from .remote_scorer import RemoteConfig
+
+    remote = RemoteConfig.from_dict(config)
+    version = ModelVersion.objects.create(
+        name=name, kind=ModelVersion.Kind.REMOTE, path=remote.endpoint, weights_sha256=remote.fingerprint(),
+        config=remote.to_dict(),
     )
     if make_current:
         make_current_version(version)
@@ -115,8 +135,13 @@ def verify(version: ModelVersion) -> None:
         )
 
 
-def load(version: ModelVersion, **options) -> LoadedPRM:
-    """The loaded model for a version: verified on load, then kept in the LRU (see above)."""
+def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
+    """The loaded model for a version: verified on load, then kept in the LRU (see above).
+
+    A remote version gets its endpoint's client: nothing is loaded and no file is read.
+    """
+    if version.kind == ModelVersion.Kind.REMOTE:
+        return _remote_client(version)
     key = f"{version.weights_sha256}:{sorted(options.items())}"
     with _lock:
         if key in _loaded:
@@ -144,6 +169,21 @@ def load(version: ModelVersion, **options) -> LoadedPRM:
         while len(_loaded) > max(1, settings.STEPWISE_MODEL_CACHE_SIZE):
             _loaded.popitem(last=False)  # the least recently used; its backbone goes when no one shares it
         return model
+
+
+def _remote_client(version: ModelVersion) -> RemotePRM:
+    from .remote_scorer import RemoteConfig, RemotePRM
+
+    try:
+        remote = RemoteConfig.from_dict(version.config)
+    except ValueError as error:
+        raise ModelIntegrityError(f"model {version.name!r}: bad remote config: {error}") from None
+    if remote.fingerprint() != version.weights_sha256:
+        raise ModelIntegrityError(
+            f"model {version.name!r}: its endpoint config changed since it was registered; "
+            "register the new endpoint as a new version"
+        )
+    return RemotePRM(remote)
 
 
 def _backbone_key(version: ModelVersion, options: dict) -> tuple:

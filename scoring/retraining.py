@@ -213,6 +213,8 @@ def _parent_backbone(parent: ModelVersion | None) -> tuple[ModelVersion, Path, s
 
     if parent is None:
         parent = default_model.ensure_default_model()
+    if parent.kind == ModelVersion.Kind.REMOTE:
+        raise ValueError(f"model {parent.name!r} is served at {parent.path}: there are no weights here to train from")
     config = prm.read_model_config(parent.path)
     folder = prm.backbone_folder(parent.path, config)
     return parent, folder, config.get("separator", prm.DEFAULT_SEPARATOR), config.get("head") or {}

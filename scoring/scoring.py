@@ -16,13 +16,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.models import Solution, Step
-from annotate.models.jobs import JobState
+from annotate.models.jobs import JobState, heartbeats, holder_gone, this_worker
 
 from . import registry
 from .models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
+from .step_scores import aggregate
 
 if TYPE_CHECKING:
     from .prm import LoadedPRM
+    from .remote_scorer import RemotePRM
 
 
 def unscored_solution_ids(*, model_version: ModelVersion, solution_ids: Sequence[int] | None = None) -> list[int]:
@@ -53,8 +55,6 @@ def write_scores(
     *, model_version: ModelVersion, solution_ids: Sequence[int], step_ids: Sequence[Sequence[int]], results
 ) -> int:
     """Insert step and solution scores; rows that already exist are left alone."""
-    from .prm import aggregate
-
     step_rows, solution_rows = [], []
     for solution_id, ids, steps in zip(solution_ids, step_ids, results):
         step_rows.extend(
@@ -68,7 +68,9 @@ def write_scores(
     return len(solution_rows)
 
 
-def score_solutions(*, model_version: ModelVersion, solution_ids: Sequence[int], prm: LoadedPRM | None = None) -> int:
+def score_solutions(
+    *, model_version: ModelVersion, solution_ids: Sequence[int], prm: LoadedPRM | RemotePRM | None = None
+) -> int:
     """Score the given solutions that this version has not scored yet; returns how many."""
     todo = unscored_solution_ids(model_version=model_version, solution_ids=solution_ids)
     if not todo:
@@ -159,8 +161,8 @@ def start_rescore(
 def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[RescoreChunk]:
     """Split the unscored pool into chunks (once per job) and start the job.
 
-    Returns the chunks still pending, so a redelivered task re-dispatches only what is
-    missing; a finished job gets none.
+    Returns the chunks not done, so a redelivered task re-dispatches only what is missing
+    (a chunk a live worker is running is left to it by `claim_chunk`); a finished job gets none.
     """
     chunk_size = chunk_size or settings.STEPWISE_RESCORE_CHUNK_SIZE
     with job.failure_recorded(), transaction.atomic():
@@ -177,7 +179,7 @@ def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[Resco
                       started_at=timezone.now())
         elif not job.start():
             return []
-    return list(job.chunks.filter(state=RescoreChunk.State.PENDING))
+    return list(job.chunks.exclude(state=RescoreChunk.State.DONE))
 
 
 def run_chunk(*, chunk_id: int) -> int:
@@ -188,18 +190,42 @@ def run_chunk(*, chunk_id: int) -> int:
     """
     chunk = RescoreChunk.objects.select_related("job__model_version").get(pk=chunk_id)
     job = chunk.job
-    if chunk.state == RescoreChunk.State.DONE or not job.take_turn():
+    if chunk.state == RescoreChunk.State.DONE or not job.take_turn() or not claim_chunk(chunk):
         return 0
     try:
         scored, tokens = _score_chunk(model_version=job.model_version, solution_ids=chunk.solution_ids)
     except Exception as error:
         job.fail(f"chunk {chunk.index}: {type(error).__name__}: {error}")
         raise
-    RescoreChunk.objects.filter(pk=chunk.pk, state=RescoreChunk.State.PENDING).update(
+    finally:
+        heartbeats.release(chunk)
+    RescoreChunk.objects.filter(pk=chunk.pk, state=RescoreChunk.State.RUNNING, claimed_by=chunk.claimed_by).update(
         state=RescoreChunk.State.DONE, finished_at=timezone.now(), tokens=tokens
     )
     refresh_progress(job=job)
     return scored
+
+
+def claim_chunk(chunk: RescoreChunk) -> bool:
+    """Claim a chunk for this process: pending -> running, or a running one whose holder is
+    gone (heartbeat stale, process dead). One guarded UPDATE each, so of two workers handed
+    the same chunk exactly one scores it; the claim is then beaten like a job's."""
+    claim = {"claimed_by": this_worker(), "heartbeat_at": timezone.now()}
+    rows = RescoreChunk.objects.filter(pk=chunk.pk)
+    won = rows.filter(state=RescoreChunk.State.PENDING).update(state=RescoreChunk.State.RUNNING, **claim) == 1
+    if not won:
+        chunk.refresh_from_db()
+        won = (
+            chunk.state == RescoreChunk.State.RUNNING
+            and holder_gone(chunk.claimed_by, chunk.heartbeat_at)
+            # Compare and swap on the old holder: of two takeovers, one wins.
+            and rows.filter(state=RescoreChunk.State.RUNNING, claimed_by=chunk.claimed_by,
+                            heartbeat_at=chunk.heartbeat_at).update(**claim) == 1
+        )
+    if won:
+        chunk.state, chunk.claimed_by, chunk.heartbeat_at = RescoreChunk.State.RUNNING, *claim.values()
+        heartbeats.hold(chunk)
+    return won
 
 
 def _score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int]) -> tuple[int, int]:
@@ -209,10 +235,9 @@ def _score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int]) ->
         return 0, 0
     prm = registry.load(model_version)
     ids, step_ids, items = read_items(todo)
-    encoded = prm.encode_many(items)
-    results = prm.probabilities_for_encoded(encoded)
+    results, tokens = prm.score_counting_tokens(items)
     scored = write_scores(model_version=model_version, solution_ids=ids, step_ids=step_ids, results=results)
-    return scored, sum(len(e.ids) for e in encoded)
+    return scored, tokens
 
 
 def refresh_progress(*, job: RescoreJob) -> None:

@@ -32,8 +32,12 @@ class HTTPError(Exception):
 class JSONServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, routes: dict[tuple[str, str], Handler], *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, routes: dict[tuple[str, str], Handler], *, host: str = "127.0.0.1", port: int = 0,
+        api_key: str | None = None,
+    ):
         self.routes = routes
+        self.api_key = api_key  # when set, every request must send "Authorization: Bearer KEY" (vLLM's --api-key)
         super().__init__((host, port), _RequestHandler)
 
     @property
@@ -64,6 +68,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         handler = self.server.routes.get((method, self.path.split("?", 1)[0]))
         if handler is None:
             return self._reply(404, _error(f"no route {method} {self.path}"))
+        if self.server.api_key and self.headers.get("Authorization") != f"Bearer {self.server.api_key}":
+            return self._reply(401, _error("invalid or missing API key"))
         try:
             status, body = handler(self._body())
         except HTTPError as error:

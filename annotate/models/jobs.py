@@ -63,6 +63,13 @@ def holder_is_dead(claimed_by: str) -> bool:
     return False
 
 
+def holder_gone(claimed_by: str, heartbeat_at: dt.datetime | None) -> bool:
+    """Whether the holder of a claim (a running job, a rescore chunk) stopped working on it."""
+    if claimed_by == this_worker():
+        return True  # this process's own earlier attempt (it ended without finishing)
+    return heartbeat_at is None or heartbeat_at < stale_before() or holder_is_dead(claimed_by)
+
+
 def stale_before() -> dt.datetime:
     """Heartbeats older than this mean the holder stopped working (killed, hung, lost)."""
     return timezone.now() - dt.timedelta(seconds=settings.STEPWISE_JOB_STALE_SECONDS)
@@ -149,9 +156,7 @@ class Job(models.Model):
 
     def holder_gone(self) -> bool:
         """Whether the process that claimed this running job stopped working on it."""
-        if self.claimed_by == this_worker():
-            return True  # this process's own earlier attempt (it ended without finishing)
-        return self.heartbeat_at is None or self.heartbeat_at < stale_before() or holder_is_dead(self.claimed_by)
+        return holder_gone(self.claimed_by, self.heartbeat_at)
 
     def take_turn(self) -> bool:
         """Hold a running job for one piece of its work (a rescore chunk); False if it ended."""
@@ -245,7 +250,9 @@ class Heartbeats:
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def hold(self, job: Job) -> None:
+    def hold(self, job: models.Model) -> None:
+        """Beat this row while held: a Job, or any row with state, claimed_by and heartbeat_at
+        (a rescore chunk)."""
         with self._lock:
             self._held[(type(job), job.pk)] = None
             if self._thread is None or self._pid != os.getpid():  # none yet, or forked
@@ -253,7 +260,7 @@ class Heartbeats:
                 self._thread = threading.Thread(target=self._beat_forever, name="job-heartbeat", daemon=True)
                 self._thread.start()
 
-    def release(self, job: Job) -> None:
+    def release(self, job: models.Model) -> None:
         with self._lock:
             self._held.pop((type(job), job.pk), None)
 

@@ -1,4 +1,4 @@
-"""`manage.py bench_scoring [--json] [--model tiny|default|NAME]`: scoring throughput, side by side.
+"""`manage.py bench_scoring [--json] [--model tiny|default|NAME] [--workers 1,2 [--remote]]`: scoring throughput.
 
 On one pool of 8-step solutions, in one run, it measures tokens per second of
   bare        the model forward alone on the batches scoring builds,
@@ -7,7 +7,9 @@ On one pool of 8-step solutions, in one run, it measures tokens per second of
 (tokens = the tokens of the scored solutions, the same count for all three), the time to
 rescore a pool of --pool-size solutions with the tiny test model, and the latency (p50/p95)
 of POST /api/score with 1 and 16 items, computed by the running ml worker as in production
-(start one first: `celery -A config worker -Q ml`). Everything it writes is removed at the end.
+(start one first: `celery -A config worker -Q ml`). With --workers, the rescore rate of the
+tiny model with that many ml worker processes it starts itself (and through a /pooling
+server with --remote; see scoring/bench_scaleout.py). Everything it writes is removed at the end.
 """
 import json
 import random
@@ -80,6 +82,12 @@ class Command(BaseCommand):
         parser.add_argument("--rounds", type=int, default=3, help="alternating bare/e2e measurements (best of)")
         parser.add_argument("--api-requests", type=int, default=20,
                             help="POST /api/score calls per batch size, through the ml worker (0: skip)")
+        parser.add_argument("--workers", default="",
+                            help="rescore with this many ml worker processes each, e.g. 1,2 (tiny model)")
+        parser.add_argument("--remote", action="store_true",
+                            help="with --workers: also rescore through a /pooling server (scoring.pooling_server)")
+        parser.add_argument("--scaleout-solutions", type=int, default=256, help="pool size for --workers")
+        parser.add_argument("--scaleout-chunk-size", type=int, default=16, help="chunk size for --workers")
 
     def handle(self, *args, **options):
         results: dict = {}
@@ -95,6 +103,8 @@ class Command(BaseCommand):
             registry.forget_loaded()
         if options["api_requests"]:
             results.update(self.api_latency(options))
+        if options["workers"]:
+            results.update(self.scaleout(options))
         if options["json"]:
             self.stdout.write(json.dumps(results, indent=2))
         else:
@@ -160,6 +170,25 @@ class Command(BaseCommand):
             seconds = self.timed(lambda: [scoring.score_solutions(model_version=version, solution_ids=c, prm=model)
                                           for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)])
         return {"tiny_pool_solutions": size, "tiny_pool_rescore_s": round(seconds, 2)}
+
+    def scaleout(self, options) -> dict:
+        """Throughput with N worker processes (scoring.bench_scaleout); the pool is committed
+        (the workers are other processes) and deleted afterwards."""
+        from scoring import bench_scaleout
+
+        try:
+            counts = [int(n) for n in options["workers"].split(",")]
+        except ValueError:
+            raise CommandError(f"--workers: a comma-separated list of counts, not {options['workers']!r}") from None
+        with bench_scaleout.stopped_by_sigterm():
+            ids = make_pool(f"scaleout-{time.time_ns()}", options["scaleout_solutions"])
+            try:
+                return bench_scaleout.measure(
+                    counts=counts, pool_ids=ids, remote=options["remote"], chunk_size=options["scaleout_chunk_size"],
+                    report=lambda key, rate: self.stderr.write(f"{key}: {rate}"),
+                )
+            finally:
+                bench_scaleout.delete_pool(ids)
 
     def api_latency(self, options) -> dict:
         """p50/p95 of POST /api/score through the worker: the rows it reads are committed
