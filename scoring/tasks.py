@@ -95,3 +95,14 @@ def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None
 
     run = retraining.scheduled_retrain(min_new_labels=min_new_labels, options=options)
     return run.pk if run else None
+
+
+# --- generation runs (scoring/generation.py) -------------------------------------------------
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def generate_solutions_task(run_id: int) -> str:
+    """Run or resume a generation run; a redelivery finds it held or finished and does nothing."""
+    from scoring import generation
+
+    return generation.run_generation(run_id=run_id).state
