@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from scoring.generators import LocalGenerator, Sample, SamplingParams
 from scoring.serving import HTTPError, JSONServer
+
+READY_LINE = "Serving {name} (OpenAI-compatible) at {url}"
+READY = re.compile(r"Serving (\S+) \(OpenAI-compatible\) at (\S+)")
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,63 @@ def make_server(generator: LocalGenerator, *, model_name: str, host: str = "127.
                       host=host, port=port)
 
 
+class ServerProcess:
+    """`python -m scoring.openai_server` as a child process (tests, `bench_generation`).
+
+        with ServerProcess(folder, "--fail-every", "2") as server:
+            OpenAIGenerator(server.base_url, server.model_name)
+    """
+
+    def __init__(self, model_folder: str | Path, *options: str, device: str = "cpu", threads: int | None = None):
+        self.command = [sys.executable, "-m", "scoring.openai_server", "--model", str(model_folder), "--port", "0",
+                        "--device", device, *(["--threads", str(threads)] if threads else []), *options]
+        self.process: subprocess.Popen | None = None
+        self.base_url = self.model_name = ""
+        self.output_tail: list[str] = []  # its last lines of output, for a failure message
+
+    def start(self, timeout: float = 120.0) -> ServerProcess:
+        """Start the process and wait for its ready line (its URL); RuntimeError with its output if it dies."""
+        self.process = subprocess.Popen(
+            self.command, cwd=Path(__file__).resolve().parent.parent, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+        deadline, seen = time.monotonic() + timeout, []
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line and self.process.poll() is not None:
+                break
+            seen.append(line)
+            ready = READY.search(line)
+            if ready:
+                self.model_name, self.base_url = ready.groups()
+                # Keep reading its output (warnings, tracebacks): a full pipe would block the server.
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+        self.stop()
+        raise RuntimeError("the OpenAI-compatible server did not start:\n" + "".join(seen)[-3000:])
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output_tail = (self.output_tail + [line])[-50:]
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a local causal LM folder (safetensors)")
@@ -136,16 +202,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")
     parser.add_argument("--device", help="cpu, cuda, mps (default: the best there is)")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     parser.add_argument("--fail-every", type=int, default=0, metavar="K")
     parser.add_argument("--fail-first", type=int, default=0, metavar="K")
     parser.add_argument("--stall-every", type=int, default=0, metavar="K")
     parser.add_argument("--stall-seconds", type=float, default=0.0, metavar="S")
     args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        # On a shared, loaded CPU, a second OpenMP thread spin-waiting made requests 10x slower.
+        torch.set_num_threads(args.threads)
     generator = LocalGenerator(args.model, device=args.device, batch_size=args.batch_size)
     name = args.served_model_name or generator.name.removeprefix("local:")
     faults = Faults(args.fail_every, args.fail_first, args.stall_every, args.stall_seconds)
     server = make_server(generator, model_name=name, host=args.host, port=args.port, faults=faults)
-    print(f"Serving {name} (OpenAI-compatible) at {server.url}/v1", flush=True)
+    print(READY_LINE.format(name=name, url=f"{server.url}/v1"), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

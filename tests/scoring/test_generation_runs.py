@@ -10,8 +10,8 @@ from annotate.models import Problem, QueueItem, SampleLine, Solution
 from annotate.models.jobs import JobState
 from scoring import generation
 from scoring.models import GenerationChunk, GenerationRun
+from scoring.openai_server import ServerProcess
 from tests.conftest import WorkerProcess, wait_for
-from tests.openai_servers import OpenAIServerProcess
 
 TEMPLATE = "Problem: {problem}\nSolution:"
 
@@ -27,7 +27,7 @@ def run_samples(run: GenerationRun) -> list[int]:
     return sorted(SampleLine.objects.filter(file_digest=generation.run_digest(run)).values_list("line_no", flat=True))
 
 
-def openai_spec(server: OpenAIServerProcess) -> dict:
+def openai_spec(server: ServerProcess) -> dict:
     return {"backend": "openai", "base_url": server.base_url, "model": server.model_name, "concurrency": 4}
 
 
@@ -106,7 +106,7 @@ def test_a_bad_request_names_its_field_and_records_nothing():
 def test_a_worker_killed_mid_run_resumes_without_duplicate_or_missing_samples(tiny_causal_lm, transactional_db,
                                                                               tmp_path):
     # Every request waits a little, so the run is still going when the worker is killed.
-    with OpenAIServerProcess(tiny_causal_lm, "--stall-every", "1", "--stall-seconds", "0.4") as server:
+    with ServerProcess(tiny_causal_lm, "--stall-every", "1", "--stall-seconds", "0.4", threads=1) as server:
         problems = make_problems(10)
         first = WorkerProcess(tmp_path / "worker-1.log")
         first.start()

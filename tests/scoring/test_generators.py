@@ -15,7 +15,7 @@ from scoring.generators import (
     render_prompt,
 )
 from scoring.openai_generator import OpenAIGenerator, split_tokens
-from tests.openai_servers import OpenAIServerProcess
+from scoring.openai_server import ServerProcess
 
 PROMPTS = ["What is 2 + 3?", "Factor x^2 - 5x + 6.", "What is 12 * 7?"]
 
@@ -56,7 +56,7 @@ def test_the_server_speaks_openais_shapes_for_completions_chat_and_models(openai
 
 
 def test_a_run_completes_when_the_server_fails_every_second_call_and_counts_the_retries(tiny_causal_lm):
-    with OpenAIServerProcess(tiny_causal_lm, "--fail-every", "2", "--fail-first", "1") as server:
+    with ServerProcess(tiny_causal_lm, "--fail-every", "2", "--fail-first", "1", threads=1) as server:
         generator = OpenAIGenerator(server.base_url, server.model_name, concurrency=2, backoff_seconds=0.01)
         rows = generator.generate(PROMPTS * 2, SamplingParams(n=2, max_tokens=6))
         assert [len(row) for row in rows] == [2] * 6
@@ -69,7 +69,7 @@ def test_a_run_completes_when_the_server_fails_every_second_call_and_counts_the_
 
 
 def test_a_request_past_its_timeout_is_retried(tiny_causal_lm):
-    with OpenAIServerProcess(tiny_causal_lm, "--stall-every", "2", "--stall-seconds", "6") as server:
+    with ServerProcess(tiny_causal_lm, "--stall-every", "2", "--stall-seconds", "6", threads=1) as server:
         impatient = OpenAIGenerator(server.base_url, server.model_name, timeout=1.5, max_retries=0, concurrency=1)
         with pytest.raises(openai.APITimeoutError):
             impatient.generate(PROMPTS[:2], SamplingParams(max_tokens=2))  # the 2nd call stalls
