@@ -126,6 +126,8 @@ def run_generation(*, run_id: int) -> GenerationRun:
                 break  # cancelled or failed meanwhile: generate nothing more
             generate_chunk(run=run, chunk=chunk, generator=generator)
             refresh_progress(run=run)
+        # Also when no chunk was left: an attempt killed after its last chunk, before the end.
+        refresh_progress(run=run)
     run.refresh_from_db()
     return run
 

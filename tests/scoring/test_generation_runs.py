@@ -1,5 +1,6 @@
 """Generation runs: a pool filled from a real OpenAI-compatible server and from a local model,
 duplicates counted, provenance kept, and a worker killed with -9 mid-run leaving no gap."""
+import socket
 from collections import Counter
 
 import pytest
@@ -81,6 +82,24 @@ def test_generate_solutions_fills_the_pool_from_a_local_model(tiny_causal_lm):
     assert run.state == JobState.SUCCEEDED, run.error
     assert run.generator_name == "local:tiny-lm" and run_samples(run) == [1, 2, 3, 4]
     assert Solution.objects.aggregate(n=Sum("sample_count"))["n"] == 4 - run.skipped
+
+
+@pytest.mark.django_db
+def test_a_run_whose_attempt_died_after_its_last_chunk_is_finished_by_the_next(openai_server):
+    make_problems(2)
+    run = generation.start_generation_run(
+        problem_filter={"source": "gen-test"}, samples_per_problem=2, generator_spec=openai_spec(openai_server),
+        sampling={"max_tokens": 8}, prompt_template=TEMPLATE, chunk_size=1, enqueue=False,
+    )
+    assert generation.plan_chunks(run=run)
+    generator = generation.generator_for(run.generator_spec)
+    for chunk in run.chunks.all():
+        generation.generate_chunk(run=run, chunk=chunk, generator=generator)
+    # The attempt's process is gone (a pid no process has) before it could end the run.
+    GenerationRun.objects.filter(pk=run.pk).update(claimed_by=f"{socket.gethostname()}:{2**22 + 1}")
+    run = generation.run_generation(run_id=run.pk)
+    assert run.state == JobState.SUCCEEDED and (run.done, run.chunks_done) == (2, 2)
+    assert run_samples(run) == [1, 2, 3, 4]
 
 
 @pytest.mark.django_db
