@@ -14,6 +14,10 @@ PRM800K). Step-level search and rollouts pass `stop=[delimiter]` to get one step
 whole-solution sampling leaves `stop` empty and splits afterwards.
 
 Every sample carries the tokens it cost, so search and rollouts can count compute exactly.
+
+`generator_from_spec(spec)` builds either backend from the dict a run stores
+(`{"backend": "local", "model": folder}` or `{"backend": "openai", "base_url": ..., ...}`);
+only its default local model reads a Django setting (MODELS_DIR), lazily.
 """
 from __future__ import annotations
 
