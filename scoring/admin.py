@@ -95,8 +95,11 @@ class GenerationChunkInline(admin.TabularInline):
 class GenerationRunAdmin(admin.ModelAdmin):
     list_display = ["pk", "state", "generator_name", "samples_per_problem", "done", "total", "created", "created_at"]
     list_filter = ["state"]
-    readonly_fields = ["problem_ids", "claimed_by", "heartbeat_at", "enqueued_at"]
+    readonly_fields = ["problem_ids", "generator_spec", "claimed_by", "heartbeat_at", "enqueued_at"]
     inlines = [GenerationChunkInline]
+
+    def has_add_permission(self, request):
+        return False  # runs start from their page or the command, which check them and send their task
 
 
 @admin.register(GenerationChunk)
