@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 from django.db import transaction
 from django.utils import timezone
@@ -112,12 +113,18 @@ def run_digest(run: GenerationRun) -> str:
     return hashlib.sha256(f"stepwise generation run {run.pk}".encode()).hexdigest()
 
 
-def run_generation(*, run_id: int) -> GenerationRun:
-    """Run (or resume) a generation run to its end; a finished one, or one another live worker
-    holds, is left alone. Any error fails the run with its message."""
+def run_generation(*, run_id: int, time_budget: float | None = None) -> GenerationRun:
+    """Run (or resume) a generation run; a finished one, or one another live worker holds, is
+    left alone. Any error fails the run with its message.
+
+    With `time_budget` (seconds; the task passes half its soft time limit), a long run hands
+    itself on after the chunk that passes it: back to pending and its task sent again, so
+    no task outlives its time limit and a redelivery never has hours to redo.
+    """
     run = GenerationRun.objects.get(pk=run_id)
     if not plan_chunks(run=run):
         return run
+    started = time.monotonic()
     with run.failure_recorded():
         generator = generator_for(run.generator_spec)
         run.record_progress(generator_name=generator.name[:100])
@@ -126,10 +133,24 @@ def run_generation(*, run_id: int) -> GenerationRun:
                 break  # cancelled or failed meanwhile: generate nothing more
             generate_chunk(run=run, chunk=chunk, generator=generator)
             refresh_progress(run=run)
-        # Also when no chunk was left: an attempt killed after its last chunk, before the end.
-        refresh_progress(run=run)
+            if time_budget is not None and time.monotonic() - started > time_budget:
+                hand_on(run=run)
+                break
+        else:
+            # Also when no chunk was left: an attempt killed after its last chunk, before the end.
+            refresh_progress(run=run)
     run.refresh_from_db()
     return run
+
+
+def hand_on(*, run: GenerationRun) -> None:
+    """Give a running run back (pending) and send its task again, unless it just ended."""
+    from .tasks import generate_solutions_task
+
+    run.refresh_from_db()
+    if run.state == JobState.RUNNING and run.release():
+        run.mark_enqueued()
+        generate_solutions_task.delay_on_commit(run.pk)
 
 
 def plan_chunks(*, run: GenerationRun) -> bool:
@@ -138,7 +159,7 @@ def plan_chunks(*, run: GenerationRun) -> bool:
         # The lock makes planning happen once even if two deliveries race.
         GenerationRun.objects.select_for_update().filter(pk=run.pk).first()
         run.refresh_from_db()
-        if run.state != JobState.PENDING:
+        if run.state != JobState.PENDING or run.chunks.exists():  # running, finished, or handed on
             return run.start()
         ids, size = select_problems(run.problem_filter), run.chunk_size
         GenerationChunk.objects.bulk_create(

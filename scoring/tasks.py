@@ -103,6 +103,10 @@ def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def generate_solutions_task(run_id: int) -> str:
     """Run or resume a generation run; a redelivery finds it held or finished and does nothing."""
+    from django.conf import settings
+
     from scoring import generation
 
-    return generation.run_generation(run_id=run_id).state
+    # Half the soft limit: the chunk that passes the budget still has the other half to finish.
+    budget = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2
+    return generation.run_generation(run_id=run_id, time_budget=budget).state

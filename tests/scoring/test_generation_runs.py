@@ -103,6 +103,21 @@ def test_a_run_whose_attempt_died_after_its_last_chunk_is_finished_by_the_next(o
 
 
 @pytest.mark.django_db
+def test_a_run_past_its_time_budget_hands_itself_on_and_the_next_task_finishes_it(openai_server):
+    make_problems(3)
+    run = generation.start_generation_run(
+        problem_filter={"source": "gen-test"}, samples_per_problem=2, generator_spec=openai_spec(openai_server),
+        sampling={"max_tokens": 8}, prompt_template=TEMPLATE, chunk_size=1, enqueue=False,
+    )
+    turns = []
+    while not turns or turns[-1].state == JobState.PENDING:
+        turns.append(generation.run_generation(run_id=run.pk, time_budget=0))  # one chunk per task
+        assert len(turns) <= 3
+    assert [(t.state, t.chunks_done) for t in turns] == [("pending", 1), ("pending", 2), ("succeeded", 3)]
+    assert run_samples(run) == list(range(1, 7))
+
+
+@pytest.mark.django_db
 def test_a_bad_request_names_its_field_and_records_nothing():
     make_problems(1)
     bad = [
