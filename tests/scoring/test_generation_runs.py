@@ -32,6 +32,15 @@ def openai_spec(server: ServerProcess) -> dict:
     return {"backend": "openai", "base_url": server.base_url, "model": server.model_name, "concurrency": 4}
 
 
+def one_problem_per_chunk(server: ServerProcess, *, problems: int) -> GenerationRun:
+    """A recorded run of 2 short samples per problem, one problem a chunk, not sent to a worker."""
+    make_problems(problems)
+    return generation.start_generation_run(
+        problem_filter={"source": "gen-test"}, samples_per_problem=2, generator_spec=openai_spec(server),
+        sampling={"max_tokens": 8}, prompt_template=TEMPLATE, chunk_size=1, enqueue=False,
+    )
+
+
 @pytest.mark.django_db
 def test_generate_solutions_fills_the_pool_from_a_real_server_with_provenance(openai_server, capsys):
     problems = make_problems(3)
@@ -86,11 +95,7 @@ def test_generate_solutions_fills_the_pool_from_a_local_model(tiny_causal_lm):
 
 @pytest.mark.django_db
 def test_a_run_whose_attempt_died_after_its_last_chunk_is_finished_by_the_next(openai_server):
-    make_problems(2)
-    run = generation.start_generation_run(
-        problem_filter={"source": "gen-test"}, samples_per_problem=2, generator_spec=openai_spec(openai_server),
-        sampling={"max_tokens": 8}, prompt_template=TEMPLATE, chunk_size=1, enqueue=False,
-    )
+    run = one_problem_per_chunk(openai_server, problems=2)
     assert generation.plan_chunks(run=run)
     generator = generation.generator_for(run.generator_spec)
     for chunk in run.chunks.all():
@@ -104,11 +109,7 @@ def test_a_run_whose_attempt_died_after_its_last_chunk_is_finished_by_the_next(o
 
 @pytest.mark.django_db
 def test_a_run_past_its_time_budget_hands_itself_on_and_the_next_task_finishes_it(openai_server):
-    make_problems(3)
-    run = generation.start_generation_run(
-        problem_filter={"source": "gen-test"}, samples_per_problem=2, generator_spec=openai_spec(openai_server),
-        sampling={"max_tokens": 8}, prompt_template=TEMPLATE, chunk_size=1, enqueue=False,
-    )
+    run = one_problem_per_chunk(openai_server, problems=3)
     turns = []
     while not turns or turns[-1].state == JobState.PENDING:
         turns.append(generation.run_generation(run_id=run.pk, time_budget=0))  # one chunk per task
