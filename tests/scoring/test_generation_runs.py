@@ -190,3 +190,6 @@ def test_the_admin_page_starts_a_run_and_its_page_polls_its_progress(client, adm
     assert b"Generation run" in page.content and b'hx-trigger="every 1s"' in page.content
     partial = client.get(response["Location"], headers={"HX-Request": "true"})
     assert b"<html" not in partial.content and b'id="job-progress"' in partial.content
+    assert client.post(f"/models/jobs/generation/{run.pk}/cancel").status_code == 302
+    run.refresh_from_db()
+    assert run.state == JobState.CANCELLED and b"Cancelled" in client.get(response["Location"]).content
