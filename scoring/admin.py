@@ -2,7 +2,16 @@
 from django.contrib import admin, messages
 
 from . import registry, scoring
-from .models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore, TrainingRun
+from .models import (
+    GenerationChunk,
+    GenerationRun,
+    ModelVersion,
+    RescoreChunk,
+    RescoreJob,
+    SolutionScore,
+    StepScore,
+    TrainingRun,
+)
 
 
 @admin.register(ModelVersion)
@@ -72,3 +81,29 @@ class RescoreJobAdmin(admin.ModelAdmin):
 class TrainingRunAdmin(admin.ModelAdmin):
     list_display = ["pk", "state", "parent", "result", "n_labels", "created_at"]
     list_filter = ["state"]
+
+
+class GenerationChunkInline(admin.TabularInline):
+    model = GenerationChunk
+    extra = 0
+    can_delete = False
+    readonly_fields = ["index", "problem_ids", "state", "finished_at", "created", "duplicates", "skipped", "queued",
+                       "prompt_tokens", "completion_tokens", "retries"]
+
+
+@admin.register(GenerationRun)
+class GenerationRunAdmin(admin.ModelAdmin):
+    list_display = ["pk", "state", "generator_name", "samples_per_problem", "done", "total", "created", "created_at"]
+    list_filter = ["state"]
+    readonly_fields = ["problem_ids", "generator_spec", "claimed_by", "heartbeat_at", "enqueued_at"]
+    inlines = [GenerationChunkInline]
+
+    def has_add_permission(self, request):
+        return False  # runs start from their page or the command, which check them and send their task
+
+
+@admin.register(GenerationChunk)
+class GenerationChunkAdmin(admin.ModelAdmin):
+    list_display = ["run", "index", "state", "created", "duplicates", "skipped", "finished_at"]
+    list_filter = ["state"]
+    list_select_related = ["run"]

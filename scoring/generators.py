@@ -14,6 +14,10 @@ PRM800K). Step-level search and rollouts pass `stop=[delimiter]` to get one step
 whole-solution sampling leaves `stop` empty and splits afterwards.
 
 Every sample carries the tokens it cost, so search and rollouts can count compute exactly.
+
+`generator_from_spec(spec)` builds either backend from the dict a run stores
+(`{"backend": "local", "model": folder}` or `{"backend": "openai", "base_url": ..., ...}`);
+only its default local model reads a Django setting (MODELS_DIR), lazily.
 """
 from __future__ import annotations
 
@@ -178,3 +182,58 @@ class LocalGenerator:
             results.append(Sample(text=text, prompt_tokens=len(tokens), completion_tokens=len(new),
                                   finish_reason=finish))
         return results
+
+
+BACKENDS = ("local", "openai")
+_SPEC_FIELDS = {
+    "local": {"backend", "model", "device", "batch_size", "name"},
+    "openai": {"backend", "base_url", "model", "mode", "api_key_env", "concurrency", "max_retries", "timeout",
+               "name"},
+}
+
+
+def check_spec(spec: dict) -> dict:
+    """The spec with its backend defaulted to local, or a ValueError naming the bad field.
+
+    Specs are stored with generation runs and read back in workers, so they are checked
+    before anything is stored: `{"backend": "local", "model": folder}` (no model: the default
+    SmolLM2 backbone) or `{"backend": "openai", "base_url": ..., "model": ..., "mode": ...}`.
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"a generator spec must be an object, not {type(spec).__name__}")
+    spec = {"backend": "local", **spec}
+    backend = spec["backend"]
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    unknown = sorted(set(spec) - _SPEC_FIELDS[backend])
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a field of a {backend} generator spec "
+                         f"(expected {', '.join(sorted(_SPEC_FIELDS[backend]))})")
+    if backend == "openai":
+        for required in ("base_url", "model"):
+            if not isinstance(spec.get(required), str) or not spec[required]:
+                raise ValueError(f"{required}: required for the openai backend")
+    return spec
+
+
+def default_generator_folder() -> Path:
+    """The SmolLM2 backbone that `default_model.build_default_model` converts (built if missing)."""
+    from django.conf import settings
+
+    from scoring.default_model import BACKBONE_NAME, build_default_model
+
+    folder = Path(settings.MODELS_DIR) / BACKBONE_NAME
+    if not (folder / "config.json").exists():
+        build_default_model()
+    return folder
+
+
+def generator_from_spec(spec: dict) -> Generator:
+    """A generator built from a stored spec (see `check_spec`)."""
+    spec = check_spec(spec)
+    options = {key: value for key, value in spec.items() if key not in ("backend", "model", "base_url")}
+    if spec["backend"] == "openai":
+        from scoring.openai_generator import OpenAIGenerator
+
+        return OpenAIGenerator(spec["base_url"], spec["model"], **options)
+    return LocalGenerator(spec.get("model") or default_generator_folder(), **options)

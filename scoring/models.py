@@ -176,3 +176,68 @@ class TrainingRun(Job):
                 name="training_run_slot_matches_state",
             ),
         ]
+
+
+class GenerationRun(Job):
+    """N samples per problem from a policy model into the pool (`scoring.generation`).
+
+    What was asked is stored whole (problems, generator spec, sampling, template, seed), so a
+    worker that resumes the run, and anyone reading a solution's provenance, sees the same.
+    """
+
+    problem_filter = models.JSONField(default=dict, blank=True, help_text='{"problem_ids": [...]} or '
+                                      '{"source": ..., "split": ..., "limit": ...}')
+    problem_ids = models.JSONField(default=list, blank=True, editable=False)  # resolved once, when planned
+    samples_per_problem = models.PositiveIntegerField(default=4)
+    generator_spec = models.JSONField(default=dict)
+    generator_name = models.CharField(max_length=100, blank=True)
+    sampling = models.JSONField(default=dict, blank=True, help_text="SamplingParams fields but n")
+    prompt_template = models.TextField()
+    split_mode = models.CharField(max_length=20, default="blank_line")  # annotate.splitting.SPLIT_MODES
+    seed = models.IntegerField(null=True, blank=True)
+    chunk_size = models.PositiveIntegerField(default=8, help_text="Problems per chunk")
+    # Totals of the done chunks, refreshed from their rows after each one.
+    chunks_total = models.PositiveIntegerField(default=0)
+    chunks_done = models.PositiveIntegerField(default=0)
+    created = models.PositiveIntegerField(default=0)
+    duplicates = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)  # samples with no steps, or over the size limits
+    queued = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
+
+    progress_unit = "problems"
+    task_name = "scoring.tasks.generate_solutions_task"
+
+    def __str__(self) -> str:
+        return f"Generation run {self.pk} ({self.generator_name or self.generator_spec.get('backend', '?')})"
+
+
+class GenerationChunk(models.Model):
+    """A fixed slice of a run's problems; done in the same transaction that writes its solutions,
+    so a chunk interrupted anywhere is either wholly in the pool or not at all."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+
+    run = models.ForeignKey(GenerationRun, on_delete=models.CASCADE, related_name="chunks")
+    index = models.PositiveIntegerField()
+    problem_ids = models.JSONField(default=list)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created = models.PositiveIntegerField(default=0)
+    duplicates = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)  # samples with no steps, or over the size limits
+    queued = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["run", "index"]
+        constraints = [models.UniqueConstraint(fields=["run", "index"], name="unique_generation_chunk")]
+
+    def __str__(self) -> str:
+        return f"Chunk {self.index} of generation run {self.run_id}"

@@ -54,6 +54,9 @@ class JSONServer(ThreadingHTTPServer):
 class _RequestHandler(BaseHTTPRequestHandler):
     server: JSONServer
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: on a kept-alive connection (the openai client's), Nagle's algorithm held
+    # each small reply until the client's delayed ACK, some 40 ms per request.
+    disable_nagle_algorithm = True
 
     def do_GET(self):
         self._dispatch("GET")
@@ -94,8 +97,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        # Headers and body in one write: one segment, where two let Nagle delay the second.
+        self._headers_buffer.append(b"\r\n" + data)
+        self.flush_headers()
 
 
 def _error(message: str) -> dict:

@@ -135,3 +135,18 @@ def export_model_task(model_version_id: int, as_kind: str) -> str:
 
     version = ModelVersion.objects.get(pk=model_version_id)
     return str(model_exports.build_archive(version=version, as_kind=as_kind))
+
+
+# --- generation runs (scoring/generation.py) -------------------------------------------------
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def generate_solutions_task(run_id: int) -> str:
+    """Run or resume a generation run; a redelivery finds it held or finished and does nothing."""
+    from django.conf import settings
+
+    from scoring import generation
+
+    # Half the soft limit: the chunk that passes the budget still has the other half to finish.
+    budget = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2
+    return generation.run_generation(run_id=run_id, time_budget=budget).state

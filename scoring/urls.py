@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import review_views, training_views, views
+from . import generation_views, review_views, training_views, views
 
 app_name = "scoring"
 urlpatterns: list = [
@@ -19,4 +19,11 @@ urlpatterns += [
     path("training/", training_views.training_runs, name="training-runs"),
     path("jobs/training/<int:pk>/", training_views.training_run, name="training-run"),
     path("versions/<int:version_id>/evaluation/", training_views.model_evaluation, name="evaluation"),
+]
+
+# Generation runs (generation_views.py)
+urlpatterns += [
+    path("generation/", generation_views.generation_runs, name="generation-runs"),
+    path("jobs/generation/<int:pk>/", generation_views.generation_run, name="generation-run"),
+    path("jobs/generation/<int:pk>/cancel", generation_views.cancel_generation_run, name="generation-cancel"),
 ]
