@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scoring', '0005_job_holder_rescore_rates'),
+        ('scoring', '0006_remote_kind_chunk_claims'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
