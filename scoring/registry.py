@@ -142,7 +142,8 @@ def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
     """
     if version.kind == ModelVersion.Kind.REMOTE:
         return _remote_client(version)
-    key = f"{version.weights_sha256}:{sorted(options.items())}"
+    # The dtype is part of what was loaded: a float32 request must not get a cached bfloat16 model.
+    key = f"{version.weights_sha256}:{settings.STEPWISE_SCORING_DTYPE}:{sorted(options.items())}"
     with _lock:
         if key in _loaded:
             cached = _loaded[key]
@@ -191,7 +192,8 @@ def _backbone_key(version: ModelVersion, options: dict) -> tuple:
     from .training import backbone_fingerprint
 
     folder = prm.backbone_folder(version.path, prm.read_model_config(version.path))
-    return (version.kind, backbone_fingerprint(folder), version.trust_remote_code, sorted(options.items()))
+    return (version.kind, backbone_fingerprint(folder), settings.STEPWISE_SCORING_DTYPE, version.trust_remote_code,
+            sorted(options.items()))
 
 
 def cached_fingerprints() -> list[str]:
