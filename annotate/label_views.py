@@ -35,7 +35,12 @@ def label_start(request: HttpRequest) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_next(request: HttpRequest) -> HttpResponse:
-    """Start labeling: the open task, else the next one from the queue."""
+    """Start labeling: the open task, else the next one from the queue, answered with its page.
+
+    The page comes with the claim, not after a redirect: one request per task fewer (the
+    page's script puts the task's own URL in the address bar; a reload without JavaScript
+    posts again and resumes the same task, as claiming an open task does).
+    """
     try:
         task = queueing.claim_next(annotator=request.user)
     except queueing.ScreeningFailed as error:
@@ -44,16 +49,18 @@ def label_next(request: HttpRequest) -> HttpResponse:
     if task is None:
         messages.info(request, "Nothing left to label right now. Thank you!")
         return redirect("annotate:home")
-    return redirect("annotate:label-task", pk=task.pk)
+    return _task_page(request, _own(request, task.pk), "annotate/label.html")
 
 
 @require_GET
 @annotator_required
 @vary_on_headers("HX-Request")
 def label_task(request: HttpRequest, pk: int) -> HttpResponse:
-    annotation = _own(request, pk)
+    return _task_page(request, _own(request, pk), page_or_partial(request, "annotate/label.html", "task"))
+
+
+def _task_page(request: HttpRequest, annotation: Annotation, template: str) -> HttpResponse:
     task = labeling.task_view(annotation)
-    template = page_or_partial(request, "annotate/label.html", "task")
     return render(request, template, {"task": task, "annotation": annotation, "problem": annotation.solution.problem})
 
 

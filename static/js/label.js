@@ -33,6 +33,9 @@
   function init() {
     const t = task();
     if (!t) return;
+    // The claim (POST /label/next) answers with this page: show the task's own URL, so a
+    // reload or a bookmark is a GET of this task, not another claim.
+    if (t.dataset.url && location.pathname !== t.dataset.url) history.replaceState(null, "", t.dataset.url);
     total = Number(t.dataset.totalMs || 0);
     t.querySelectorAll(".step").forEach((li) => { stepMs[li.dataset.index] = Number(li.dataset.timeMs || 0); });
     cursor = defaultCursor();

@@ -25,7 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.test.utils import override_settings
 
-from annotate import loadtest, queueing, roles
+from annotate import loadtest, queueing, request_costs, roles
 from annotate.management.commands.bench_workspace import BENCH_PRIORITY, SOURCE
 from annotate.management.commands.bench_workspace import Command as WorkspaceBench
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution
@@ -45,9 +45,12 @@ class Command(BaseCommand):
         parser.add_argument("--server-pid", type=int, default=0,
                             help="With --url: the gunicorn master's pid, to measure its CPU")
         parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
+        parser.add_argument("--in-process", type=int, default=0, metavar="TASKS",
+                            help="Instead: label TASKS tasks through Django's test client and print SQL "
+                                 "statements, CPU ms and bytes per request (figures the load does not change)")
 
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
-               force: bool, **options):
+               force: bool, in_process: int, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
@@ -59,6 +62,12 @@ class Command(BaseCommand):
         saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
                  "overlap_k": config.overlap_k}
         LabelingConfig.objects.filter(pk=config.pk).update(qc_rate=0, screening_required=False, overlap_k=1)
+        if in_process:
+            try:
+                self.measure_in_process(in_process)
+            finally:
+                LabelingConfig.objects.filter(pk=config.pk).update(**saved)
+            return
         server = loadtest.RunningServer(url, server_pid) if url and server_pid else None
         if not url:
             server = loadtest.Server(database_url=_database_url())
@@ -78,6 +87,13 @@ class Command(BaseCommand):
             if server and not url:
                 server.stop()
             LabelingConfig.objects.filter(pk=config.pk).update(**saved)
+
+    def measure_in_process(self, tasks: int) -> None:
+        _queue_whole_pool()
+        username, _ = _annotators(1)[0]
+        costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks)
+        self.stdout.write(f"Stepwise labeling requests in-process on {connection.vendor}, {tasks} tasks:")
+        self.stdout.write("\n".join(request_costs.report(costs)))
 
     def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> None:
         _queue_whole_pool()
