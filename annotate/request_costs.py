@@ -66,6 +66,7 @@ def measure(*, user, tasks: int) -> Costs:
     client.force_login(user)
     costs = Costs()
     htmx = {"HTTP_HX_REQUEST": "true"}
+    client.get("/")  # Warm up (imports, templates compiled), as a long-running server is.
 
     def timed(name: str, method, path: str, **kwargs):
         with CaptureQueriesContext(connection) as queries:

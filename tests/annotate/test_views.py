@@ -1,6 +1,9 @@
 """The pages: who may see what, htmx answers, 409 after submit, escaping and CSRF."""
 import pytest
+from django.conf import settings
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from annotate import labeling, queueing
@@ -84,16 +87,47 @@ def test_coming_back_resumes_the_same_task(annotator, task):
     assert client.get(reverse("annotate:label-start"))["Location"] == reverse("annotate:label-task", args=[task.pk])
 
 
-def test_rating_with_htmx_answers_with_the_task_partial(annotator, task):
+def test_a_rating_answers_with_only_the_steps_it_changed_and_saves_the_label(annotator, task):
     client = client_for(annotator)
+    whole = client.get(reverse("annotate:label-task", args=[task.pk]), **HTMX).content.decode()
     data = {"index": 0, "rating": 1, "total_ms": 900, "step_ms": "0:800"}
     response = client.post(reverse("annotate:label-rate", args=[task.pk]), data, **HTMX)
     body = response.content.decode()
-    assert response.status_code == 200
-    assert body.lstrip().startswith('<section id="task"') and "<html" not in body
-    assert 'data-next="1"' in body
+    assert response.status_code == 200 and response["HX-Reswap"] == "none"
+    # Step 1 is rated and step 2 opens; step 3 is as it was, so it is not sent again.
+    assert 'id="step-0" hx-swap-oob="true"' in body and 'id="step-1" hx-swap-oob="true"' in body
+    assert 'id="step-2"' not in body and '<section id="task"' not in body and "<html" not in body
+    assert 'id="task-head" class="task-head" hx-swap-oob="true"' in body and 'data-next="1"' in body
+    assert 'id="submit-form" hx-swap-oob="true"' in body and "giveup" not in body
+    assert len(body) < len(whole) * 0.6
+    assert labeling.task_view(task).steps[0].rating == 1
     task.refresh_from_db()
     assert task.total_time_ms == 900
+
+
+def test_a_first_error_redraws_the_steps_it_closes(annotator, task):
+    client = client_for(annotator)
+    client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": 1}, **HTMX)
+    body = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 1, "rating": -1}, **HTMX)
+    body = body.content.decode()
+    assert 'id="step-0"' not in body  # Unchanged.
+    assert 'id="step-1" hx-swap-oob="true" class="step rated rated-wrong"' in body
+    assert 'id="step-2" hx-swap-oob="true" class="step after_error"' in body
+    assert 'data-finish="found_error"' in body
+
+
+def test_a_rating_save_costs_a_bounded_number_of_sql_statements(annotator, task):
+    """A spec of the hot path's cost: user, annotation, labeling config, then one transaction
+    (lock, lease renewal, the rows, the write); the session is in Redis when there is one and
+    the user's roles are remembered in it."""
+    client = client_for(annotator)
+    client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": 1}, **HTMX)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 1, "rating": 1}, **HTMX)
+    assert response.status_code == 200
+    session_reads = 0 if settings.SESSION_ENGINE.endswith("cached_db") else 1
+    # 8 inside a test's transaction: its BEGIN/COMMIT are a SAVEPOINT and its RELEASE.
+    assert len(queries) == 8 + session_reads, "\n".join(q["sql"][:120] for q in queries.captured_queries)
 
 
 def test_plain_form_posts_work_without_javascript(annotator, task):
