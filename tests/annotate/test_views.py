@@ -6,7 +6,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from annotate import labeling, queueing
+from annotate import labeling, queueing, roles
 from annotate.models import Annotation, QueueItem, RatingOverride, Solution
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
@@ -60,6 +60,18 @@ def test_a_user_without_a_role_cannot_label(django_user_model, pool):
     assert "no role yet" in client.get(reverse("annotate:home")).content.decode()
     assert client.post(reverse("annotate:label-next")).status_code == 403
     assert not Annotation.objects.exists()
+
+
+def test_roles_are_read_once_per_session_and_a_revoked_role_ends_when_the_memo_lapses(annotator, monkeypatch):
+    client = client_for(annotator)
+    assert client.get(reverse("annotate:label-start")).status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(reverse("annotate:label-start")).status_code == 200
+    assert not any("auth_group" in q["sql"] for q in queries.captured_queries)
+    annotator.groups.clear()
+    assert client.get(reverse("annotate:label-start")).status_code == 200  # Remembered for a while...
+    monkeypatch.setattr(roles, "ROLE_MEMO_SECONDS", 0)
+    assert client.get(reverse("annotate:label-start")).status_code == 403  # ...then read again.
 
 
 def test_there_is_no_sign_up_page(client):

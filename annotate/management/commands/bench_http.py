@@ -2,8 +2,11 @@
 
 The annotator's workflow over HTTP against the real server: gunicorn `config.wsgi`, 2
 workers x 4 threads on loopback as `./stepwise run` starts it (or the server at --url).
-N simulated annotators, one OS process each, log in, claim (POST /label/next + GET of the
-page), rate every step as htmx does, submit, for --seconds, then stop by themselves.
+N simulated annotators, one OS process each, log in, claim (POST /label/next, which answers
+with the task page), rate every step as htmx does, submit, for --seconds, then stop by
+themselves. --in-process TASKS measures instead what each request costs inside Django (SQL
+statements, CPU ms, bytes; see annotate/request_costs.py), figures a loaded machine does not
+change much.
 
 Prints per-endpoint p50/p95/p99, labeled tasks per second, 5xx responses, duplicate
 assignments (a solution served to two annotators), lost labels (acknowledged ratings or
@@ -133,6 +136,8 @@ class Command(BaseCommand):
         self.stdout.write(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
         for name in ENDPOINTS:
             values = timings.get(name, [])
+            if not values and name == loadtest.PAGE:
+                continue  # The claim answered with the page: no separate GET.
             self.stdout.write(f"  {name:<14} {len(values):>6} {loadtest.percentile(values, 50):>7.1f} "
                               f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
         duplicates, lost = _check(results, usernames)
