@@ -19,7 +19,7 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
 
     assert "duplicate assignments: 0; lost labels: 0" in report
     summary = re.search(r"2 clients, [\d.]+ s: (\d+) tasks labeled \([\d.]+ tasks/s\), \d+ requests, "
-                        r"(\d+) 5xx, (\d+) without an answer", report)
+                        r"(\d+) 5xx \([\d.]+ %\), (\d+) without an answer", report)
     assert summary, report
     labeled, errors_5xx, unanswered = (int(group) for group in summary.groups())
     assert labeled > 0 and errors_5xx == 0 and unanswered == 0

@@ -41,8 +41,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--pool", type=int, default=50_000, help="Solutions in the bench pool")
-        parser.add_argument("--clients", default="1,10", help="Comma-separated client counts, one run each")
-        parser.add_argument("--seconds", type=float, default=30, help="Labeling time per run")
+        parser.add_argument("--clients", "--annotators", default="1,10",
+                            help="Comma-separated client counts, one run each")
+        parser.add_argument("--seconds", "--duration", type=float, default=30, help="Labeling time per run")
         parser.add_argument("--max-requests", type=int, default=100_000, help="Requests per client at most")
         parser.add_argument("--url", default="", help="Target a running server instead of starting gunicorn")
         parser.add_argument("--server-pid", type=int, default=0,
@@ -131,7 +132,8 @@ class Command(BaseCommand):
         total = sum(statuses.values())
         errors_5xx = sum(count for status, count in statuses.items() if status >= 500)
         self.stdout.write(f"\n{n} client{'s' if n != 1 else ''}, {elapsed:.1f} s: {labeled} tasks labeled "
-                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx, "
+                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx "
+                          f"({100 * errors_5xx / max(1, total):.3f} %), "
                           f"{statuses[0]} without an answer (statuses {dict(sorted(statuses.items()))})")
         self.stdout.write(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
         for name in ENDPOINTS:
