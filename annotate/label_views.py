@@ -1,7 +1,9 @@
 """The labeling workspace. Thin: parse, call one `labeling`/`queueing` function, render.
 
-An annotator's task is looked up with `labeling.annotation_for(user=...)`, so nobody
-reaches another person's task by id. Labeling actions answer htmx with the task partial,
+An annotator's task is looked up with `labeling.annotation_for(user=...)` (or, for an
+action, read under the action's lock with its owner checked), so nobody reaches another
+person's task by id. Labeling actions answer htmx with the task partial
+(a rating with only the parts of it that it changed),
 plain POSTs with a redirect, a submitted task with 409, and input the task does not allow
 with 400 and the reason.
 """
@@ -13,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, reswap
 
 from annotate import labeling, queueing
 from annotate.htmx import page_or_partial
@@ -35,7 +37,12 @@ def label_start(request: HttpRequest) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_next(request: HttpRequest) -> HttpResponse:
-    """Start labeling: the open task, else the next one from the queue."""
+    """Start labeling: the open task, else the next one from the queue, answered with its page.
+
+    The page comes with the claim, not after a redirect: one request per task fewer (the
+    page's script puts the task's own URL in the address bar; a reload without JavaScript
+    posts again and resumes the same task, as claiming an open task does).
+    """
     try:
         task = queueing.claim_next(annotator=request.user)
     except queueing.ScreeningFailed as error:
@@ -44,23 +51,26 @@ def label_next(request: HttpRequest) -> HttpResponse:
     if task is None:
         messages.info(request, "Nothing left to label right now. Thank you!")
         return redirect("annotate:home")
-    return redirect("annotate:label-task", pk=task.pk)
+    return _task_page(request, _own(request, task.pk), "annotate/label.html")
 
 
 @require_GET
 @annotator_required
 @vary_on_headers("HX-Request")
 def label_task(request: HttpRequest, pk: int) -> HttpResponse:
-    annotation = _own(request, pk)
+    return _task_page(request, _own(request, pk), page_or_partial(request, "annotate/label.html", "task"))
+
+
+def _task_page(request: HttpRequest, annotation: Annotation, template: str) -> HttpResponse:
     task = labeling.task_view(annotation)
-    template = page_or_partial(request, "annotate/label.html", "task")
     return render(request, template, {"task": task, "annotation": annotation, "problem": annotation.solution.problem})
 
 
 @require_POST
 @annotator_required
 def label_rate(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, pk, lambda a, t: labeling.rate(
+    # The hot path: the rating reads the annotation once, under its lock (owner checked there).
+    return _act(request, labeling.handle_for(user=request.user, pk=pk), lambda a, t: labeling.rate(
         annotation=a, index=int_param(request.POST, "index"), rating=int_param(request.POST, "rating"), times=t
     ))
 
@@ -68,7 +78,7 @@ def label_rate(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_flag(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, pk, lambda a, t: labeling.flag(
+    return _act(request, _own(request, pk), lambda a, t: labeling.flag(
         annotation=a, index=int_param(request.POST, "index"), flagged=request.POST.get("flagged") == "1", times=t
     ))
 
@@ -76,13 +86,15 @@ def label_flag(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_undo(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, pk, lambda a, t: labeling.undo(annotation=a, index=int_param(request.POST, "index"), times=t))
+    return _act(request, _own(request, pk), lambda a, t: labeling.undo(
+        annotation=a, index=int_param(request.POST, "index"), times=t
+    ))
 
 
 @require_POST
 @annotator_required
 def label_complete(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, pk, lambda a, t: labeling.write_completion(
+    return _act(request, _own(request, pk), lambda a, t: labeling.write_completion(
         annotation=a, index=int_param(request.POST, "index"), text=request.POST.get("text", ""), times=t
     ))
 
@@ -93,13 +105,15 @@ def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
     """Activity on the page: keep the lease and store active time (rate-limited per user)."""
     if not labeling.heartbeat_allowed(user_id=request.user.pk):
         return plain_text("too many heartbeats: slow down", status=429)
-    annotation = _own(request, pk)
+    annotation = labeling.handle_for(user=request.user, pk=pk)
     try:
         labeling.record_time(annotation=annotation, times=labeling.parse_times(request.POST) or labeling.ActiveTime())
     except (labeling.AlreadySubmitted, queueing.LeaseLost) as error:
         return plain_text(str(error), status=409)
     except labeling.LabelingError as error:
         return plain_text(str(error), status=400)
+    except Annotation.DoesNotExist:
+        raise Http404("No such task of yours.") from None
     return HttpResponse(status=204)
 
 
@@ -107,7 +121,7 @@ def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
 @annotator_required
 def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
     """Submit, then go straight on to the next task (or home, if asked)."""
-    annotation = _own(request, pk)
+    annotation = labeling.handle_for(user=request.user, pk=pk)
     outcome = _perform(request, annotation, lambda a, t: labeling.submit(
         annotation=a, finish_reason=request.POST.get("finish_reason", ""), note=request.POST.get("note", ""), times=t
     ))
@@ -126,17 +140,20 @@ def _own(request: HttpRequest, pk: int) -> Annotation:
         raise Http404("No such task of yours.") from None
 
 
-def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpResponse:
+def _act(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> HttpResponse:
     """Run one labeling action and answer with the task as it now stands."""
-    annotation = _own(request, pk)
     outcome = _perform(request, annotation, action)
     if isinstance(outcome, HttpResponse):
         return outcome
     if request.htmx:
-        # An action that returns the task (rating, the hot path) saves reading it again.
-        task = outcome if isinstance(outcome, labeling.Task) else labeling.task_view(annotation)
+        if isinstance(outcome, labeling.Task) and outcome.changed is not None:
+            # A rating (the hot path) answers with only the steps it changed, the head and the
+            # submit form, each swapped in by its id; the rest of the task stays as it is.
+            context = {"task": outcome, "annotation": outcome.annotation, "changed": outcome.changed}
+            return reswap(render(request, "annotate/label.html#rated", context), "none")
+        task = labeling.task_view(annotation if annotation.solution_id else _own(request, annotation.pk))
         return render(request, "annotate/label.html#task", {"task": task, "annotation": task.annotation})
-    return redirect("annotate:label-task", pk=pk)
+    return redirect("annotate:label-task", pk=annotation.pk)
 
 
 def _perform(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> object:
@@ -147,6 +164,8 @@ def _perform(request: HttpRequest, annotation: Annotation, action: Callable[...,
         return _refuse(request, annotation, 409, str(error))
     except labeling.LabelingError as error:
         return _refuse(request, annotation, 400, str(error))
+    except Annotation.DoesNotExist:
+        raise Http404("No such task of yours.") from None
 
 
 def _refuse(request: HttpRequest, annotation: Annotation, status: int, message: str) -> HttpResponse:

@@ -75,6 +75,8 @@ class Task:
     first_error: int | None
     finish_reason: str | None
     config: LabelingConfig
+    # After a rating: the steps whose row on the page it changed (None: not known, show all).
+    changed: set[int] | None = None
 
     @property
     def submitted(self) -> bool:
@@ -92,6 +94,13 @@ class Task:
 def annotation_for(*, user, pk: int) -> Annotation:
     """The user's own annotation `pk`; anyone else's does not exist for them."""
     return Annotation.objects.select_related("solution__problem").get(pk=pk, annotator=user)
+
+
+def handle_for(*, user, pk: int) -> Annotation:
+    """The user's annotation `pk` as a handle for an action, not read yet: each action reads it
+    under its lock, which checks the owner too (Annotation.DoesNotExist if not theirs), so the
+    hot path makes one read of the row, not two."""
+    return Annotation(pk=pk, annotator_id=user.pk)
 
 
 def parse_times(data) -> ActiveTime | None:
@@ -172,8 +181,8 @@ def _finish_reason(ratings: list[int | None], config: LabelingConfig) -> str | N
 
 
 def _open(annotation: Annotation, config: LabelingConfig | None = None) -> Annotation:
-    """Lock the annotation for a change; refuse if submitted; renew its lease."""
-    locked = Annotation.objects.select_for_update().get(pk=annotation.pk)
+    """Lock the annotation for a change (its owner's only); refuse if submitted; renew its lease."""
+    locked = Annotation.objects.select_for_update().get(pk=annotation.pk, annotator_id=annotation.annotator_id)
     if locked.is_submitted:
         raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
     queueing.renew_lease(annotation=locked, seconds=config.lease_duration if config else None)
@@ -229,7 +238,18 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         if i == index:
             old_rating, human = rating, None if clear_rewrite else human
         changed.append((i, text, old_rating, flagged, time_ms, human))
-    return _task(locked, changed, config)
+    before, after = _task(locked, rows, config), _task(locked, changed, config)
+    after.changed = _changed_steps(before, after)
+    return after
+
+
+def _changed_steps(before: Task, after: Task) -> set[int]:
+    """The steps a change of `before` into `after` redraws: rows that differ, and the old and
+    new first error (only the first error offers a corrected step's form)."""
+    steps = {new.index for old, new in zip(before.steps, after.steps) if old != new}
+    if before.first_error != after.first_error:
+        steps |= {i for i in (before.first_error, after.first_error) if i is not None}
+    return steps
 
 
 def flag(*, annotation: Annotation, index: int, flagged: bool, times: ActiveTime | None = None) -> None:

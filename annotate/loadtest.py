@@ -2,7 +2,7 @@
 
 Each annotator is one OS process with its own `requests` session (cookies, CSRF token),
 doing what a person at the labeling page does: log in, claim the next task (POST
-/label/next, then GET of the page it redirects to), rate every step as htmx does, submit.
+/label/next, which answers with the task page), rate every step as htmx does, submit.
 The clients stop by themselves at a deadline and after a bounded number of requests.
 Afterwards the parent checks the database: no solution went to two annotators and every
 rating the server acknowledged is stored. CPU is read from /proc for the gunicorn processes
@@ -30,6 +30,7 @@ import requests
 CLAIM, PAGE, NEXT, RATE, SUBMIT = "claim POST", "task page GET", "next task", "rating save", "submit"
 _STEP = re.compile(r'<li id="step-\d+"')
 _TASK_URL = re.compile(r"/label/(\d+)/$")
+_ANNOTATION = re.compile(r'<section id="task"[^>]* data-annotation="(\d+)"')
 _CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -112,16 +113,18 @@ class Annotator:
         claim = self._post("/label/next", {})
         claimed = time.perf_counter()
         self.result.time(CLAIM, (claimed - started) * 1000)
-        match = _TASK_URL.search(claim.headers.get("Location", ""))
-        if claim.status_code != 302 or match is None:
-            return False  # Nothing left (redirected home) or refused: counted in statuses.
-        pk = int(match.group(1))
-        page = self._send("GET", f"/label/{pk}/")
-        done = time.perf_counter()
-        self.result.time(PAGE, (done - claimed) * 1000)
-        self.result.time(NEXT, (done - started) * 1000)
-        if page.status_code != 200:
+        if claim.status_code == 200:  # The claim answered with the task page itself.
+            page, match = claim, _ANNOTATION.search(claim.text)
+        else:  # A server that redirects to the page (before the claim answered with it).
+            match = _TASK_URL.search(claim.headers.get("Location", ""))
+            if claim.status_code != 302 or match is None:
+                return False  # Nothing left (redirected home) or refused: counted in statuses.
+            page = self._send("GET", f"/label/{match.group(1)}/")
+            self.result.time(PAGE, (time.perf_counter() - claimed) * 1000)
+        self.result.time(NEXT, (time.perf_counter() - started) * 1000)
+        if page.status_code != 200 or match is None:
             return True
+        pk = int(match.group(1))
         self.result.claimed.append(pk)
         for index in range(len(_STEP.findall(page.text))):
             started = time.perf_counter()

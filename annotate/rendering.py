@@ -12,6 +12,7 @@ before any tag is written, and every tag written comes from this module.
 
 Django-free: the template filters in ``annotate/templatetags/workspace.py`` mark the result safe.
 """
+import functools
 import html
 import re
 from dataclasses import dataclass, replace
@@ -125,10 +126,24 @@ def _fenced_code(text: str, after: int) -> tuple[Segment, int] | None:
     return Segment("codeblock", body.strip("\n")), end + 3
 
 
+# The labeling page renders the same few step texts on every click: a pure function of the
+# text, so recent results are kept (texts up to _MEMO_CHARS, _MEMO_ENTRIES of them per process).
+_MEMO_CHARS = 4_000
+_MEMO_ENTRIES = 2048  # a few MB for typical steps, at most ~25 MB per process
+
+
 def render(text: str | None) -> str:
     """The text as block HTML: paragraphs, lists, emphasis, code and math spans."""
-    parts = segments(text or "")
+    text = text or ""
+    return _render_memo(text) if len(text) <= _MEMO_CHARS else _render(text)
+
+
+def _render(text: str) -> str:
+    parts = segments(text)
     return _fill(_blocks(_escaped(_with_placeholders(parts)).split("\n"), parts), parts)
+
+
+_render_memo = functools.lru_cache(maxsize=_MEMO_ENTRIES)(_render)
 
 
 def render_inline(text: str | None) -> str:

@@ -230,6 +230,14 @@ CACHES = {
         {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "throttle")}
     ),
 }
+# Sessions are read on every request. With Redis they are read from it (`cached_db`: written
+# through to the database too, so a Redis restart logs nobody out); without it, from the
+# database, since a per-process cache would not see a logout in another gunicorn worker.
+if REDIS_URL:
+    CACHES["sessions"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "sessions"}
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+    SESSION_CACHE_ALIAS = "sessions"
 
 # --- REST framework ------------------------------------------------------------------
 REST_FRAMEWORK = {

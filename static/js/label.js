@@ -27,12 +27,18 @@
   let confirmedChange = null; // the button whose change of a -1 the annotator confirmed
 
   const task = () => document.getElementById("task");
+  // What changes with every rating (next step, finish reason) is on the head, which a rating's
+  // answer swaps in by id along with the steps it changed (the task itself stays).
+  const state = () => (document.getElementById("task-head") || {}).dataset || {};
   const step = (i) => document.getElementById("step-" + i);
   const idleMs = () => Number(task()?.dataset.idleMs || 60000);
 
   function init() {
     const t = task();
     if (!t) return;
+    // The claim (POST /label/next) answers with this page: show the task's own URL, so a
+    // reload or a bookmark is a GET of this task, not another claim.
+    if (t.dataset.url && location.pathname !== t.dataset.url) history.replaceState(null, "", t.dataset.url);
     total = Number(t.dataset.totalMs || 0);
     t.querySelectorAll(".step").forEach((li) => { stepMs[li.dataset.index] = Number(li.dataset.timeMs || 0); });
     cursor = defaultCursor();
@@ -101,7 +107,8 @@
   let busySince = 0;
   const busy = () => busySince !== 0 && Date.now() - busySince < 15000;
   document.body.addEventListener("htmx:afterSettle", (event) => {
-    if (event.detail.target && event.detail.target.id === "task") { dirty.clear(); afterSwap(); }
+    // Once per answer: on #task, swapped whole or (a rating) left in place around its parts.
+    if (event.target.id === "task") { dirty.clear(); afterSwap(); }
     busySince = 0;
     setTimeout(drain, 0);
   });
@@ -120,7 +127,7 @@
     const t = task();
     if (!t) return;
     if (pendingMove) {
-      const next = t.dataset.next;
+      const next = state().next;
       const stop = t.dataset.stop === "1";
       if (!(pendingMove.rating === "-1" && stop) && next !== "") cursor = Number(next);
       else cursor = pendingMove.index;
@@ -152,7 +159,7 @@
   function defaultCursor() {
     const t = task();
     if (!t) return null;
-    if (t.dataset.next !== "") return Number(t.dataset.next);
+    if (state().next) return Number(state().next);
     const rated = t.querySelectorAll(".step.rated");
     return rated.length ? Number(rated[rated.length - 1].dataset.index) : null;
   }

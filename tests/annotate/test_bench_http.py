@@ -19,11 +19,12 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
 
     assert "duplicate assignments: 0; lost labels: 0" in report
     summary = re.search(r"2 clients, [\d.]+ s: (\d+) tasks labeled \([\d.]+ tasks/s\), \d+ requests, "
-                        r"(\d+) 5xx, (\d+) without an answer", report)
+                        r"(\d+) 5xx \([\d.]+ %\), (\d+) without an answer", report)
     assert summary, report
     labeled, errors_5xx, unanswered = (int(group) for group in summary.groups())
     assert labeled > 0 and errors_5xx == 0 and unanswered == 0
-    for endpoint in ("next task", "claim POST", "task page GET", "rating save", "submit"):
+    assert "task page GET" not in report  # The claim answers with the page: 6 requests per task.
+    for endpoint in ("next task", "claim POST", "rating save", "submit"):
         row = re.search(rf"^\s+{endpoint}\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", report, re.MULTILINE)
         assert row and int(row.group(1)) > 0, f"{endpoint} missing from:\n{report}"
     assert re.search(r"CPU per labeled task: server [\d.]+ ms", report), report
@@ -36,3 +37,14 @@ def test_refuses_a_database_with_real_solutions():
     SolutionFactory()
     with pytest.raises(CommandError, match="scratch database"):
         call_command("bench_http", pool=10, clients="1", seconds=1, stdout=io.StringIO())
+
+
+def test_in_process_mode_prints_the_cost_of_each_request_of_the_workflow():
+    out = io.StringIO()
+    call_command("bench_http", pool=20, in_process=3, stdout=out)
+    report = out.getvalue()
+
+    assert re.search(r"per labeled task \(3\): 6\.0 requests, [\d.]+ SQL statements, [\d.]+ ms", report), report
+    for endpoint in ("claim POST", "rating save", "submit"):
+        assert re.search(rf"^\s+{endpoint}\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d,]+$", report, re.MULTILINE), report
+    assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == 3

@@ -1,9 +1,12 @@
 """The pages: who may see what, htmx answers, 409 after submit, escaping and CSRF."""
 import pytest
+from django.conf import settings
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from annotate import labeling, queueing
+from annotate import labeling, queueing, roles
 from annotate.models import Annotation, QueueItem, RatingOverride, Solution
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
@@ -59,6 +62,18 @@ def test_a_user_without_a_role_cannot_label(django_user_model, pool):
     assert not Annotation.objects.exists()
 
 
+def test_roles_are_read_once_per_session_and_a_revoked_role_ends_when_the_memo_lapses(annotator, monkeypatch):
+    client = client_for(annotator)
+    assert client.get(reverse("annotate:label-start")).status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(reverse("annotate:label-start")).status_code == 200
+    assert not any("auth_group" in q["sql"] for q in queries.captured_queries)
+    annotator.groups.clear()
+    assert client.get(reverse("annotate:label-start")).status_code == 200  # Remembered for a while...
+    monkeypatch.setattr(roles, "ROLE_MEMO_SECONDS", 0)
+    assert client.get(reverse("annotate:label-start")).status_code == 403  # ...then read again.
+
+
 def test_there_is_no_sign_up_page(client):
     assert client.get("/accounts/signup/").status_code == 404
     assert client.get("/signup/").status_code == 404
@@ -68,8 +83,11 @@ def test_start_labeling_leases_an_item_and_shows_the_steps_blind(annotator, pool
     client = client_for(annotator)
     response = client.post(reverse("annotate:label-next"))
     task = Annotation.objects.get(annotator=annotator)
-    assert response["Location"] == reverse("annotate:label-task", args=[task.pk])
-    page = client.get(response["Location"]).content.decode()
+    # The claim answers with the task page itself (no redirect and second request); the page
+    # names its own URL, which label.js puts in the address bar.
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert f'data-url="{reverse("annotate:label-task", args=[task.pk])}"' in page
     assert 'Let <span class="math" data-display="false">x = 2</span>.' in page and 'id="step-2"' in page
     assert "PRM" not in page and "default order" not in page  # No scores or selection reasons.
     assert "katex.min.js" in page and "cdn" not in page.lower()
@@ -77,20 +95,51 @@ def test_start_labeling_leases_an_item_and_shows_the_steps_blind(annotator, pool
 
 def test_coming_back_resumes_the_same_task(annotator, task):
     client = client_for(annotator)
-    assert client.post(reverse("annotate:label-next"))["Location"] == reverse("annotate:label-task", args=[task.pk])
+    assert f'data-annotation="{task.pk}"' in client.post(reverse("annotate:label-next")).content.decode()
     assert client.get(reverse("annotate:label-start"))["Location"] == reverse("annotate:label-task", args=[task.pk])
 
 
-def test_rating_with_htmx_answers_with_the_task_partial(annotator, task):
+def test_a_rating_answers_with_only_the_steps_it_changed_and_saves_the_label(annotator, task):
     client = client_for(annotator)
+    whole = client.get(reverse("annotate:label-task", args=[task.pk]), **HTMX).content.decode()
     data = {"index": 0, "rating": 1, "total_ms": 900, "step_ms": "0:800"}
     response = client.post(reverse("annotate:label-rate", args=[task.pk]), data, **HTMX)
     body = response.content.decode()
-    assert response.status_code == 200
-    assert body.lstrip().startswith('<section id="task"') and "<html" not in body
-    assert 'data-next="1"' in body
+    assert response.status_code == 200 and response["HX-Reswap"] == "none"
+    # Step 1 is rated and step 2 opens; step 3 is as it was, so it is not sent again.
+    assert 'id="step-0" hx-swap-oob="true"' in body and 'id="step-1" hx-swap-oob="true"' in body
+    assert 'id="step-2"' not in body and '<section id="task"' not in body and "<html" not in body
+    assert 'id="task-head" class="task-head" hx-swap-oob="true"' in body and 'data-next="1"' in body
+    assert 'id="submit-form" hx-swap-oob="true"' in body and "giveup" not in body
+    assert len(body) < len(whole) * 0.6
+    assert labeling.task_view(task).steps[0].rating == 1
     task.refresh_from_db()
     assert task.total_time_ms == 900
+
+
+def test_a_first_error_redraws_the_steps_it_closes(annotator, task):
+    client = client_for(annotator)
+    client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": 1}, **HTMX)
+    body = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 1, "rating": -1}, **HTMX)
+    body = body.content.decode()
+    assert 'id="step-0"' not in body  # Unchanged.
+    assert 'id="step-1" hx-swap-oob="true" class="step rated rated-wrong"' in body
+    assert 'id="step-2" hx-swap-oob="true" class="step after_error"' in body
+    assert 'data-finish="found_error"' in body
+
+
+def test_a_rating_save_costs_a_bounded_number_of_sql_statements(annotator, task):
+    """A spec of the hot path's cost: user, annotation, labeling config, then one transaction
+    (lock, lease renewal, the rows, the write); the session is in Redis when there is one and
+    the user's roles are remembered in it."""
+    client = client_for(annotator)
+    client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": 1}, **HTMX)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 1, "rating": 1}, **HTMX)
+    assert response.status_code == 200
+    session_reads = 0 if settings.SESSION_ENGINE.endswith("cached_db") else 1
+    # 8 inside a test's transaction: its BEGIN/COMMIT are a SAVEPOINT and its RELEASE.
+    assert len(queries) == 8 + session_reads, "\n".join(q["sql"][:120] for q in queries.captured_queries)
 
 
 def test_plain_form_posts_work_without_javascript(annotator, task):

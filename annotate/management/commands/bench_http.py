@@ -2,8 +2,11 @@
 
 The annotator's workflow over HTTP against the real server: gunicorn `config.wsgi`, 2
 workers x 4 threads on loopback as `./stepwise run` starts it (or the server at --url).
-N simulated annotators, one OS process each, log in, claim (POST /label/next + GET of the
-page), rate every step as htmx does, submit, for --seconds, then stop by themselves.
+N simulated annotators, one OS process each, log in, claim (POST /label/next, which answers
+with the task page), rate every step as htmx does, submit, for --seconds, then stop by
+themselves. --in-process TASKS measures instead what each request costs inside Django (SQL
+statements, CPU ms, bytes; see annotate/request_costs.py), figures a loaded machine does not
+change much.
 
 Prints per-endpoint p50/p95/p99, labeled tasks per second, 5xx responses, duplicate
 assignments (a solution served to two annotators), lost labels (acknowledged ratings or
@@ -25,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.test.utils import override_settings
 
-from annotate import loadtest, queueing, roles
+from annotate import loadtest, queueing, request_costs, roles
 from annotate.management.commands.bench_workspace import BENCH_PRIORITY, SOURCE
 from annotate.management.commands.bench_workspace import Command as WorkspaceBench
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution
@@ -38,16 +41,20 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--pool", type=int, default=50_000, help="Solutions in the bench pool")
-        parser.add_argument("--clients", default="1,10", help="Comma-separated client counts, one run each")
-        parser.add_argument("--seconds", type=float, default=30, help="Labeling time per run")
+        parser.add_argument("--clients", "--annotators", default="1,10",
+                            help="Comma-separated client counts, one run each")
+        parser.add_argument("--seconds", "--duration", type=float, default=30, help="Labeling time per run")
         parser.add_argument("--max-requests", type=int, default=100_000, help="Requests per client at most")
         parser.add_argument("--url", default="", help="Target a running server instead of starting gunicorn")
         parser.add_argument("--server-pid", type=int, default=0,
                             help="With --url: the gunicorn master's pid, to measure its CPU")
         parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
+        parser.add_argument("--in-process", type=int, default=0, metavar="TASKS",
+                            help="Instead: label TASKS tasks through Django's test client and print SQL "
+                                 "statements, CPU ms and bytes per request (figures the load does not change)")
 
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
-               force: bool, **options):
+               force: bool, in_process: int, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
@@ -59,6 +66,12 @@ class Command(BaseCommand):
         saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
                  "overlap_k": config.overlap_k}
         LabelingConfig.objects.filter(pk=config.pk).update(qc_rate=0, screening_required=False, overlap_k=1)
+        if in_process:
+            try:
+                self.measure_in_process(in_process)
+            finally:
+                LabelingConfig.objects.filter(pk=config.pk).update(**saved)
+            return
         server = loadtest.RunningServer(url, server_pid) if url and server_pid else None
         if not url:
             server = loadtest.Server(database_url=_database_url())
@@ -78,6 +91,13 @@ class Command(BaseCommand):
             if server and not url:
                 server.stop()
             LabelingConfig.objects.filter(pk=config.pk).update(**saved)
+
+    def measure_in_process(self, tasks: int) -> None:
+        _queue_whole_pool()
+        username, _ = _annotators(1)[0]
+        costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks)
+        self.stdout.write(f"Stepwise labeling requests in-process on {connection.vendor}, {tasks} tasks:")
+        self.stdout.write("\n".join(request_costs.report(costs)))
 
     def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> None:
         _queue_whole_pool()
@@ -112,11 +132,14 @@ class Command(BaseCommand):
         total = sum(statuses.values())
         errors_5xx = sum(count for status, count in statuses.items() if status >= 500)
         self.stdout.write(f"\n{n} client{'s' if n != 1 else ''}, {elapsed:.1f} s: {labeled} tasks labeled "
-                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx, "
+                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx "
+                          f"({100 * errors_5xx / max(1, total):.3f} %), "
                           f"{statuses[0]} without an answer (statuses {dict(sorted(statuses.items()))})")
         self.stdout.write(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
         for name in ENDPOINTS:
             values = timings.get(name, [])
+            if not values and name == loadtest.PAGE:
+                continue  # The claim answered with the page: no separate GET.
             self.stdout.write(f"  {name:<14} {len(values):>6} {loadtest.percentile(values, 50):>7.1f} "
                               f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
         duplicates, lost = _check(results, usernames)
