@@ -2,7 +2,7 @@
 from django.contrib import admin, messages
 
 from . import registry, scoring
-from .models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore, TrainingRun
+from .models import ModelVersion, RescoreChunk, RescoreJob, RolloutLabelJob, SolutionScore, StepScore, TrainingRun
 
 
 @admin.register(ModelVersion)
@@ -72,3 +72,13 @@ class RescoreJobAdmin(admin.ModelAdmin):
 class TrainingRunAdmin(admin.ModelAdmin):
     list_display = ["pk", "state", "parent", "result", "n_labels", "created_at"]
     list_filter = ["state"]
+
+
+@admin.register(RolloutLabelJob)
+class RolloutLabelJobAdmin(admin.ModelAdmin):
+    """Rollout labeling jobs (`label_rollouts`); their labels are in the run's AutoStepLabels."""
+
+    list_display = ["pk", "run", "state", "done", "total", "skipped", "full_sweep_rollouts", "created_at"]
+    list_filter = ["state", "run__method"]
+    list_select_related = ["run"]
+    readonly_fields = ["run", "generator_spec", "solution_ids", "full_sweep_rollouts", "skipped"]

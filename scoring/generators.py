@@ -178,3 +178,16 @@ class LocalGenerator:
             results.append(Sample(text=text, prompt_tokens=len(tokens), completion_tokens=len(new),
                                   finish_reason=finish))
         return results
+
+
+def generator_from_spec(spec: dict) -> Generator:
+    """The generator a stored spec names: {"backend": "local", "path": FOLDER, "device": ..., "batch_size": ...}.
+
+    Minimal (local backend only) until the OpenAI-compatible backend adds its own spec here.
+    """
+    backend = spec.get("backend", "local")
+    if backend != "local":
+        raise ValueError(f"generator backend {backend!r} is not available; expected 'local'")
+    if not spec.get("path"):
+        raise ValueError("a local generator spec needs 'path', the model folder")
+    return LocalGenerator(spec["path"], device=spec.get("device"), batch_size=int(spec.get("batch_size", 8)))

@@ -95,3 +95,14 @@ def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None
 
     run = retraining.scheduled_retrain(min_new_labels=min_new_labels, options=options)
     return run.pk if run else None
+
+
+# --- automatic step labels by rollouts (scoring/rollout_labeling.py) --------------------------------
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def label_rollouts_task(job_id: int) -> str:
+    """Label one chunk of a rollout job's solutions; a rerun skips the solutions already labeled."""
+    from scoring import rollout_labeling
+
+    return rollout_labeling.run_rollout_job(job_id=job_id).state
