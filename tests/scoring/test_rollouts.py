@@ -1,4 +1,5 @@
 """Rollout labels (scoring.rollouts) from a real local generator: Math-Shepherd counts, OmegaPRM's search."""
+import io
 import math
 
 import pytest
@@ -123,3 +124,23 @@ def test_an_unknown_method_or_an_empty_solution_is_refused(silent):
         rollouts.label_steps("beam", task(["x"]), silent, PARAMS)
     with pytest.raises(ValueError, match="no steps"):
         rollouts.label_steps("omegaprm", task([]), silent, PARAMS)
+
+
+# --- the benchmark command ---------------------------------------------------------------------------
+
+
+def test_bench_rollouts_reports_the_rate_and_omegaprms_saving_on_gsm8k_problems():
+    import json
+
+    from django.core.management import call_command
+
+    from tests.conftest import SHARED_DATA
+
+    out = io.StringIO()
+    call_command("bench_rollouts", "--generator", "tiny", "--problems", "1", "--n", "2", "--max-tokens", "4",
+                 "--data", str(SHARED_DATA / "gsm8k" / "test.jsonl"), "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["solutions"] == 2 and [s["kind"] for s in report["per_solution"]] == ["reference", "corrupted"]
+    assert report["rollouts"] == sum(s["steps"] for s in report["per_solution"]) * 2
+    assert report["omegaprm_rollouts"] == sum(s["omegaprm_rollouts"] for s in report["per_solution"])
+    assert report["omegaprm_rollouts"] < report["rollouts"] and report["rollouts_per_minute"] > 0
