@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from annotate.answers import extract_answer
+from annotate.answers import end_of_answer, extract_answer
 from annotate.grading import grade
 
 from .generators import (
@@ -116,9 +116,9 @@ class RolloutCache:
 
 
 def count_correct(task: RolloutTask, n_steps: int, samples: Sequence[Sample]) -> PrefixRollouts:
-    """Grade each completion of one prefix: its answer read from the prefix plus the completion."""
+    """Grade each completion of one prefix: the first answer the prefix plus the completion states."""
     prefix = task.prefix_text(n_steps)
-    answers = tuple(extract_answer(prefix + sample.text) for sample in samples)
+    answers = tuple(extract_answer(end_of_answer(prefix + sample.text)) for sample in samples)
     correct = sum(1 for answer in answers if grade(answer=answer, truth=task.answer) is True)
     return PrefixRollouts(n_steps=n_steps, n_rollouts=len(samples), n_correct=correct,
                           completion_tokens=sum(s.completion_tokens for s in samples), answers=answers)

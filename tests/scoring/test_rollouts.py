@@ -72,6 +72,13 @@ def test_a_prefix_that_states_the_right_answer_is_right_when_completions_end_at_
     assert right.first_error == wrong.first_error == 0
 
 
+def test_a_completion_running_on_past_its_answer_is_graded_by_the_first_answer_stated(babbler):
+    # The babbler never stops before max_tokens: whatever it writes after the stated answer is ignored.
+    result = rollouts.label_steps("math_shepherd", task(["3 + 4 = 7.", "# Answer\n\n7"]), babbler, PARAMS)
+    assert result.measured[2].answers == ("7",) * PARAMS.n
+    assert (result.steps[1].n_correct, result.steps[1].n_rollouts) == (PARAMS.n, PARAMS.n)
+
+
 def test_the_hard_label_is_some_completion_right_and_the_soft_label_k_over_n(silent):
     result = rollouts.label_steps("math_shepherd", task(claims([7, 7, 8])), silent, PARAMS)
     assert [s.soft for s in result.steps] == [1.0, 1.0, 0.0]

@@ -59,6 +59,7 @@ class Command(BaseCommand):
         parser.add_argument("--device", help="cpu, cuda, ... (default: the GPU when there is one)")
         parser.add_argument("--max-seconds", type=float, default=150.0, help="start no new solution after this")
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a shared machine)")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **options):
@@ -66,9 +67,14 @@ class Command(BaseCommand):
         if not path.exists():
             raise CommandError(f"--data {path}: no such file (GSM8K test JSONL)")
         tasks = gsm8k_tasks(path, options["problems"], options["seed"])
+        if options["threads"]:
+            import torch
+
+            torch.set_num_threads(options["threads"])
         generator = generator_from_spec(self._spec(options))
         params = SamplingParams(n=options["n"], max_tokens=options["max_tokens"], seed=options["seed"])
-        report = measure(tasks, generator, params, max_seconds=options["max_seconds"])
+        report = measure(tasks, generator, params, max_seconds=options["max_seconds"],
+                         progress=lambda line: self.stderr.write(line))
         report["generator"] = generator.name
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
@@ -94,7 +100,7 @@ class Command(BaseCommand):
         return spec | ({"device": options["device"]} if options["device"] else {})
 
 
-def measure(tasks, generator, params: SamplingParams, *, max_seconds: float) -> dict:
+def measure(tasks, generator, params: SamplingParams, *, max_seconds: float, progress=lambda line: None) -> dict:
     """The sweep then the search on each task, over one cache per task; the sweep is what is timed."""
     seconds, rollouts_done, tokens, omega, same, done = 0.0, 0, 0, 0, 0, []
     for kind, task in tasks:
@@ -110,6 +116,7 @@ def measure(tasks, generator, params: SamplingParams, *, max_seconds: float) -> 
         done.append({"kind": kind, "steps": len(task.steps), "k": [s.n_correct for s in sweep.steps],
                      "sweep_first_error": sweep.first_error, "omegaprm_first_error": search.first_error,
                      "omegaprm_rollouts": search.rollouts})
+        progress(f"{kind}: K per step {done[-1]['k']}, {sweep.rollouts} rollouts in {seconds:.1f}s so far")
     minutes = seconds / 60 or 1e-9
     return {
         "solutions": len(done), "rollouts": rollouts_done, "seconds": seconds, "n": params.n,
