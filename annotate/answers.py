@@ -119,3 +119,21 @@ def strip_calculator_annotations(text: str) -> str:
     The annotations stay in stored text (they are part of the dataset); only display hides them.
     """
     return _CALCULATOR.sub("", text)
+
+
+def end_of_answer(text: str) -> str:
+    """`text` up to the end of the first answer it states (``# Answer`` and the next non-blank
+    line, or a GSM8K ``#### N`` line); all of it when it states none.
+
+    A generated continuation often runs on past its answer (another problem, a second
+    attempt); what follows the first stated answer is not part of the solution.
+    """
+    heading, hashes = _ANSWER_HEADING.search(text), _GSM8K_FINAL.search(text)
+    ends = []
+    if heading:
+        after = re.search(r"\S[^\n]*", text[heading.end():])
+        if after:
+            ends.append(heading.end() + after.end())
+    if hashes:
+        ends.append(hashes.end())
+    return text[: min(ends)] if ends else text

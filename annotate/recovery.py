@@ -2,7 +2,7 @@
 
 Redis here keeps nothing on disk and the embedded broker is a folder: a restart, a flush
 or a deleted folder loses every queued message, and a worker killed with -9 leaves its job
-running under nobody. `reconcile` resends the task of every unfinished job (import,
+running under nobody. `reconcile` resends the task of every unfinished job (import, rollout labeling,
 export, rescore, training run: every concrete `Job` with a `task_name`) that lost either:
 
 - pending for longer than `pending_after` seconds since its message was last sent (0 when a

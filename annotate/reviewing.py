@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from annotate import labeling, quality, verdicts
-from annotate.models import Annotation, FinishReason, RatingOverride, Step, StepLabel
+from annotate.models import Annotation, AutoStepLabel, FinishReason, RatingOverride, Step, StepLabel
 
 
 def annotations_for_review(*, annotator_id: int | None = None, generation: int | None = None,
@@ -161,6 +161,8 @@ class ReviewRow:
     cells: list[ReviewCell]  # One per annotation shown, in order.
     gold: int | None
     overrides: list[RatingOverride]
+    # Automatic labels of this step (rollouts, imports), one per run: shown apart, never as a rating.
+    automatic: list[AutoStepLabel] = field(default_factory=list)
 
     @property
     def ratings(self) -> list[int | None]:
@@ -177,9 +179,14 @@ def review_rows(*, annotation: Annotation, others: list[Annotation]) -> list[Rev
         "reviewer", "step_label"
     ):
         overrides[override.step_label.index].append(override)
+    automatic: dict[int, list[AutoStepLabel]] = defaultdict(list)
+    for auto in AutoStepLabel.objects.filter(step__solution=annotation.solution).select_related("run", "step").order_by(
+        "run_id"
+    ):
+        automatic[auto.step.index].append(auto)
     return [
         ReviewRow(index=step.index, text=step.text, gold=step.gold_rating, overrides=overrides.get(step.index, []),
-                  cells=[_cell(labels.get(a.pk, ()), step.index) for a in shown])
+                  cells=[_cell(labels.get(a.pk, ()), step.index) for a in shown], automatic=automatic[step.index])
         for step in annotation.solution.steps.order_by("index")
     ]
 

@@ -8,6 +8,7 @@ from .models import (
     ModelVersion,
     RescoreChunk,
     RescoreJob,
+    RolloutLabelJob,
     SolutionScore,
     StepScore,
     TrainingRun,
@@ -107,3 +108,13 @@ class GenerationChunkAdmin(admin.ModelAdmin):
     list_display = ["run", "index", "state", "created", "duplicates", "skipped", "finished_at"]
     list_filter = ["state"]
     list_select_related = ["run"]
+
+
+@admin.register(RolloutLabelJob)
+class RolloutLabelJobAdmin(admin.ModelAdmin):
+    """Rollout labeling jobs (`label_rollouts`); their labels are in the run's AutoStepLabels."""
+
+    list_display = ["pk", "run", "state", "done", "total", "skipped", "full_sweep_rollouts", "created_at"]
+    list_filter = ["state", "run__method"]
+    list_select_related = ["run"]
+    readonly_fields = ["run", "generator_spec", "solution_ids", "full_sweep_rollouts", "skipped"]

@@ -1,7 +1,7 @@
 """The model side's data: PRM versions, their scores of the pool, and model jobs."""
 from django.db import models
 
-from annotate.models import Solution, Step
+from annotate.models import AutoLabelRun, Solution, Step
 from annotate.models.jobs import Job
 
 
@@ -241,3 +241,25 @@ class GenerationChunk(models.Model):
 
     def __str__(self) -> str:
         return f"Chunk {self.index} of generation run {self.run_id}"
+
+
+class RolloutLabelJob(Job):
+    """Labeling solutions by rollouts into one AutoLabelRun (scoring.rollout_labeling).
+
+    The solutions are fixed when the job is created; each is labeled in one transaction that
+    also adds its cost to the run, so a job resumed after a crash skips what is done and
+    counts nothing twice. `done` counts labeled solutions (from the run's labels).
+    """
+
+    run = models.OneToOneField(AutoLabelRun, on_delete=models.CASCADE, related_name="job")
+    generator_spec = models.JSONField(default=dict)
+    solution_ids = models.JSONField(default=list)
+    # What the full Math-Shepherd sweep would have cost on the labeled solutions (OmegaPRM's saving).
+    full_sweep_rollouts = models.PositiveBigIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0, help_text="Solutions with no steps or no known answer")
+
+    progress_unit = "solutions"
+    task_name = "scoring.tasks.label_rollouts_task"
+
+    def __str__(self) -> str:
+        return f"Rollout labeling job {self.pk} ({self.run.method})"

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils import timezone
 
 from annotate import verdicts
-from annotate.models import Annotation, Solution, Step
+from annotate.models import Annotation, AutoStepLabel, Solution, Step
 
 from . import evaluation
 from .models import ModelVersion, TrainingRun
-from .training_data import LabeledRow, TrainConfig, build_examples, stratum_weights
+from .training_data import LABEL_SOURCES, LabeledRow, TrainConfig, build_examples, stratum_weights
 
 if TYPE_CHECKING:
     from . import prm, training  # noqa: F401
@@ -115,14 +115,38 @@ def fail_stale_runs(*, now: dt.datetime | None = None) -> int:
 # --- labels -------------------------------------------------------------------------------------
 
 
-def gather_rows(*, solution_ids=None) -> list[LabeledRow]:
-    """Every trainable labeled solution as a LabeledRow: one rating list per annotation.
+def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]:
+    """Every labeled solution as a LabeledRow, from the labels `labels` names (TrainConfig.labels).
 
-    Each rating is the verdict of the pool's own step, the text the row trains on
-    (`annotate.verdicts`' `pool_path`: a step the annotator rewrote keeps its -1, a
-    reviewer's override wins), given up to and including the first error; steps after it
-    carry None (no label), as in PRM800K.
+    "human": one rating list per trainable annotation. Each rating is the verdict of the
+    pool's own step, the text the row trains on (`annotate.verdicts`' `pool_path`: a step
+    the annotator rewrote keeps its -1, a reviewer's override wins), given up to and
+    including the first error; steps after it carry None (no label), as in PRM800K.
+    "automatic": the AutoStepLabels of every run as (K, N) counts per step
+    (`AutoStepLabel.counts`; several runs of one step add up). "both": a row carries both.
     """
+    if labels not in LABEL_SOURCES:
+        raise ValueError(f"labels={labels!r}; expected one of {', '.join(LABEL_SOURCES)}")
+    ratings = human_ratings(solution_ids=solution_ids) if labels != "automatic" else {}
+    counts = automatic_counts(solution_ids=solution_ids) if labels != "human" else {}
+    labeled = sorted(set(ratings) | set(counts))
+    solutions = list(Solution.objects.filter(pk__in=labeled).select_related("problem").order_by("pk"))
+    texts = step_texts(labeled)
+    weights = stratum_weights([s.is_correct for s in solutions], pool_strata())
+    result = []
+    for solution, weight in zip(solutions, weights):
+        steps = texts.get(solution.pk, [])
+        by_index = counts.get(solution.pk, {})
+        result.append(LabeledRow(
+            solution_id=solution.pk, problem_id=solution.problem_id, problem=solution.problem.statement,
+            steps=tuple(steps), ratings=ratings.get(solution.pk, ()), weight=weight,
+            counts=tuple(by_index.get(index, (0, 0)) for index in range(len(steps))) if by_index else (),
+        ))
+    return result
+
+
+def human_ratings(*, solution_ids=None) -> dict[int, tuple[tuple[int | None, ...], ...]]:
+    """Per solution, one rating list per trainable annotation (in annotation order)."""
     annotations = Annotation.objects.trainable()
     if solution_ids is not None:
         annotations = annotations.filter(solution_id__in=solution_ids)
@@ -130,17 +154,21 @@ def gather_rows(*, solution_ids=None) -> list[LabeledRow]:
     labeled: dict[int, list[tuple[int, verdicts.Verdicts]]] = defaultdict(list)
     for annotation_id, verdict in verdicts.verdicts_by_annotation(annotations).items():
         labeled[solution_of[annotation_id]].append((annotation_id, verdict))
-    solutions = list(Solution.objects.filter(pk__in=labeled).select_related("problem").order_by("pk"))
-    texts = step_texts(list(labeled))
-    weights = stratum_weights([s.is_correct for s in solutions], pool_strata())
-    result = []
-    for solution, weight in zip(solutions, weights):
-        steps = texts.get(solution.pk, [])
-        ratings = tuple(verdict.pool_path for _, verdict in sorted(labeled[solution.pk], key=lambda pair: pair[0]))
-        result.append(LabeledRow(solution_id=solution.pk, problem_id=solution.problem_id,
-                                 problem=solution.problem.statement, steps=tuple(steps),
-                                 ratings=ratings, weight=weight))
-    return result
+    return {solution_id: tuple(verdict.pool_path for _, verdict in sorted(pairs, key=lambda pair: pair[0]))
+            for solution_id, pairs in labeled.items()}
+
+
+def automatic_counts(*, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per solution, step index -> (K, N) summed over every automatic label of that step."""
+    labels = AutoStepLabel.objects.annotate(solution_id=F("step__solution_id"), index=F("step__index"))
+    if solution_ids is not None:
+        labels = labels.filter(step__solution_id__in=solution_ids)
+    found: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
+    for label in labels.only("n_rollouts", "n_correct", "soft").iterator(chunk_size=5000):
+        k, n = label.counts
+        old_k, old_n = found[label.solution_id].get(label.index, (0, 0))
+        found[label.solution_id][label.index] = (old_k + k, old_n + n)
+    return found
 
 
 def step_texts(solution_ids) -> dict[int, list[str]]:
@@ -250,9 +278,12 @@ def _train_and_register(
     from . import registry, training
 
     config = TrainConfig.from_dict(options.train)
-    rows = gather_rows()
-    if not build_examples(rows, neutral=config.neutral):
-        raise ValueError("no labeled steps to train on: submit some labels first")
+    rows = gather_rows(labels=config.labels)
+    examples = build_examples(rows, neutral=config.neutral)
+    if not examples:
+        raise ValueError(f"no labeled steps to train on ({config.labels} labels): submit or compute some first")
+    _log(run, f"labels: {config.labels}; {sum(e.human_labels for e in examples)} human and "
+              f"{sum(e.automatic_labels for e in examples)} automatic step labels")
     parent, backbone_folder, separator, parent_head = _parent_backbone(run.parent)
     if config.layer is None and parent_head.get("layer") is not None:
         config.layer = parent_head["layer"]  # same read-out layer: the feature cache stays warm

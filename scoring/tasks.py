@@ -150,3 +150,14 @@ def generate_solutions_task(run_id: int) -> str:
     # Half the soft limit: the chunk that passes the budget still has the other half to finish.
     budget = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2
     return generation.run_generation(run_id=run_id, time_budget=budget).state
+
+
+# --- automatic step labels by rollouts (scoring/rollout_labeling.py) --------------------------------
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def label_rollouts_task(job_id: int) -> str:
+    """Label one chunk of a rollout job's solutions; a rerun skips the solutions already labeled."""
+    from scoring import rollout_labeling
+
+    return rollout_labeling.run_rollout_job(job_id=job_id).state

@@ -102,3 +102,21 @@ def build_tiny_prm(
         write_model_config(folder, {"kind": "token_classification", "backbone": backbone_ref,
                                     "separator": "\n\n", "positive_label": 1})
     return folder
+
+
+def build_tiny_generator(folder: str | Path, *, seed: int = 0, ends_at_once: bool = False) -> Path:
+    """A tiny causal LM for `LocalGenerator`: random text, or (`ends_at_once`) none at all.
+
+    `ends_at_once` biases end-of-text by +100 in the folder's generation config, so every
+    completion is empty and a rollout's answer is whatever its prefix already states: rollout
+    counts become predictable from the steps alone.
+    """
+    from transformers import AutoTokenizer, GenerationConfig
+
+    folder = build_tiny_backbone(folder, seed=seed)
+    if ends_at_once:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        eos = tokenizer.eos_token_id
+        GenerationConfig(sequence_bias=[[[eos], 100.0]], eos_token_id=eos,
+                         pad_token_id=tokenizer.pad_token_id).save_pretrained(folder)
+    return folder

@@ -12,6 +12,8 @@ NEUTRAL_MODES = ("positive", "negative", "ignore")
 HEAD_TYPES = ("point", "beta")
 MODES = ("head", "topk", "lora", "full")
 BIAS_CORRECTIONS = ("none", "class", "importance")
+# Which labels a run learns from: annotators' (the default), rollouts'/imports' (AutoStepLabel), or both.
+LABEL_SOURCES = ("human", "automatic", "both")
 
 
 @dataclass
@@ -20,6 +22,7 @@ class TrainConfig:
 
     head: str = "point"
     mode: str = "head"
+    labels: str = "human"
     layer: int | None = None  # hidden_states index; None = the parent's, else ~60 % depth
     neutral: str = "positive"
     val_fraction: float = 0.2
@@ -42,7 +45,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Fail naming the bad field before any work starts."""
-        choices = {"head": HEAD_TYPES, "mode": MODES, "neutral": NEUTRAL_MODES, "bias_correction": BIAS_CORRECTIONS}
+        choices = {"head": HEAD_TYPES, "mode": MODES, "neutral": NEUTRAL_MODES, "bias_correction": BIAS_CORRECTIONS,
+                   "labels": LABEL_SOURCES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r}; expected one of {', '.join(allowed)}")
@@ -72,8 +76,9 @@ class LabeledRow:
     """One labeled solution as the Django side hands it over.
 
     `ratings` holds one list per annotator (or rollout batch) with a rating per step
-    (-1, 0, +1, or None when that step was not rated). `weight` is an importance weight
-    for selection bias, 1.0 when unknown.
+    (-1, 0, +1, or None when that step was not rated). `counts` holds automatic labels as
+    (K positive, N) per step, (0, 0) where there is none: rollouts' K of N, added to what
+    the ratings give. `weight` is an importance weight for selection bias, 1.0 when unknown.
     """
 
     solution_id: int
@@ -82,6 +87,7 @@ class LabeledRow:
     steps: tuple[str, ...]
     ratings: tuple[tuple[int | None, ...], ...]
     weight: float = 1.0
+    counts: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -95,6 +101,14 @@ class Example:
     @property
     def labeled_steps(self) -> int:
         return sum(1 for n in self.n if n > 0)
+
+    @property
+    def automatic_labels(self) -> int:
+        return sum(n for _, n in self.row.counts)
+
+    @property
+    def human_labels(self) -> int:
+        return sum(self.n) - self.automatic_labels
 
 
 def step_counts(
@@ -118,10 +132,13 @@ def step_counts(
 
 
 def build_examples(rows: Sequence[LabeledRow], *, neutral: str = "positive") -> list[Example]:
-    """Examples for every row with at least one labeled step."""
+    """Examples for every row with at least one labeled step: human ratings plus automatic counts."""
     examples = []
     for row in rows:
         k, n = step_counts(row.ratings, len(row.steps), neutral=neutral)
+        for index, (auto_k, auto_n) in enumerate(row.counts[: len(row.steps)]):
+            k[index] += auto_k
+            n[index] += auto_n
         if any(n):
             examples.append(Example(row=row, k=k, n=n))
     return examples

@@ -19,7 +19,7 @@ from annotate.roles import admin_required as admin_only
 from . import evaluation, retraining
 from .charts import best_of_n_chart, dotted, loss_chart, reliability_chart
 from .models import ModelVersion, TrainingRun
-from .training_data import HEAD_TYPES, MODES
+from .training_data import HEAD_TYPES, LABEL_SOURCES, MODES
 
 
 class StartRunForm(forms.Form):
@@ -27,13 +27,16 @@ class StartRunForm(forms.Form):
     mode = forms.ChoiceField(choices=[(m, m) for m in MODES], initial="head",
                              help_text="head: frozen backbone, cached features (the CPU default)")
     epochs = forms.IntegerField(min_value=1, max_value=1000, initial=30)
+    labels = forms.ChoiceField(choices=[(s, s) for s in LABEL_SOURCES], initial="human", required=False,
+                               help_text="automatic: rollout / imported step labels (K of N), never mixed in silently")
     gate_metric = forms.ChoiceField(
         choices=[(m, m) for m in evaluation.GATE_METRICS], initial=retraining.DEFAULT_GATE_METRIC
     )
 
     def options(self) -> dict:
         data = self.cleaned_data
-        return {"train": {"head": data["head"], "mode": data["mode"], "epochs": data["epochs"]},
+        return {"train": {"head": data["head"], "mode": data["mode"], "epochs": data["epochs"],
+                          "labels": data["labels"] or "human"},
                 "gate_metric": data["gate_metric"]}
 
 

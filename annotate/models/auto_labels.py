@@ -54,6 +54,22 @@ class AutoStepLabel(models.Model):
         return f"Auto label of step {self.step_id} in run {self.run_id}: {self.soft:.2f}"
 
     @property
+    def summary(self) -> str:
+        """How a reviewer reads it: "3/4 reached the answer", or the inferred verdict."""
+        if self.n_rollouts is not None and self.n_correct is not None:
+            return f"{self.n_correct}/{self.n_rollouts}"
+        return f"{'good' if self.hard else 'bad'} (inferred)" if self.run.method != "imported" else (
+            f"{'good' if self.hard else 'bad'} (imported)")
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(K, N) as training reads this label: the rollout counts, or one vote from `soft` alone
+        (an inferred or imported label)."""
+        if self.n_rollouts is not None and self.n_correct is not None:
+            return self.n_correct, self.n_rollouts
+        return round(self.soft), 1
+
+    @property
     def hard(self) -> bool:
         """Math-Shepherd's hard estimate: some completion from here reached the answer."""
         if self.n_correct is not None:

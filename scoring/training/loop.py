@@ -59,6 +59,8 @@ class TrainResult:
                 "problems": len({e.row.problem_id for e in examples}),
                 "labeled_steps": sum(e.labeled_steps for e in examples),
                 "labels": n,
+                "human_labels": sum(e.human_labels for e in examples),
+                "automatic_labels": sum(e.automatic_labels for e in examples),
                 "positive_rate": k / n if n else None,
             }
 

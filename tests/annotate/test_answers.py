@@ -1,7 +1,7 @@
 """Final-answer extraction, step splitting and calculator annotations."""
 import pytest
 
-from annotate.answers import clean_answer, extract_answer, last_boxed, strip_calculator_annotations
+from annotate.answers import clean_answer, end_of_answer, extract_answer, last_boxed, strip_calculator_annotations
 
 EXTRACTION_CASES = [
     # PRM800K: the text after a line "# Answer"
@@ -64,3 +64,12 @@ def test_calculator_annotations_are_hidden_for_display_only():
     text = "Natalia sold 48/2 = <<48/2=24>>24 clips in May."
     assert strip_calculator_annotations(text) == "Natalia sold 48/2 = 24 clips in May."
     assert strip_calculator_annotations("no annotations < here >") == "no annotations < here >"
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("3 + 4 = 7.\n\n# Answer\n\n7\n\nProblem: what is 2 + 2?\n\n# Answer\n\n4", "3 + 4 = 7.\n\n# Answer\n\n7"),
+    ("x = 3\n#### 72\nand then more", "x = 3\n#### 72"),
+    ("no answer yet, still working", "no answer yet, still working"),
+])
+def test_a_text_ends_at_the_first_answer_it_states(text, kept):
+    assert end_of_answer(text) == kept

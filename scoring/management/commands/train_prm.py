@@ -1,8 +1,8 @@
-"""`manage.py train_prm [--wait | --inline] [--head point|beta] [--mode head|topk|lora|full] ...`
+"""`manage.py train_prm [--wait | --inline] [--head point|beta] [--mode head|topk|lora|full] [--labels ...] ...`
 
-Starts a training run on every submitted label. By default the run is queued for a worker
-on the `ml` queue; --wait then follows it until it finishes, --inline runs it in this
-process (no worker needed). Exit status 1 when the run failed.
+Starts a training run on every submitted label (--labels: human, automatic or both).
+By default the run is queued for a worker on the `ml` queue; --wait then follows it until
+it finishes, --inline runs it in this process (no worker needed). Exit status 1 when the run failed.
 """
 import json
 import time
@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from annotate.models.jobs import JobState
 from scoring import evaluation, retraining
 from scoring.models import TrainingRun
-from scoring.training_data import BIAS_CORRECTIONS, HEAD_TYPES, MODES, NEUTRAL_MODES
+from scoring.training_data import BIAS_CORRECTIONS, HEAD_TYPES, LABEL_SOURCES, MODES, NEUTRAL_MODES
 
 
 class Command(BaseCommand):
@@ -23,6 +23,8 @@ class Command(BaseCommand):
         parser.add_argument("--inline", action="store_true", help="run here instead of on a worker")
         parser.add_argument("--head", choices=HEAD_TYPES, default="point")
         parser.add_argument("--mode", choices=MODES, default="head")
+        parser.add_argument("--labels", choices=LABEL_SOURCES, default="human",
+                            help="train on human labels, automatic (rollout/imported) labels, or both")
         parser.add_argument("--epochs", type=int)
         parser.add_argument("--layer", type=int, help="hidden-state index the head reads (default: the parent's)")
         parser.add_argument("--neutral", choices=NEUTRAL_MODES, help="how a neutral (0) rating counts")
@@ -41,7 +43,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["wait"] and options["inline"]:
             raise CommandError("--wait and --inline exclude each other")
-        train = {"head": options["head"], "mode": options["mode"]}
+        train = {"head": options["head"], "mode": options["mode"], "labels": options["labels"]}
         for key in ("epochs", "layer", "neutral", "bias_correction", "target_base_rate", "seed"):
             if options[key] is not None:
                 train[key] = options[key]
