@@ -115,3 +115,33 @@ def uncertainties(ensemble: Ensemble, features: Sequence[torch.Tensor]) -> list[
         out.append(solution_uncertainty(probs[:, start:start + h.shape[0]]))
         start += h.shape[0]
     return out
+
+
+# --- production: from labeled rows, for pool solutions ------------------------------------------
+
+
+def fit_from_rows(rows, *, backbone, cache, backbone_id: str, layer: int, members: int = MEMBERS,
+                  seed: int = 0) -> Ensemble:
+    """An ensemble on retraining.gather_rows() rows (importance weights included), features cached."""
+    from scoring.training.losses import step_tensors
+    from scoring.training_data import TrainConfig, build_examples
+
+    examples = build_examples(rows)
+    if not examples:
+        raise ValueError("no labeled steps to fit an ensemble on")
+    t = step_tensors(examples, TrainConfig(bias_correction="importance"))
+    hs = cache.features(backbone, [(e.row.problem, list(e.row.steps)) for e in examples], layer=layer,
+                        backbone_id=backbone_id)
+    x = torch.cat([h[[i for i, n in enumerate(e.n) if n > 0]] for h, e in zip(hs, examples)])
+    groups = [e.row.problem_id for e in examples for n in e.n if n > 0]
+    return fit_ensemble(x, t, groups, members=members, seed=seed)
+
+
+def pool_uncertainty(ensemble: Ensemble, solution_ids, *, backbone, cache, backbone_id: str,
+                     layer: int) -> dict[int, SolutionUncertainty]:
+    """solution id -> SolutionUncertainty, what selection.rebuild_queue(uncertainty=...) takes."""
+    from scoring.scoring import read_items
+
+    ids, _, items = read_items(list(solution_ids))
+    features = cache.features(backbone, items, layer=layer, backbone_id=backbone_id)
+    return dict(zip(ids, uncertainties(ensemble, features)))
