@@ -145,3 +145,26 @@ def pool_uncertainty(ensemble: Ensemble, solution_ids, *, backbone, cache, backb
     ids, _, items = read_items(list(solution_ids))
     features = cache.features(backbone, items, layer=layer, backbone_id=backbone_id)
     return dict(zip(ids, uncertainties(ensemble, features)))
+
+
+def for_model_version(model_version, solution_ids, *, members: int = MEMBERS) -> dict[int, SolutionUncertainty]:
+    """What rebuild_queue uses when the shares ask for an ensemble reason and none was given:
+    an ensemble on every trainable label, on the version's backbone features (cached; a pool
+    solution not in the cache costs one backbone pass). Empty without labels or for a model
+    that is not a head on a backbone (its reasons' shares then go to random picks)."""
+    from scoring import prm, registry, retraining, training
+    from scoring.models import ModelVersion
+
+    if model_version.kind != ModelVersion.Kind.HEAD:
+        return {}
+    rows = retraining.gather_rows()
+    if not any(any(r is not None for r in ratings) for row in rows for ratings in row.ratings):
+        return {}
+    config = prm.read_model_config(model_version.path)
+    folder = prm.backbone_folder(model_version.path, config)
+    loaded = registry.load(model_version)
+    layer = (config.get("head") or {}).get("layer")
+    layer = layer if layer is not None else training.default_layer(loaded.model.config.num_hidden_layers)
+    where = {"backbone": loaded, "cache": retraining.feature_cache(), "layer": layer,
+             "backbone_id": training.backbone_fingerprint(folder)}
+    return pool_uncertainty(fit_from_rows(rows, members=members, **where), solution_ids, **where)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # The share parser lives beside the settings helpers so settings.py can parse the shares at
 # start-up; both names stay importable from here.
 REASONS = SELECTION_REASONS
+ENSEMBLE_REASONS = {"disagreement", "first_error_disagreement", "uncertain_convincing_wrong"}
 
 
 @dataclass
@@ -184,7 +185,12 @@ def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None,
     `uncertainty` (solution id -> ensemble.SolutionUncertainty) feeds the ensemble reasons.
     """
     policy = policy or Policy()
-    picks = select(candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty), policy)
+    pool = candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty)
+    if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:
+        from .ensemble import for_model_version
+
+        pool = with_uncertainty(pool, for_model_version(model_version, [c.solution_id for c in pool]))
+    picks = select(pool, policy)
     with transaction.atomic():
         generation = queueing.start_generation(model_version_name=model_version.name)
         queueing.enqueue(

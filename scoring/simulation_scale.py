@@ -47,7 +47,7 @@ STRATEGIES: dict[str, dict[str, float]] = {
     "uncertain_convincing_wrong": {"uncertain_convincing_wrong": 1.0},
     "mix": {"convincing_wrong": 0.4, "convincing": 0.2, "uncertain": 0.1, "random": 0.3},
 }
-ENSEMBLE_REASONS = {"disagreement", "first_error_disagreement", "uncertain_convincing_wrong"}
+ENSEMBLE_REASONS = selection.ENSEMBLE_REASONS
 KAPPA = 4.0  # TrainConfig.kappa_init: the converged head's constant concentration, for sigma
 
 

@@ -7,8 +7,18 @@ from django.conf import settings
 
 from annotate.models import QueueItem
 from config.env import SELECTION_REASONS, parse_shares
-from scoring import ensemble, evaluation, retraining, scoring, selection, simulation, simulation_pool, simulation_scale
-from scoring.tiny import build_tiny_backbone
+from scoring import (
+    ensemble,
+    evaluation,
+    registry,
+    retraining,
+    scoring,
+    selection,
+    simulation,
+    simulation_pool,
+    simulation_scale,
+)
+from scoring.tiny import build_tiny_backbone, build_tiny_prm
 from scoring.training import regularized
 from scoring.training.losses import StepTensors
 from scoring.training_data import LabeledRow, TrainConfig
@@ -158,6 +168,20 @@ def test_rebuild_queue_serves_the_ensembles_picks_from_the_database(db, tiny):
     queued = list(QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).values_list("solution_id", "reason"))
     top = sorted(uncertainty, key=lambda pk: (-uncertainty[pk].spread, pk))[:4]
     assert sorted(pk for pk, _ in queued) == sorted(top) and {r for _, r in queued} == {"disagreement"}
+
+
+def test_rebuild_queue_fits_the_ensemble_itself_when_the_shares_ask_for_it(db, tmp_path, annotator, settings):
+    settings.FEATURE_CACHE_DIR = tmp_path / "feature-cache"
+    version = registry.register_model_version(name="tiny-head", path=build_tiny_prm(tmp_path / "model"))
+    problems, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=12, n_heldout=0)
+    ids = simulation_pool.write_problems(problems, split="pool", source="tests")
+    scoring.score_solutions(model_version=version, solution_ids=ids)
+    selection.rebuild_queue(model_version=version, policy=selection.Policy(size=10, shares={"random": 1.0}, seed=0))
+    assert len(simulation.label_queue(annotator=annotator, limit=10)) == 10
+    generation = selection.rebuild_queue(
+        model_version=version, policy=selection.Policy(size=4, shares={"disagreement": 1.0}, per_problem=9, seed=0))
+    reasons = set(QueueItem.objects.filter(generation=generation.number).values_list("reason", flat=True))
+    assert reasons == {"disagreement"}  # not the random fallback: the ensemble was fitted on the 10 labels
 
 
 def test_default_shares_parse_and_name_only_known_reasons():
