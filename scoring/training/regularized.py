@@ -22,7 +22,7 @@ from scoring.training_data import problem_hash
 
 from .losses import StepTensors, inverse_softplus
 
-LAMBDAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+LAMBDAS = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # per-step mean loss; 128 standardized directions
 RANK = 128  # principal directions the head may use (of 576 on SmolLM2-135M)
 FOLDS = 3
 
