@@ -59,6 +59,7 @@ class ScaleSettings:
     members: int = ensemble_module.MEMBERS
     per_problem: int = 2
     bias_correction: str = "importance"  # or "none"
+    rank: int = regularized.RANK  # principal directions of the pool the head may use
 
     def validate(self, pool_size: int) -> None:
         unknown = [s for s in self.strategies if s not in STRATEGIES and "=" not in s]
@@ -112,13 +113,14 @@ class Pool:
     standardizer: regularized.Standardizer | None = None
 
     @classmethod
-    def of(cls, problems: Sequence[PoolProblem], features: Sequence[torch.Tensor]) -> Pool:
+    def of(cls, problems: Sequence[PoolProblem], features: Sequence[torch.Tensor], *,
+           rank: int = regularized.RANK) -> Pool:
         flat = [(pid, p.statement, s) for pid, p in enumerate(problems) for s in p.solutions]
         pool = cls([f[0] for f in flat], [f[1] for f in flat], [f[2].steps for f in flat],
                    [f[2].first_error for f in flat], Features.of(features))
         right = sum(e is None for e in pool.first_error)
         pool.strata = {True: right, False: len(pool.first_error) - right}
-        pool.standardizer = regularized.principal_standardizer(pool.features.x)
+        pool.standardizer = regularized.principal_standardizer(pool.features.x, rank)
         return pool
 
     def __len__(self) -> int:
@@ -216,7 +218,7 @@ def simulate_scale(*, pool_problems: Sequence[PoolProblem], held_problems: Seque
     started = time.perf_counter()
     pool_items = [(p.statement, s.steps) for p in pool_problems for s in p.solutions]
     held_out = HeldOut.from_problems(held_problems)
-    pool = Pool.of(pool_problems, features(pool_items))
+    pool = Pool.of(pool_problems, features(pool_items), rank=sim.rank)
     held_features = Features.of(features(held_out.items))
     sim.validate(len(pool))
     featurize_seconds = time.perf_counter() - started
@@ -230,7 +232,8 @@ def simulate_scale(*, pool_problems: Sequence[PoolProblem], held_problems: Seque
                                 for i in range(len(sim.budgets))]
     return {
         "settings": {"budgets": list(sim.budgets), "seeds": list(sim.seeds), "strategies": list(sim.strategies),
-                     "members": sim.members, "per_problem": sim.per_problem, "bias_correction": sim.bias_correction,
+                     "members": sim.members, "rank": sim.rank, "per_problem": sim.per_problem,
+                     "bias_correction": sim.bias_correction,
                      "head": "converged L2 logistic (training.regularized)"},
         "pool": describe(pool_problems),
         "held_out": describe(held_problems),

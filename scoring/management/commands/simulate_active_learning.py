@@ -53,6 +53,8 @@ class Command(BaseCommand):
         parser.add_argument("--members", type=int, default=8, help="--scale: bootstrap ensemble size")
         parser.add_argument("--bias-correction", default="importance", choices=["importance", "none"],
                             help="--scale: importance weights on the labels (as retraining) or none")
+        parser.add_argument("--rank", type=int, default=128,
+                            help="--scale: principal directions of the pool's features the head may use")
         parser.add_argument("--threads", type=int, default=1,
                             help="--scale: torch threads for the small solves (1 is fastest on a loaded CPU)")
 
@@ -101,7 +103,7 @@ class Command(BaseCommand):
         strategies = tuple(options["strategies"] or simulation_scale.STRATEGIES)
         sim = simulation_scale.ScaleSettings(budgets=tuple(options["budgets"]), seeds=tuple(options["seeds"]),
                                              strategies=strategies, members=options["members"],
-                                             bias_correction=options["bias_correction"])
+                                             bias_correction=options["bias_correction"], rank=options["rank"])
         try:
             sim.validate(10**9)
             pool, held_out = simulation_pool.make_problems(pool=options["pool"], data=options["data"],
