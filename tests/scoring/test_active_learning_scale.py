@@ -208,3 +208,12 @@ def test_scale_loop_runs_every_strategy_and_reports_ratios(tiny):
     assert set(result["efficiency_ratio"]) == set(sim.strategies)
     with pytest.raises(ValueError, match="--budgets"):
         simulation_scale.ScaleSettings(budgets=(8, 500)).validate(len(problems))
+
+
+def test_digit_swap_of_a_negative_result_keeps_the_sign_so_the_whole_gsm8k_pool_builds():
+    import random as random_module
+
+    from annotate import corruption
+
+    assert corruption._wrong_value("-153", "digit_swap", random_module.Random(0)) == "-351"
+    assert corruption._wrong_value("153", "digit_swap", random_module.Random(0)) == "351"
