@@ -101,7 +101,8 @@ def _wrong_value(result: str, kind: str, rng: random.Random) -> str | None:
         digits = result.replace(".", "")
         if len(set(digits)) < 2 or "." in result:
             return _format(value + 1)
-        return _format(int(result[::-1].lstrip("0") or "0"))
+        sign, magnitude = ("-", result[1:]) if result.startswith("-") else ("", result)  # "-153" -> "-351"
+        return _format(int(sign + (magnitude[::-1].lstrip("0") or "0")))
     return _format(value + max(2, round(abs(value) * rng.uniform(0.2, 0.6))))  # arithmetic slip
 
 

@@ -13,7 +13,9 @@ from collections.abc import Collection
 from django.core.exceptions import ImproperlyConfigured
 
 # The reasons selection can give for queueing a solution, in tie-breaking order.
-SELECTION_REASONS = ("convincing_wrong", "convincing", "uncertain", "random")
+# The last three need an ensemble's uncertainty (scoring/ensemble.py) passed to rebuild_queue.
+SELECTION_REASONS = ("convincing_wrong", "convincing", "uncertain", "random", "disagreement",
+                     "first_error_disagreement", "uncertain_convincing_wrong")
 
 
 def env_str(name: str, default: str | None = None) -> str | None:

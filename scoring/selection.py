@@ -6,6 +6,12 @@ The policy mixes reasons with configurable shares:
   uncertain         the widest sigma, when the head is distributional;
   random            a uniform sample: a prototype with a weak PRM did worse than random
                     with convincing-wrong alone (96 % wrong answers, skewed base rate).
+With an ensemble's epistemic uncertainty (scoring/ensemble.py, passed to rebuild_queue):
+  disagreement               the members disagree most on some step's score;
+  first_error_disagreement   the members disagree most on where the first error is;
+  uncertain_convincing_wrong graded wrong with the highest upper-quantile PRM score: wrong
+                             answers that some plausible head still finds convincing.
+Without the ensemble these three have no candidates and their share goes to random.
 Reasons are interleaved in proportion to their shares (the best convincing wrong answer is
 served first), each problem appears at most `per_problem` times, and quality-control and
 screening items are left alone: the labeling side serves those at claim time.
@@ -17,7 +23,9 @@ otherwise a rebuild would retire the queue items their import gave them.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -28,9 +36,13 @@ from config.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shar
 
 from .models import ModelVersion, SolutionScore
 
+if TYPE_CHECKING:
+    from .ensemble import SolutionUncertainty
+
 # The share parser lives beside the settings helpers so settings.py can parse the shares at
 # start-up; both names stay importable from here.
 REASONS = SELECTION_REASONS
+ENSEMBLE_REASONS = {"disagreement", "first_error_disagreement", "uncertain_convincing_wrong"}
 
 
 @dataclass
@@ -50,6 +62,10 @@ class Candidate:
     is_correct: bool | None
     score: float | None  # None: not scored by this model yet
     sigma: float | None
+    # Epistemic: from an ensemble (scoring/ensemble.py); None without one.
+    spread: float | None = None
+    first_error_disagreement: float | None = None
+    upper_score: float | None = None
 
 
 @dataclass
@@ -58,7 +74,8 @@ class Pick:
     reason: str
 
 
-def candidates(*, model_version: ModelVersion, score: str = "product") -> list[Candidate]:
+def candidates(*, model_version: ModelVersion, score: str = "product",
+               uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> list[Candidate]:
     """Unlabeled pool solutions that nobody is labeling or has labeled: scored, then unscored."""
     busy = QueueItem.objects.filter(status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
     solutions = Solution.objects.unlabeled().filter(is_gold=False, is_reference=False).exclude(pk__in=busy)
@@ -67,9 +84,19 @@ def candidates(*, model_version: ModelVersion, score: str = "product") -> list[C
         "solution_id", "solution__problem_id", "solution__is_correct", score, "sigma"
     )
     unscored = solutions.exclude(pk__in=scores.values("solution_id")).values_list("pk", "problem_id", "is_correct")
-    return [Candidate(*row) for row in rows.order_by("solution_id").iterator(chunk_size=2000)] + [
+    pool = [Candidate(*row) for row in rows.order_by("solution_id").iterator(chunk_size=2000)] + [
         Candidate(*row, score=None, sigma=None) for row in unscored.order_by("pk").distinct().iterator(chunk_size=2000)
     ]
+    return with_uncertainty(pool, uncertainty or {})
+
+
+def with_uncertainty(pool: list[Candidate], uncertainty: Mapping[int, SolutionUncertainty]) -> list[Candidate]:
+    for candidate in pool:
+        u = uncertainty.get(candidate.solution_id)
+        if u is not None:
+            candidate.spread, candidate.upper_score = u.spread, u.upper_score
+            candidate.first_error_disagreement = u.first_error_disagreement
+    return pool
 
 
 def _by_score(candidate: Candidate) -> tuple:
@@ -85,6 +112,14 @@ def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candi
         return sorted((c for c in pool if c.is_correct is not False and c.score is not None), key=_by_score)
     if reason == "uncertain":
         return sorted((c for c in pool if c.sigma is not None), key=lambda c: (-c.sigma, c.solution_id))
+    if reason == "disagreement":
+        return sorted((c for c in pool if c.spread is not None), key=lambda c: (-c.spread, c.solution_id))
+    if reason == "first_error_disagreement":
+        return sorted((c for c in pool if c.first_error_disagreement is not None),
+                      key=lambda c: (-c.first_error_disagreement, -(c.spread or 0.0), c.solution_id))
+    if reason == "uncertain_convincing_wrong":
+        return sorted((c for c in pool if c.is_correct is False and c.upper_score is not None),
+                      key=lambda c: (-c.upper_score, c.solution_id))
     shuffled = list(pool)
     rng.shuffle(shuffled)
     return shuffled
@@ -143,10 +178,19 @@ def interleave(lists: dict[str, list[Candidate]]) -> list[Pick]:
     return [pick for *_, pick in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
-def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None) -> Generation:
-    """Start a new generation with this model's picks; annotate's queueing writes the items."""
+def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None,
+                  uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> Generation:
+    """Start a new generation with this model's picks; annotate's queueing writes the items.
+
+    `uncertainty` (solution id -> ensemble.SolutionUncertainty) feeds the ensemble reasons.
+    """
     policy = policy or Policy()
-    picks = select(candidates(model_version=model_version, score=policy.score), policy)
+    pool = candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty)
+    if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:
+        from .ensemble import for_model_version
+
+        pool = with_uncertainty(pool, for_model_version(model_version, [c.solution_id for c in pool]))
+    picks = select(pool, policy)
     with transaction.atomic():
         generation = queueing.start_generation(model_version_name=model_version.name)
         queueing.enqueue(

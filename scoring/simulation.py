@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 
@@ -226,7 +225,8 @@ def policy_for(strategy: str, *, size: int, seed: int) -> selection.Policy:
         "random": {"random": 1.0},
         "convincing_wrong": {"convincing_wrong": 1.0},
         "uncertainty": {"uncertain": 1.0},
-        "mix": dict(settings.STEPWISE_SELECTION_SHARES),  # the production default
+        # The production default before issue 13 (the ensemble reasons need simulation_scale's loop).
+        "mix": {"convincing_wrong": 0.4, "convincing": 0.2, "uncertain": 0.1, "random": 0.3},
     }[strategy]
     return selection.Policy(size=size, shares=shares, seed=seed)
 

@@ -14,6 +14,7 @@ MODES = ("head", "topk", "lora", "full")
 BIAS_CORRECTIONS = ("none", "class", "importance")
 # Which labels a run learns from: annotators' (the default), rollouts'/imports' (AutoStepLabel), or both.
 LABEL_SOURCES = ("human", "automatic", "both")
+FITS = ("sgd", "converged")  # head mode: fixed epochs of Adam, or L2 logistic solved to convergence
 
 
 @dataclass
@@ -42,11 +43,14 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     max_tokens: int = 4096
     seed: int = 0
+    # "converged": head mode solves an L2 logistic head to convergence, L2 chosen by CV by problem
+    # (scoring/training/regularized.py); measured to learn from fewer labels (docs/active-learning.md).
+    fit: str = "sgd"
 
     def validate(self) -> None:
         """Fail naming the bad field before any work starts."""
         choices = {"head": HEAD_TYPES, "mode": MODES, "neutral": NEUTRAL_MODES, "bias_correction": BIAS_CORRECTIONS,
-                   "labels": LABEL_SOURCES}
+                   "labels": LABEL_SOURCES, "fit": FITS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r}; expected one of {', '.join(allowed)}")

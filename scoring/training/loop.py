@@ -147,6 +147,9 @@ def _train_head_only(
     x_train = features(result.train_examples, "train")
     x_val = features(result.val_examples, "validation")
     result.tokens = cache.computed_tokens - computed_before
+    if config.fit == "converged":
+        _fit_head_converged(result, x_train, x_val, train_t, val_t, notify)
+        return
     # Standardize features for a well-conditioned linear fit, then fold the scaling
     # back into the head so the saved head reads raw hidden states.
     center, scale = x_train.mean(0), x_train.std(0).clamp_min(1e-4)
@@ -179,6 +182,23 @@ def _train_head_only(
     _scale_head(head, center, scale, inverse=False)
     head.eval()
     result.metrics = {"best_loss": best[0], "train_steps": len(x_train), "val_steps": len(x_val)}
+
+
+def _fit_head_converged(result: TrainResult, x_train: torch.Tensor, x_val: torch.Tensor, train_t: StepTensors,
+                        val_t: StepTensors, notify: Progress) -> None:
+    """L2 logistic mu solved to convergence, L2 by CV by problem (regularized.py); kappa constant."""
+    from . import regularized
+
+    config, head = result.config, result.head
+    groups = [e.row.problem_id for e in result.train_examples for n in e.n if n > 0]
+    fit = regularized.fit_converged(x_train, train_t, groups, seed=config.seed)
+    regularized.into_head(head, fit, kappa=config.kappa_init)
+    head.eval()
+    val_loss = _evaluate_loss(head, x_val, val_t, config.lam)
+    result.loss_curve.append({"epoch": 1, "val_loss": val_loss, "lambda": fit.lam})
+    result.metrics = {"best_loss": val_loss, "train_steps": len(x_train), "val_steps": len(x_val), "lambda": fit.lam,
+                      "cv_loss": {str(k): v for k, v in (fit.cv_loss or {}).items()}}
+    notify(1, 1, f"converged fit: L2 {fit.lam:g}, val {_fmt(val_loss)}", result.loss_curve[-1])
 
 
 def _fmt(loss: float | None) -> str:

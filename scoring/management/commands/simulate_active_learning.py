@@ -45,12 +45,26 @@ class Command(BaseCommand):
                             help="feature cache (default: the product's, settings.FEATURE_CACHE_DIR)")
         parser.add_argument("--plot", type=Path, default=None, help="PNG of the curves (default: data dir)")
         parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+        parser.add_argument("--scale", action="store_true",
+                            help="the pool-scale benchmark (scoring/simulation_scale.py): in memory on cached "
+                                 "features, converged L2 head, ensemble strategies; uses --budgets")
+        parser.add_argument("--budgets", type=int, nargs="+", default=[50, 100, 200, 400, 700, 1000, 1500, 2000],
+                            help="--scale: labeled solutions after each round (the first is the random pick)")
+        parser.add_argument("--members", type=int, default=8, help="--scale: bootstrap ensemble size")
+        parser.add_argument("--bias-correction", default="importance", choices=["importance", "none"],
+                            help="--scale: importance weights on the labels (as retraining) or none")
+        parser.add_argument("--rank", type=int, default=128,
+                            help="--scale: principal directions of the pool's features the head may use")
+        parser.add_argument("--threads", type=int, default=1,
+                            help="--scale: torch threads for the small solves (1 is fastest on a loaded CPU)")
 
     def handle(self, *args, **options):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         from scoring import simulation, simulation_pool, simulation_report
 
+        if options["scale"]:
+            return self.handle_scale(options)
         sim = simulation.Settings(rounds=options["rounds"], batch=options["batch"], initial=options["initial"],
                                   seeds=tuple(options["seeds"]), epochs=options["epochs"], lr=options["lr"],
                                   strategies=tuple(options["strategies"] or simulation.STRATEGIES))
@@ -77,6 +91,57 @@ class Command(BaseCommand):
             self.stdout.write(text)
         else:
             self.stdout.write(summary_table(result))
+
+
+    def handle_scale(self, options):
+        import time
+
+        import torch
+
+        from scoring import simulation, simulation_pool, simulation_report, simulation_scale
+
+        strategies = tuple(options["strategies"] or simulation_scale.STRATEGIES)
+        sim = simulation_scale.ScaleSettings(budgets=tuple(options["budgets"]), seeds=tuple(options["seeds"]),
+                                             strategies=strategies, members=options["members"],
+                                             bias_correction=options["bias_correction"], rank=options["rank"])
+        try:
+            sim.validate(10**9)
+            pool, held_out = simulation_pool.make_problems(pool=options["pool"], data=options["data"],
+                                                      n_pool=options["problems"], n_heldout=options["heldout"])
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        backbone = simulation.load_backbone(options["backbone"] or default_backbone(),
+                                            cache_dir=options["cache_dir"] or settings.FEATURE_CACHE_DIR,
+                                            layer=options["layer"])
+        log = simulation.stderr_log
+        threads = torch.get_num_threads()
+
+        def features(items):
+            out, started = [], time.perf_counter()
+            torch.set_num_threads(threads)  # the backbone forward uses every core
+            for start in range(0, len(items), 256):
+                out += backbone.cache.features(backbone.loaded, items[start:start + 256], layer=backbone.layer,
+                                               backbone_id=backbone.backbone_id)
+                log(f"features {min(start + 256, len(items))}/{len(items)} "
+                    f"({backbone.cache.computed_tokens} tokens computed, {time.perf_counter() - started:.0f} s)")
+            torch.set_num_threads(options["threads"])
+            return out
+
+        try:
+            result = simulation_scale.simulate_scale(pool_problems=pool, held_problems=held_out, features=features,
+                                                     sim=sim, log=log)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        result["timing"]["featurized_tokens"] = backbone.cache.computed_tokens
+        result["settings"] |= {"pool": options["pool"], "problems": options["problems"],
+                               "heldout": options["heldout"], "layer": backbone.layer,
+                               "backbone": str(options["backbone"] or default_backbone())}
+        plot_path = options["plot"] or settings.DATA_DIR / "active-learning-scale.png"
+        result["plot"] = str(simulation_report.plot(result, plot_path))
+        text = json.dumps(result, indent=2)
+        if options["output"]:
+            options["output"].write_text(text + "\n")
+        self.stdout.write(text if options["json"] else summary_table(result))
 
 
 def default_backbone() -> Path:
