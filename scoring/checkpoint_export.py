@@ -33,9 +33,8 @@ from pathlib import Path
 import torch
 
 from scoring import prm
-from scoring.model_files import ModelFormatError, write_model_config
+from scoring.model_files import EXPORT_KINDS, ModelFormatError, write_model_config
 
-EXPORT_KINDS = ("token_classification", "step_token")
 CONSTANT = 2.0**20  # exact in bf16/fp32; float16 (max 65504) cannot hold it
 GOOD_TOKEN, BAD_TOKEN = "+", "-"
 

@@ -26,6 +26,8 @@ HEAD_NAME = "head.safetensors"
 META_NAME = "meta.json"
 DEFAULT_SEPARATOR = "\n\n"
 KINDS = ("head", "step_token", "token_classification")
+# The kinds a version exports to as a plain transformers checkpoint (scoring.checkpoint_export).
+EXPORT_KINDS = ("token_classification", "step_token")
 # Files whose presence means someone expects us to unpickle weights; we never do.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Files that decide what a model computes: their hash identifies a model version.

@@ -20,7 +20,9 @@ from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
 
 from . import model_exports, scoring, search_report
-from .checkpoint_export import EXPORT_KINDS
+
+# From the torch-free folder format, not checkpoint_export: the web process never imports torch.
+from .model_files import EXPORT_KINDS
 from .models import ModelVersion, RescoreJob
 
 

@@ -130,10 +130,11 @@ def call_command_output(*args) -> str:
 
 
 def test_a_worker_killed_mid_job_resumes_it_without_gaps_or_duplicates(transactional_db, tmp_path, babbler_folder):
-    solutions = [solution_claiming(7, 8) for _ in range(3)]
+    # Enough work that the kill lands mid-job even on an idle machine (3 solutions could finish first).
+    solutions = [solution_claiming(7, 8) for _ in range(40)]
     job = rollout_labeling.start_rollout_labeling(
         method="math_shepherd", n=2, solution_ids=[s.pk for s in solutions],
-        params=SamplingParams(n=2, max_tokens=24, seed=1),
+        params=SamplingParams(n=2, max_tokens=48, seed=1),
         generator_spec={"backend": "local", "model": str(babbler_folder), "device": "cpu", "batch_size": 4})
     worker = WorkerProcess(tmp_path / "worker.log")
     worker.start()
@@ -151,4 +152,4 @@ def test_a_worker_killed_mid_job_resumes_it_without_gaps_or_duplicates(transacti
     assert sorted(labels.values_list("step_id", flat=True)) == sorted(
         Step.objects.filter(solution__in=solutions).values_list("pk", flat=True))
     run = AutoLabelRun.objects.get(pk=job.run_id)
-    assert run.rollouts == sum(label.n_rollouts for label in labels) == 3 * 2 * 2
+    assert run.rollouts == sum(label.n_rollouts for label in labels) == len(solutions) * 2 * 2

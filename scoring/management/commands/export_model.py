@@ -3,8 +3,7 @@ standard transformers checkpoint (see scoring.checkpoint_export)."""
 from django.core.management.base import BaseCommand, CommandError
 
 from scoring import model_exports, registry
-from scoring.checkpoint_export import EXPORT_KINDS
-from scoring.model_files import ModelFormatError
+from scoring.model_files import EXPORT_KINDS, ModelFormatError
 
 
 class Command(BaseCommand):
