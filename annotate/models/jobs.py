@@ -20,6 +20,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import ClassVar
 
 from django.conf import settings
@@ -60,7 +61,17 @@ def holder_is_dead(claimed_by: str) -> bool:
         return True
     except PermissionError:  # alive, someone else's
         return False
-    return False
+    return _is_zombie(int(pid))
+
+
+def _is_zombie(pid: int) -> bool:
+    """A killed process not yet reaped still answers signal 0; its /proc state says Z (Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state follows the command name, which is in parentheses and may itself hold spaces.
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def holder_gone(claimed_by: str, heartbeat_at: dt.datetime | None) -> bool:

@@ -2,13 +2,17 @@
 import datetime as dt
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
 from annotate import recovery
 from annotate.models import ExportJob, ImportJob
-from annotate.models.jobs import JobState, heartbeats, this_worker
+from annotate.models.jobs import JobState, heartbeats, holder_is_dead, this_worker
+from tests.conftest import wait_for
 from tests.test_recovery import lose_broker_messages
 
 pytestmark = pytest.mark.django_db
@@ -96,3 +100,15 @@ def test_a_lost_database_connection_gives_the_job_back_for_its_task_to_retry(tmp
         raise ValueError("line 3: no steps")
     job.refresh_from_db()
     assert (job.state, job.error) == (JobState.FAILED, "ValueError: line 3: no steps")
+
+
+def test_a_holder_that_exited_but_was_not_yet_reaped_counts_as_dead():
+    # A worker killed with -9 leaves its pool process a zombie until someone reaps it (some
+    # init processes take their time); signal 0 still reaches a zombie, so /proc must decide.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    holder = f"{socket.gethostname()}:{child.pid}"
+    wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z", timeout=20)
+    assert holder_is_dead(holder)
+    child.wait()  # reaped: gone altogether
+    assert holder_is_dead(holder)
+    assert not holder_is_dead(f"{socket.gethostname()}:{os.getpid()}")
