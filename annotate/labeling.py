@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import Case, F, IntegerField, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
@@ -189,6 +189,39 @@ def _open(annotation: Annotation, config: LabelingConfig | None = None) -> Annot
     return locked
 
 
+# What the hot path reads of the annotation and its queue item, beside each step's row.
+_LOCKED_FIELDS = ("status", "created_at", "total_time_ms", "queue_item_id", "is_quality_control",
+                  "is_initial_screening", "queue_item__status", "queue_item__leased_to_id",
+                  "queue_item__lease_expires_at")
+_STEP_FIELDS = ("step_labels__index", "step_labels__completions__text", "step_labels__completions__rating",
+                "step_labels__completions__flagged", "step_labels__time_ms", "step_labels__human_completion")
+
+
+def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> tuple[Annotation, list[_Row]]:
+    """`_open` and `_rows` in one statement, for the rating (the hot path): the annotation is
+    locked and its owner checked by the same read that brings its steps and its lease, and the
+    lease is written only when it needs renewing (queueing.keep_lease)."""
+    found = list(
+        Annotation.objects.select_for_update(of=("self",))
+        .filter(pk=annotation.pk, annotator_id=annotation.annotator_id, step_labels__completions__index=0)
+        .order_by("step_labels__index").values_list(*_LOCKED_FIELDS, *_STEP_FIELDS)
+    )
+    if not found:  # Not theirs (DoesNotExist from _open), or no steps to rate.
+        locked = _open(annotation, config)
+        return locked, _rows(locked)
+    head = dict(zip(_LOCKED_FIELDS, found[0]))
+    own = {"id": annotation.pk, "annotator_id": annotation.annotator_id,
+           **{name: head[name] for name in _LOCKED_FIELDS if not name.startswith("queue_item__")}}
+    # from_db takes the values in field order; the fields not read stay deferred.
+    names = [f.attname for f in Annotation._meta.concrete_fields if f.attname in own]
+    locked = Annotation.from_db(DEFAULT_DB_ALIAS, names, [own[name] for name in names])
+    if locked.is_submitted:
+        raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
+    queueing.keep_lease(annotation=locked, seconds=config.lease_duration, item_status=head["queue_item__status"],
+                        leased_to=head["queue_item__leased_to_id"], expires_at=head["queue_item__lease_expires_at"])
+    return locked, [row[len(_LOCKED_FIELDS):] for row in found]
+
+
 def _ratings(annotation: Annotation) -> list[int | None]:
     return list(
         Completion.objects.filter(step_label__annotation=annotation, index=0)
@@ -222,8 +255,7 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked = _open(annotation, config)
-        rows = _rows(locked)
+        locked, rows = _open_with_rows(annotation, config)
         _check_reachable([row[2] for row in rows], index, config)
         _completion(locked, index).update(rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
@@ -350,8 +382,8 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
     """
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked = _open(annotation, config)
-        ratings = _ratings(locked)
+        locked, rows = _open_with_rows(annotation, config)
+        ratings = [row[2] for row in rows]
         reason = _decide(ratings, config, finish_reason, note)
         _record_time(locked, times)  # Before steps past the end are dropped: the page reports them too.
         last = _keep_steps(locked, ratings, reason, config)
@@ -405,5 +437,6 @@ def _keep_steps(annotation: Annotation, ratings: list[int | None], reason: str, 
         keep = next((i for i, r in enumerate(ratings) if r is None), len(ratings))
     else:
         keep = len(ratings)
-    StepLabel.objects.filter(annotation=annotation, index__gte=keep).delete()
+    if keep < len(ratings):
+        StepLabel.objects.filter(annotation=annotation, index__gte=keep).delete()
     return keep

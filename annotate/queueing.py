@@ -348,6 +348,19 @@ def renew_lease(*, annotation: Annotation, now: dt.datetime | None = None, secon
         raise LeaseLost("this task was idle too long and went to someone else: go to the next task")
 
 
+def keep_lease(*, annotation: Annotation, seconds: int, item_status: str | None, leased_to: int | None,
+               expires_at: dt.datetime | None, now: dt.datetime | None = None) -> None:
+    """renew_lease, given the item's lease as the caller read it under the annotation's lock:
+    no write while this annotator holds it with more than half its time left, so most actions
+    leave the queue alone. (Nobody else can take an item whose lease has not lapsed.)"""
+    now = now or timezone.now()
+    held = item_status == QueueItem.Status.LEASED and leased_to == annotation.annotator_id
+    if _is_leased(annotation) and held and expires_at is not None \
+            and expires_at - now > dt.timedelta(seconds=seconds / 2):
+        return
+    renew_lease(annotation=annotation, now=now, seconds=seconds)
+
+
 def finish_item(*, annotation: Annotation) -> None:
     """Mark the task's item done (inside the submit transaction)."""
     if _is_leased(annotation):

@@ -134,7 +134,8 @@ LOGOUT_REDIRECT_URL = "login"
 # per address alone, keeps one attacker from locking a whole office behind one NAT out.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # ModelBackend with the per-request user read memoized for a few seconds (config/auth.py).
+    "config.auth.MemoizedModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("STEPWISE_LOGIN_LOCKOUT_SECONDS", 900, minimum=1))

@@ -16,6 +16,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_memos():
+    """Each test starts from what its database says: a memo from an earlier test (whose rows
+    were rolled back) must not answer for this one."""
+    from config.memo import forget_all
+
+    forget_all()
+    yield
+    forget_all()
+
+
 @pytest.fixture
 def annotator(db):
     return user_with_role("ann", "annotator")

@@ -1,6 +1,14 @@
 """Per-project labeling settings, edited by admins (one row)."""
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from config.memo import ProcessMemo
+
+# Every labeling request reads the settings: a process keeps them this long (an admin's change
+# reaches the other web processes within it).
+_memo: ProcessMemo["LabelingConfig"] = ProcessMemo(seconds=5.0)
 
 
 class LabelingConfig(models.Model):
@@ -30,9 +38,17 @@ class LabelingConfig(models.Model):
 
     @classmethod
     def get(cls) -> "LabelingConfig":
-        config, _ = cls.objects.get_or_create(pk=1)
-        return config
+        """The settings row, from this process's memo (config/memo.py) while it is fresh."""
+        return _memo.get(1, lambda: cls.objects.get_or_create(pk=1)[0])
 
     @property
     def lease_duration(self) -> int:
         return self.lease_seconds or settings.STEPWISE_LEASE_SECONDS
+
+
+@receiver(post_save, sender=LabelingConfig)
+@receiver(post_delete, sender=LabelingConfig)
+def _forget_changed_config(**kwargs) -> None:
+    # Now, and again once the change commits (a read in between memoized it uncommitted).
+    _memo.forget()
+    transaction.on_commit(_memo.forget)

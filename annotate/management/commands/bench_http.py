@@ -29,7 +29,7 @@ from django.db import connection, connections
 from django.test.utils import override_settings
 
 from annotate import loadtest, queueing, request_costs, roles
-from annotate.management.commands.bench_workspace import BENCH_PRIORITY, SOURCE
+from annotate.management.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
 from annotate.management.commands.bench_workspace import Command as WorkspaceBench
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution
 
@@ -65,12 +65,12 @@ class Command(BaseCommand):
         config = LabelingConfig.get()
         saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
                  "overlap_k": config.overlap_k}
-        LabelingConfig.objects.filter(pk=config.pk).update(qc_rate=0, screening_required=False, overlap_k=1)
+        LabelingConfig.objects.update_or_create(pk=config.pk, defaults=BENCH_SETTINGS)
         if in_process:
             try:
                 self.measure_in_process(in_process)
             finally:
-                LabelingConfig.objects.filter(pk=config.pk).update(**saved)
+                LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
             return
         server = loadtest.RunningServer(url, server_pid) if url and server_pid else None
         if not url:
@@ -90,7 +90,7 @@ class Command(BaseCommand):
         finally:
             if server and not url:
                 server.stop()
-            LabelingConfig.objects.filter(pk=config.pk).update(**saved)
+            LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
 
     def measure_in_process(self, tasks: int) -> None:
         _queue_whole_pool()

@@ -35,6 +35,8 @@ SOURCE = "bench-workspace"
 STEPS_PER_SOLUTION = 4
 # Above any real selection priority, so bench clients only ever claim bench items.
 BENCH_PRIORITY = 1e9
+# Every task a plain one: no gold, no screening, one annotator per item.
+BENCH_SETTINGS = {"qc_rate": 0, "screening_required": False, "overlap_k": 1}
 
 
 class Command(BaseCommand):
@@ -56,7 +58,7 @@ class Command(BaseCommand):
         built = self.build_pool(solutions)
         config = LabelingConfig.get()
         saved = (config.qc_rate, config.screening_required, config.overlap_k)
-        LabelingConfig.objects.filter(pk=config.pk).update(qc_rate=0, screening_required=False, overlap_k=1)
+        LabelingConfig.objects.update_or_create(pk=config.pk, defaults=BENCH_SETTINGS)
         try:
             pool = Solution.objects.filter(source=SOURCE).count()
             self.stdout.write(f"Stepwise workspace benchmark on {connection.vendor} "
@@ -67,9 +69,9 @@ class Command(BaseCommand):
             for n in runs:
                 self.run_clients(n, max(n, tasks // n * n))
         finally:
-            LabelingConfig.objects.filter(pk=config.pk).update(
-                qc_rate=saved[0], screening_required=saved[1], overlap_k=saved[2]
-            )
+            LabelingConfig.objects.update_or_create(pk=config.pk, defaults={
+                "qc_rate": saved[0], "screening_required": saved[1], "overlap_k": saved[2]
+            })
 
     def build_pool(self, n: int) -> float | None:
         """Make the bench pool (once) and queue it; returns seconds spent, None if it existed."""
