@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import HttpResponseClientRedirect, reswap
+from django_htmx.http import HttpResponseClientRedirect, push_url, reswap, retarget
 
 from annotate import labeling, queueing
 from annotate.htmx import page_or_partial
@@ -129,8 +129,19 @@ def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
         return outcome
     # Shown on the next page, so a submit is seen even when the next task has the same problem.
     messages.success(request, f"Submitted as {annotation.finish_reason}.", extra_tags="toast")
-    target = reverse("annotate:home") if request.POST.get("then") == "home" else _next_task_url(request)
-    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+    if request.POST.get("then") == "home":
+        target = reverse("annotate:home")
+        return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+    task = _claim_after_submit(request)
+    if task is None:
+        target = reverse("annotate:label-start")  # The page between tasks says why there is none.
+        return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+    if not request.htmx:
+        return redirect("annotate:label-task", pk=task.pk)
+    # htmx: the answer is the next task's page, swapped in as the whole body under its own URL
+    # (static/js/label.js starts the new task): one request per task fewer than a redirect.
+    page = _task_page(request, _own(request, task.pk), "annotate/label.html")
+    return push_url(retarget(reswap(page, "innerHTML"), "body"), reverse("annotate:label-task", args=[task.pk]))
 
 
 def _own(request: HttpRequest, pk: int) -> Annotation:
@@ -176,10 +187,9 @@ def _refuse(request: HttpRequest, annotation: Annotation, status: int, message: 
     return redirect("annotate:label-task", pk=annotation.pk)
 
 
-def _next_task_url(request: HttpRequest) -> str:
-    """Straight on to the next task; the page between tasks says why when there is none."""
+def _claim_after_submit(request: HttpRequest) -> Annotation | None:
+    """Straight on to the next task; None when there is none (or screening was failed)."""
     try:
-        task = queueing.claim_next(annotator=request.user)
+        return queueing.claim_next(annotator=request.user)
     except queueing.ScreeningFailed:
-        task = None
-    return reverse("annotate:label-task", args=[task.pk]) if task else reverse("annotate:label-start")
+        return None

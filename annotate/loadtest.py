@@ -27,9 +27,9 @@ from pathlib import Path
 import requests
 
 # Endpoint names as the report prints them.
-CLAIM, PAGE, NEXT, RATE, SUBMIT = "claim POST", "task page GET", "next task", "rating save", "submit"
+# A submit answers with the next task's page, so "next task" is the first claim, then each submit.
+CLAIM, NEXT, RATE, SUBMIT = "claim POST", "next task", "rating save", "submit"
 _STEP = re.compile(r'<li id="step-\d+"')
-_TASK_URL = re.compile(r"/label/(\d+)/$")
 _ANNOTATION = re.compile(r'<section id="task"[^>]* data-annotation="(\d+)"')
 _CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -98,32 +98,28 @@ class Annotator:
             raise RuntimeError(f"{self.username} could not log in (HTTP {response.status_code})")
 
     def label_until_done(self) -> None:
+        page = None
         while True:
             try:
-                if not self.label_one():
+                page = self.label_one(page)
+                if page is False:
                     return
             except _NoAnswer:
-                continue  # Claiming again resumes the open task, as a reload would.
+                page = None  # Claiming again resumes the open task, as a reload would.
             except _Done:
                 return
 
-    def label_one(self) -> bool:
-        """Claim, rate every step +1, submit. False when the queue is empty."""
-        started = time.perf_counter()
-        claim = self._post("/label/next", {})
-        claimed = time.perf_counter()
-        self.result.time(CLAIM, (claimed - started) * 1000)
-        if claim.status_code == 200:  # The claim answered with the task page itself.
-            page, match = claim, _ANNOTATION.search(claim.text)
-        else:  # A server that redirects to the page (before the claim answered with it).
-            match = _TASK_URL.search(claim.headers.get("Location", ""))
-            if claim.status_code != 302 or match is None:
-                return False  # Nothing left (redirected home) or refused: counted in statuses.
-            page = self._send("GET", f"/label/{match.group(1)}/")
-            self.result.time(PAGE, (time.perf_counter() - claimed) * 1000)
-        self.result.time(NEXT, (time.perf_counter() - started) * 1000)
+    def label_one(self, page: requests.Response | None) -> requests.Response | bool | None:
+        """Label one task as the browser does: claim (unless the last submit answered with this
+        task's page), rate every step +1, submit. Returns the next task's page when the submit
+        answered with it, None to claim next, False when the queue is empty."""
+        if page is None:
+            page = self._claim()
+            if page is None:
+                return False
+        match = _ANNOTATION.search(page.text)
         if page.status_code != 200 or match is None:
-            return True
+            return None
         pk = int(match.group(1))
         self.result.claimed.append(pk)
         for index in range(len(_STEP.findall(page.text))):
@@ -133,11 +129,27 @@ class Annotator:
             if response.status_code == 200:
                 self.result.ratings.append((pk, index, 1))
         started = time.perf_counter()
-        response = self._post(f"/label/{pk}/submit", {"then": "home"}, htmx=True)
-        self.result.time(SUBMIT, (time.perf_counter() - started) * 1000)
-        if response.status_code == 200:
-            self.result.submitted.append(pk)
-        return True
+        response = self._post(f"/label/{pk}/submit", {}, htmx=True)
+        spent = (time.perf_counter() - started) * 1000
+        self.result.time(SUBMIT, spent)
+        if response.status_code != 200:
+            return None
+        self.result.submitted.append(pk)
+        if _ANNOTATION.search(response.text) is None:
+            return False if "HX-Redirect" in response.headers else None  # Nothing left: sent to the start page.
+        self.result.time(NEXT, spent)  # The submit's answer is the next task.
+        return response
+
+    def _claim(self) -> requests.Response | None:
+        """POST /label/next, which answers with the task page; None when nothing is left."""
+        started = time.perf_counter()
+        claim = self._post("/label/next", {})
+        spent = (time.perf_counter() - started) * 1000
+        self.result.time(CLAIM, spent)
+        if claim.status_code != 200:
+            return None  # Nothing left (redirected home) or refused: counted in statuses.
+        self.result.time(NEXT, spent)
+        return claim
 
 
 def client_process(base_url: str, username: str, password: str, seconds: float, max_requests: int,

@@ -238,7 +238,6 @@ def claim_next(*, annotator, now: dt.datetime | None = None) -> Annotation | Non
 
 def _new_task(annotator, now: dt.datetime) -> Annotation | None:
     config = LabelingConfig.get()
-    generation = Generation.objects.current_number()
     if config.screening_required:
         status = quality.screening_status(annotator=annotator)
         if status == quality.Screening.FAILED:
@@ -247,9 +246,9 @@ def _new_task(annotator, now: dt.datetime) -> Annotation | None:
             item = _next_screening_item(annotator)
             if item is not None:
                 return _start(annotator, item.solution_id, Generation.SCREENING, queue_item=item, screening=True)
-    if _qc_due(annotator, generation, config.qc_rate):
-        gold = _next_gold(annotator)
-        if gold is not None:
+    if config.qc_rate > 0:  # Else the generation (gold is counted per generation) is not needed.
+        generation = Generation.objects.current_number()
+        if _qc_due(annotator, generation, config.qc_rate) and (gold := _next_gold(annotator)) is not None:
             return _start(annotator, gold.pk, generation, quality_control=True)
     item = _lease_next(annotator, now, config.lease_duration)
     if item is None:
@@ -269,9 +268,7 @@ def _next_screening_item(annotator) -> QueueItem | None:
 
 
 def _qc_due(annotator, generation: int, rate: float) -> bool:
-    """Whether the next task should be gold, keeping gold at `rate` of this generation's tasks."""
-    if rate <= 0:
-        return False
+    """Whether the next task should be gold, keeping gold at `rate` (> 0) of this generation's tasks."""
     counts = Annotation.objects.filter(annotator=annotator, generation=generation).aggregate(
         qc=Count("pk", filter=Q(is_quality_control=True)), real=Count("pk", filter=Q(is_quality_control=False))
     )

@@ -4,9 +4,9 @@ Wall-clock latency on a shared machine is mostly time spent waiting for a CPU, s
 the request path are judged here by what does not depend on the load: SQL statements (Django's
 CaptureQueriesContext), CPU milliseconds of this process (`time.process_time`, which counts the
 ORM, the middleware and the templates but not PostgreSQL's own work) and bytes answered. It
-drives the same workflow as `loadtest.Annotator` — claim, rate every step as htmx does, submit —
-through Django's test client, so every middleware and the session and CSRF machinery run as
-under gunicorn.
+drives the same workflow as `loadtest.Annotator` — claim, rate every step as htmx does, submit
+(answered with the next task) — through Django's test client, so every middleware and the session
+and CSRF machinery run as under gunicorn.
 """
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-CLAIM, PAGE, RATE, SUBMIT = "claim POST", "task page GET", "rating save", "submit"
-ENDPOINTS = (CLAIM, PAGE, RATE, SUBMIT)
+CLAIM, RATE, SUBMIT = "claim POST", "rating save", "submit + next task"
+ENDPOINTS = (CLAIM, RATE, SUBMIT)
 _STEP = re.compile(r'<li id="step-\d+"')
 _ANNOTATION = re.compile(r'data-annotation="(\d+)"')
-_TASK_URL = re.compile(r"/label/(\d+)/$")
 
 
 @dataclass
@@ -76,34 +75,28 @@ def measure(*, user, tasks: int) -> Costs:
         costs.add(name, len(queries), spent, len(response.content))
         return response
 
+    page = timed(CLAIM, client.post, "/label/next")  # Then each submit answers with the next task.
     for _ in range(tasks):
-        claim = timed(CLAIM, client.post, "/label/next")
-        if claim.status_code == 302:
-            match = _TASK_URL.search(claim.headers.get("Location", ""))
-            if match is None:
-                break  # Nothing left: redirected home.
-            page = timed(PAGE, client.get, f"/label/{match.group(1)}/")
-        else:
-            page = claim  # The claim answered with the task page itself.
         found = _ANNOTATION.search(page.content.decode())
         if page.status_code != 200 or found is None:
-            break
+            break  # Nothing left: sent to the page between tasks.
         pk = found.group(1)
         for index in range(len(_STEP.findall(page.content.decode()))):
             timed(RATE, client.post, f"/label/{pk}/rate", data={"index": index, "rating": 1}, **htmx)
-        if timed(SUBMIT, client.post, f"/label/{pk}/submit", data={"then": "home"}, **htmx).status_code == 200:
+        page = timed(SUBMIT, client.post, f"/label/{pk}/submit", **htmx)
+        if page.status_code == 200:
             costs.tasks += 1
     return costs
 
 
 def report(costs: Costs) -> list[str]:
     """The figures as lines of text."""
-    lines = [f"  {'endpoint':<14} {'requests':>8} {'SQL/req':>8} {'CPU ms/req':>10} {'bytes/req':>10}"]
+    lines = [f"  {'endpoint':<18} {'requests':>8} {'SQL/req':>8} {'CPU ms/req':>10} {'bytes/req':>10}"]
     for name in ENDPOINTS:
         cost = costs.endpoints.get(name)
         if cost:
             queries, cpu_ms, size = cost.per_request()
-            lines.append(f"  {name:<14} {cost.requests:>8} {queries:>8.1f} {cpu_ms:>10.2f} {size:>10,.0f}")
+            lines.append(f"  {name:<18} {cost.requests:>8} {queries:>8.1f} {cpu_ms:>10.2f} {size:>10,.0f}")
     requests, queries, cpu_ms = costs.per_task()
     lines.append(f"  per labeled task ({costs.tasks}): {requests:.1f} requests, {queries:.1f} SQL statements, "
                  f"{cpu_ms:.1f} ms of Django CPU (in-process, PostgreSQL's own CPU not included)")

@@ -39,13 +39,24 @@
     // The claim (POST /label/next) answers with this page: show the task's own URL, so a
     // reload or a bookmark is a GET of this task, not another claim.
     if (t.dataset.url && location.pathname !== t.dataset.url) history.replaceState(null, "", t.dataset.url);
+    startTask();
+    setInterval(tick, 1000);
+    setInterval(heartbeat, HEARTBEAT_MS);
+  }
+
+  // A task's own state; again when a submit answers with the next task's page (the body swapped).
+  function startTask() {
+    const t = task();
+    if (!t) return;
     total = Number(t.dataset.totalMs || 0);
+    Object.keys(stepMs).forEach((i) => { delete stepMs[i]; });
+    dirty.clear();
+    waiting.length = 0;
+    pendingMove = null;
     t.querySelectorAll(".step").forEach((li) => { stepMs[li.dataset.index] = Number(li.dataset.timeMs || 0); });
     cursor = defaultCursor();
     renderMath(document.querySelector(".problem"));
     afterSwap();
-    setInterval(tick, 1000);
-    setInterval(heartbeat, HEARTBEAT_MS);
   }
 
   // --- time: only while the page is visible and someone touched it recently -----------
@@ -109,6 +120,7 @@
   document.body.addEventListener("htmx:afterSettle", (event) => {
     // Once per answer: on #task, swapped whole or (a rating) left in place around its parts.
     if (event.target.id === "task") { dirty.clear(); afterSwap(); }
+    else if (event.target === document.body) startTask(); // the next task, answered by the submit
     busySince = 0;
     setTimeout(drain, 0);
   });
@@ -285,7 +297,13 @@
     dialog.changeButton = button;
     dialog.showModal();
   }
-  document.getElementById("change-error")?.addEventListener("close", (event) => {
+  // Dialogs come and go with the page's body, so their "close" (which does not bubble) is
+  // caught on the way down.
+  document.addEventListener("close", (event) => {
+    if (event.target.id === "change-error") changeErrorClosed(event);
+    else if (event.target.id === "keys") showCursor(true);
+  }, true);
+  function changeErrorClosed(event) {
     const dialog = event.target;
     const button = dialog.changeButton;
     dialog.changeButton = null;
@@ -295,7 +313,7 @@
     } else {
       showCursor(true);
     }
-  });
+  }
 
   // --- give up / bad problem: open the form with the reason chosen, then type why --------
   function openStop(reason) {
@@ -332,7 +350,6 @@
     const li = event.target.closest(".step.rated, .step.current");
     if (li) { cursor = Number(li.dataset.index); showCursor(false); }
   });
-  document.getElementById("keys")?.addEventListener("close", () => showCursor(true));
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();

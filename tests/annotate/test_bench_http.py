@@ -44,7 +44,8 @@ def test_in_process_mode_prints_the_cost_of_each_request_of_the_workflow():
     call_command("bench_http", pool=20, in_process=3, stdout=out)
     report = out.getvalue()
 
-    assert re.search(r"per labeled task \(3\): 6\.0 requests, [\d.]+ SQL statements, [\d.]+ ms", report), report
-    for endpoint in ("claim POST", "rating save", "submit"):
+    # One claim, then per task its 4 ratings and the submit that answers with the next task: 16 / 3.
+    assert re.search(r"per labeled task \(3\): 5\.3 requests, [\d.]+ SQL statements, [\d.]+ ms", report), report
+    for endpoint in ("claim POST", "rating save", "submit \\+ next task"):
         assert re.search(rf"^\s+{endpoint}\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d,]+$", report, re.MULTILINE), report
     assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == 3

@@ -178,12 +178,27 @@ def test_plain_form_posts_work_without_javascript(annotator, task):
     assert Annotation.objects.get(pk=task.pk).finish_reason == "found_error"
 
 
-def test_submit_with_htmx_redirects_the_page_to_the_next_task(annotator, task):
+def test_submit_with_htmx_answers_with_the_next_task_page(annotator, task):
+    """One request from one task to the next: the answer is the next task's page, swapped in as
+    the body under the new task's URL (static/js/label.js starts it)."""
     client = client_for(annotator)
     client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX)
     response = client.post(reverse("annotate:label-submit", args=[task.pk]), **HTMX)
     following = Annotation.objects.get(annotator=annotator, status="in_progress")
-    assert response["HX-Redirect"] == reverse("annotate:label-task", args=[following.pk])
+    assert following.pk != task.pk
+    assert response.status_code == 200 and "HX-Redirect" not in response
+    assert response["HX-Push-Url"] == reverse("annotate:label-task", args=[following.pk])
+    assert response["HX-Retarget"] == "body" and response["HX-Reswap"] == "innerHTML"
+    body = response.content.decode()
+    assert f'data-annotation="{following.pk}"' in body and "Submitted as found_error" in body
+
+
+def test_submit_with_htmx_after_the_last_task_goes_to_the_page_between_tasks(annotator, task):
+    Solution.objects.exclude(pk=task.solution_id).delete()
+    client = client_for(annotator)
+    client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": 0, "rating": -1}, **HTMX)
+    response = client.post(reverse("annotate:label-submit", args=[task.pk]), **HTMX)
+    assert response["HX-Redirect"] == reverse("annotate:label-start")
 
 
 def test_after_the_last_task_submit_lands_on_the_page_between_tasks(annotator):

@@ -193,3 +193,36 @@ def test_a_closed_tabs_item_comes_back_to_the_queue(new_page, live_server, pool)
     taken = start_labeling(second, live_server)
     assert taken.solution_id == abandoned.solution_id
     assert QueueItem.objects.get(pk=abandoned.queue_item_id).leased_to.username == "next"
+
+
+def test_a_submit_answers_with_the_next_task_in_the_same_page(new_page, live_server, pool):
+    """No page load between tasks: the submit's answer is the next task, under its own URL, and
+    the keys, the cursor, the times and the heartbeat are the new task's."""
+    user_with_role("sam", "annotator")
+    page = new_page()
+    log_in(page, live_server, "sam")
+    first = start_labeling(page, live_server)
+    page.evaluate("() => { window.sameDocument = true; }")
+    for index in range(len(ratings(first))):
+        page.keyboard.press("3")
+        wait_rating(page, index, 1)
+    for x in range(4):  # Two active seconds on the first task.
+        page.mouse.move(100 + 10 * x, 100)
+        page.wait_for_timeout(500)
+    page.keyboard.press("Enter")
+    page.wait_for_url(lambda url: re.search(r"/label/\d+/$", url) and url != f"{live_server.url}/label/{first.pk}/")
+    swapped = time.monotonic()
+    second = Annotation.objects.get(pk=int(page.url.rstrip("/").rsplit("/", 1)[1]))
+    assert second.pk != first.pk and Annotation.objects.get(pk=first.pk).is_submitted
+    assert page.evaluate("() => window.sameDocument === true")  # swapped in, not loaded
+    page.wait_for_function("() => document.querySelector('#step-0.cursor') !== null")
+    page.keyboard.press("3")
+    wait_rating(page, 0, 1)
+    assert ratings(second)[0] == 1
+    assert page.get_attribute("#task", "data-heartbeat") == f"/label/{second.pk}/heartbeat"
+    assert Annotation.objects.get(pk=first.pk).total_time_ms >= 2000
+    # Its own clock, not the first task's carried on.
+    assert Annotation.objects.get(pk=second.pk).total_time_ms <= (time.monotonic() - swapped) * 1000 + 500
+    page.go_back()  # No stale snapshot: the first task's page is loaded again, as submitted.
+    page.wait_for_url(f"{live_server.url}/label/{first.pk}/")
+    page.locator("#task.submitted").wait_for()

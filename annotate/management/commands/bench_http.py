@@ -33,7 +33,7 @@ from annotate.management.commands.bench_workspace import BENCH_PRIORITY, BENCH_S
 from annotate.management.commands.bench_workspace import Command as WorkspaceBench
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution
 
-ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.PAGE, loadtest.RATE, loadtest.SUBMIT)
+ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.RATE, loadtest.SUBMIT)
 
 
 class Command(BaseCommand):
@@ -138,8 +138,6 @@ class Command(BaseCommand):
         self.stdout.write(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
         for name in ENDPOINTS:
             values = timings.get(name, [])
-            if not values and name == loadtest.PAGE:
-                continue  # The claim answered with the page: no separate GET.
             self.stdout.write(f"  {name:<14} {len(values):>6} {loadtest.percentile(values, 50):>7.1f} "
                               f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
         duplicates, lost = _check(results, usernames)
