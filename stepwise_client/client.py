@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from .retrying import URLLIB_TRANSIENT, RetryPolicy, urllib_retry_after, urllib_retryable
+
 MAX_ITEMS = 64
 MAX_TOTAL_TEXT = 400_000
-# 429: over STEPWISE_SCORE_RATE; 503: no model, or no ml worker answered in time. Both pass.
-RETRY_STATUSES = frozenset({429, 503})
 
 
 class StepwiseError(RuntimeError):
@@ -56,8 +55,9 @@ class StepwiseClient:
         self.model = model
         self.batch_size = batch_size
         self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
+        # The server's 429 (over STEPWISE_SCORE_RATE) and 503 (no model, or no ml worker answered
+        # in time) pass, as do a proxy's 502 / 504 in front of it: all are retried.
+        self.retry = RetryPolicy(retries=retries, backoff=backoff)
         self.concurrency = max(1, concurrency)
 
     def score(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
@@ -94,27 +94,16 @@ class StepwiseClient:
         data = json.dumps(body).encode()
         headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json",
                    "Accept": "application/json"}
-        for attempt in range(self.retries + 1):
+
+        def send() -> dict:
             request = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as error:
-                detail = error.read().decode(errors="replace")[:2000]
-                if error.code not in RETRY_STATUSES or attempt == self.retries:
-                    raise StepwiseError(f"POST {path} answered {error.code}: {detail}") from None
-                wait = _retry_after(error.headers.get("Retry-After"))
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-                if attempt == self.retries:
-                    raise StepwiseError(f"POST {path} failed after {attempt + 1} attempts: {error}") from None
-                wait = None
-            # Exponential backoff unless the server said how long to wait.
-            time.sleep(min(30.0, wait if wait is not None else self.backoff * 2 ** attempt))
-        raise AssertionError("unreachable")
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
 
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:  # An HTTP date: fall back to the backoff.
-        return None
+        try:
+            return self.retry.call(send, retryable=urllib_retryable, retry_after=urllib_retry_after)
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")[:2000]
+            raise StepwiseError(f"POST {path} answered {error.code}: {detail}") from None
+        except URLLIB_TRANSIENT as error:
+            raise StepwiseError(f"POST {path} failed after {self.retry.attempts} attempts: {error}") from None
