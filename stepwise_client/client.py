@@ -23,6 +23,11 @@ class StepwiseError(RuntimeError):
     """The server refused a request (bad body, bad token) or kept failing after the retries."""
 
 
+def step_probabilities(answer: dict) -> list[float]:
+    """The per-step rewards of one scored solution: each step's P(correct)."""
+    return [step["p"] for step in answer["steps"]]
+
+
 class StepwiseClient:
     """Scores (problem, steps) pairs with the current PRM, or the version named in `model`.
 
@@ -62,6 +67,11 @@ class StepwiseClient:
 
     def score(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
         """Each step's probability of being correct, for every (problem, steps) pair, in order."""
+        return [step_probabilities(answer) for answer in self.answers(items)]
+
+    def answers(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[dict]:
+        """The server's answer for every (problem, steps) pair, in order: its `steps` (p, mean,
+        sigma each) and its solution `score` (product, min, last, mean, sigma)."""
         batches = list(self._batches(items))
         if self.concurrency == 1 or len(batches) < 2:
             answers = [self._score_batch(batch) for batch in batches]
@@ -83,12 +93,14 @@ class StepwiseClient:
         if batch:
             yield batch
 
-    def _score_batch(self, batch: list[tuple[str, list[str]]]) -> list[list[float]]:
+    def _score_batch(self, batch: list[tuple[str, list[str]]]) -> list[dict]:
         body: dict = {"items": [{"problem": problem, "steps": steps} for problem, steps in batch]}
         if self.model:
             body["model"] = self.model
-        answer = self._post("/api/score", body)
-        return [[step["p"] for step in item["steps"]] for item in answer["items"]]
+        items = self._post("/api/score", body)["items"]
+        if any("score" not in item for item in items):
+            raise StepwiseError("the server's /api/score answer has no solution `score`: update the server")
+        return items
 
     def _post(self, path: str, body: dict) -> dict:
         data = json.dumps(body).encode()

@@ -3,13 +3,10 @@ scorer and the OpenAI-compatible generator retry the same answers, wait what Ret
 either of its forms, and count their attempts alike. Each is driven against a real HTTP server
 that fails as scripted, then answers in the client's protocol."""
 import email.utils
-import json
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -19,53 +16,7 @@ from scoring.openai_generator import OpenAIGenerator
 from scoring.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 from stepwise_client import StepwiseClient, StepwiseError
 from stepwise_client.retrying import MAX_DELAY, RetryPolicy, retry_after_seconds
-
-# What each protocol answers for one solution of one step (or one prompt), once the failures are spent.
-ANSWERS = {
-    "/api/score": {"model": "m", "items": [{"steps": [{"p": 0.75, "mean": None, "sigma": None}],
-                                            "score": {"product": 0.75, "min": 0.75, "last": 0.75, "mean": 0.75,
-                                                      "sigma": None}}]},
-    "/pooling": {"object": "list", "model": "m", "data": [{"index": 0, "object": "pooling", "data": [[0.25, 0.75]]}],
-                 "usage": {"prompt_tokens": 5, "total_tokens": 5}},
-    "/v1/completions": {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
-                        "choices": [{"index": 0, "text": " 5", "finish_reason": "stop", "logprobs": None}],
-                        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}},
-}
-
-
-class ScriptedServer:
-    """Answers the first POSTs with the scripted (status, headers) failures, then as its protocol does."""
-
-    def __init__(self, failures: list[tuple[int, dict]]):
-        self.failures, self.requests = list(failures), 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                server.requests += 1
-                status, headers = server.failures.pop(0) if server.failures else (200, {})
-                body = json.dumps(ANSWERS[self.path] if status == 200 else {"error": {"message": "scripted"}})
-                self.send_response(status)
-                for name, value in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def log_message(self, *args):
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_port}"
-
-    def __enter__(self):
-        threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.http.shutdown()
-        self.http.server_close()
+from tests.stepwise_client.scripted_server import ScriptedServer
 
 
 # Each consumer, called with no backoff of its own: a wait can only come from Retry-After.
