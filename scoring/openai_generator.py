@@ -39,7 +39,7 @@ class OpenAIGenerator:
         api_key = os.environ.get(api_key_env) or "unused"
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
         self.model, self.mode, self.concurrency = model, mode, concurrency
-        self.max_retries, self.timeout, self.backoff_seconds = max_retries, timeout, backoff_seconds
+        self.timeout = timeout
         self.retry = RetryPolicy(retries=max_retries, backoff=backoff_seconds)
         self.name = name or f"openai:{model}"
         self.usage = Usage()

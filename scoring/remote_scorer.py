@@ -28,13 +28,12 @@ import hashlib
 import json
 import os
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 
 # The retry policy's owner is the standalone client package (standard library only, like this module).
-from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, urllib_retry_after, urllib_retryable
+from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, post_json, urllib_retryable
 
 from .step_scores import StepProbability, build_input
 
@@ -160,19 +159,11 @@ class RemotePRM:
 
     def post(self, body: dict) -> dict:
         """POST JSON, retried as `stepwise_client.retrying` decides (busy or failing server, lost connection)."""
-        request = urllib.request.Request(
-            self.config.endpoint, data=json.dumps(body).encode(), headers=self._headers(), method="POST"
-        )
-
-        def send() -> dict:
-            self.requests_sent += 1
-            with urllib.request.urlopen(request, timeout=self.config.timeout) as response:
-                return json.loads(response.read())
-
         policy = RetryPolicy(retries=self.config.retries, backoff=self.config.backoff)
         where, after = f"POST {self.config.endpoint}", f"(after {policy.attempts} attempts)"
         try:
-            return policy.call(send, retryable=urllib_retryable, retry_after=urllib_retry_after)
+            return post_json(self.config.endpoint, body, headers=self._headers(), timeout=self.config.timeout,
+                             policy=policy, on_attempt=self._count_request)
         except urllib.error.HTTPError as error:
             tries = f" {after}" if urllib_retryable(error) else ""
             raise RemoteScoringError(f"{where}: HTTP {error.code}: {_error_message(error)}{tries}") from None
@@ -180,6 +171,9 @@ class RemotePRM:
             raise RemoteScoringError(f"{where}: {_connection_problem(error)} {after}") from None
         except json.JSONDecodeError:
             raise RemoteScoringError(f"{where}: the answer is not JSON") from None
+
+    def _count_request(self) -> None:
+        self.requests_sent += 1
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

@@ -6,14 +6,12 @@ source. The limits mirror scoring/api/serializers.py: a batch holds at most 64 s
 """
 from __future__ import annotations
 
-import json
 import os
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from .retrying import URLLIB_TRANSIENT, RetryPolicy, urllib_retry_after, urllib_retryable
+from .retrying import URLLIB_TRANSIENT, RetryPolicy, post_json
 
 MAX_ITEMS = 64
 MAX_TOTAL_TEXT = 400_000
@@ -103,17 +101,10 @@ class StepwiseClient:
         return items
 
     def _post(self, path: str, body: dict) -> dict:
-        data = json.dumps(body).encode()
         headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json",
                    "Accept": "application/json"}
-
-        def send() -> dict:
-            request = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
-
         try:
-            return self.retry.call(send, retryable=urllib_retryable, retry_after=urllib_retry_after)
+            return post_json(self.url + path, body, headers=headers, timeout=self.timeout, policy=self.retry)
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:2000]
             raise StepwiseError(f"POST {path} answered {error.code}: {detail}") from None

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import email.utils
 import http.client
+import json
 import math
 import random
 import time
 import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -116,3 +118,22 @@ def urllib_retry_after(error: Exception) -> float | None:
     if isinstance(error, urllib.error.HTTPError) and error.headers:
         return retry_after_seconds(error.headers.get("Retry-After"))
     return None
+
+
+def post_json(url: str, body: dict, *, headers: dict, timeout: float, policy: RetryPolicy,
+              on_attempt: Callable[[], None] | None = None) -> dict:
+    """POST `body` as JSON through urllib and return the JSON answer, retried by `policy`.
+
+    The last failure is raised as urllib raised it (HTTPError, URLError, ...) for the caller to
+    word; `on_attempt` is called before every attempt, retries included (to count requests).
+    """
+    data = json.dumps(body).encode()
+
+    def send() -> dict:
+        if on_attempt is not None:
+            on_attempt()
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    return policy.call(send, retryable=urllib_retryable, retry_after=urllib_retry_after)
