@@ -109,7 +109,7 @@ class StepProbabilitySerializer(serializers.Serializer):
     sigma = serializers.FloatField(allow_null=True, required=False, help_text="Distributional heads: std. deviation")
 
 
-class SolutionScoresSerializer(serializers.Serializer):
+class SolutionAggregateSerializer(serializers.Serializer):
     """A solution's scores from its steps, by `step_scores.aggregate`: what rescoring stores."""
 
     product = serializers.FloatField(help_text="Every step right: the product of the steps' p")
@@ -124,13 +124,13 @@ SOLUTION_SCORE_HELP = "The solution's scores from its steps (RL trainers' per-co
 
 class ScoredItemSerializer(serializers.Serializer):
     steps = StepProbabilitySerializer(many=True)
-    score = SolutionScoresSerializer(help_text=SOLUTION_SCORE_HELP)
+    score = SolutionAggregateSerializer(help_text=SOLUTION_SCORE_HELP)
 
 
 class ScoreResponseSerializer(serializers.Serializer):
     model = serializers.CharField(help_text="The model version that scored")
     steps = StepProbabilitySerializer(many=True, required=False, help_text="For a single solution")
-    score = SolutionScoresSerializer(required=False, help_text=f"For a single solution: {SOLUTION_SCORE_HELP}")
+    score = SolutionAggregateSerializer(required=False, help_text=f"For a single solution: {SOLUTION_SCORE_HELP}")
     items = ScoredItemSerializer(many=True, required=False, help_text="For a batch, in request order")
 
 
