@@ -2,9 +2,10 @@
 
 Through the official `openai` client, one request per prompt (`n` samples each), at most
 `concurrency` requests in flight (a thread pool over the prompts). The client's own retries
-are off (`max_retries=0`): this module retries 408/409/429/5xx answers, timeouts and lost
-connections itself, with exponential backoff and full jitter, so that every retry is counted
-in `usage.retries` and a run can say what the server cost it. No Django.
+are off (`max_retries=0`): this module retries by Stepwise's one policy
+(`stepwise_client.retrying`: 408/409/429/5xx answers, timeouts and lost connections; the
+server's Retry-After, else exponential backoff with full jitter) so that every retry is
+counted in `usage.retries` and a run can say what the server cost it. No Django.
 
     generator = OpenAIGenerator("http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-Math-7B-Instruct")
     samples = generator.generate(prompts, SamplingParams(n=4, max_tokens=512, seed=1))
@@ -12,20 +13,16 @@ in `usage.retries` and a run can say what the server cost it. No Django.
 from __future__ import annotations
 
 import os
-import random
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 
 from scoring.generators import Sample, SamplingParams, Usage
+from stepwise_client.retrying import RetryPolicy, is_retryable_status, retry_after_seconds
 
 MODES = ("completions", "chat")
-# Statuses worth another try: the server is busy, overloaded or restarting, not the request wrong.
-RETRY_STATUSES = frozenset({408, 409, 429})
-MAX_BACKOFF_SECONDS = 30.0
 
 
 class OpenAIGenerator:
@@ -42,7 +39,8 @@ class OpenAIGenerator:
         api_key = os.environ.get(api_key_env) or "unused"
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
         self.model, self.mode, self.concurrency = model, mode, concurrency
-        self.max_retries, self.timeout, self.backoff_seconds = max_retries, timeout, backoff_seconds
+        self.timeout = timeout
+        self.retry = RetryPolicy(retries=max_retries, backoff=backoff_seconds)
         self.name = name or f"openai:{model}"
         self.usage = Usage()
         self._usage_lock = threading.Lock()
@@ -73,30 +71,24 @@ class OpenAIGenerator:
         return self.client.completions.create(prompt=prompt, **fields)
 
     def _with_retries(self, call):
-        for attempt in range(self.max_retries + 1):
-            try:
-                return call()
-            except openai.APIError as error:
-                if attempt == self.max_retries or not is_retryable(error):
-                    raise
-            with self._usage_lock:
-                self.usage.retries += 1
-            time.sleep(backoff_delay(attempt, base=self.backoff_seconds))
-        raise AssertionError("unreachable: the last attempt raises")
+        return self.retry.call(call, retryable=is_retryable, retry_after=retry_after, on_retry=self._count_retry)
+
+    def _count_retry(self, error: Exception) -> None:
+        with self._usage_lock:
+            self.usage.retries += 1
 
 
-def is_retryable(error: openai.APIError) -> bool:
-    """Timeouts, lost connections (APITimeoutError is one) and overload statuses; not a bad request."""
+def is_retryable(error: Exception) -> bool:
+    """Timeouts, lost connections (APITimeoutError is one) and the statuses the policy retries."""
     if isinstance(error, openai.APIConnectionError):
         return True
-    status = getattr(error, "status_code", None)
-    return status is not None and (status in RETRY_STATUSES or status >= 500)
+    return isinstance(error, openai.APIStatusError) and is_retryable_status(error.status_code)
 
 
-def backoff_delay(attempt: int, *, base: float) -> float:
-    """Full jitter (uniform in [0, base * 2^attempt], capped): retrying clients spread out
-    instead of hitting a recovering server in lockstep."""
-    return random.uniform(0, min(MAX_BACKOFF_SECONDS, base * 2**attempt))
+def retry_after(error: Exception) -> float | None:
+    if isinstance(error, openai.APIStatusError):
+        return retry_after_seconds(error.response.headers.get("retry-after"))
+    return None
 
 
 def samples_from_response(response, *, mode: str, max_tokens: int | None = None) -> list[Sample]:

@@ -112,6 +112,22 @@ def find_version(name: str | None) -> ModelVersion | None:
         raise UnknownModelVersion(f"{name!r}: no such model version (known: {known})") from None
 
 
+def version_for_command(name: str | None, *, option: str = "--model") -> ModelVersion:
+    """What a management command's `--model NAME` means: that version, else the current one.
+
+    Neither is a CommandError naming the option, worded the same by every command.
+    """
+    from django.core.management.base import CommandError
+
+    try:
+        version = find_version(name)
+    except UnknownModelVersion as error:
+        raise CommandError(f"{option} {error}") from None
+    if version is None:
+        raise CommandError(f"no current model version: run `manage.py init_default_model` or pass {option}")
+    return version
+
+
 def _files_stamp(version: ModelVersion) -> tuple:
     from .model_files import ModelFormatError, identity_files
 

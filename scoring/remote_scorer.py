@@ -25,21 +25,18 @@ P(step is good): 0 for Math-Shepherd's `[+, -]`, 1 for a 2-label classifier (Qwe
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
-import time
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 
+# The retry policy's owner is the standalone client package (standard library only, like this module).
+from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, post_json, urllib_retryable
+
 from .step_scores import StepProbability, build_input
 
-# Answers worth another try: the server is busy, restarting or briefly failing.
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-MAX_BACKOFF = 30.0
 # The fields that decide what a remote version computes: its fingerprint (weights_sha256).
 IDENTITY_FIELDS = ("url", "served_model", "separator", "positive_index")
 
@@ -59,8 +56,8 @@ class RemoteConfig:
     api_key_env: str = ""  # environment variable holding the bearer token, if the server wants one
     concurrency: int = 4  # requests in flight at once, per scoring call
     timeout: float = 60.0  # seconds per request
-    retries: int = 3  # further attempts after a 429/5xx/timeout/connection error
-    backoff: float = 0.5  # seconds before the first retry, doubled each time
+    retries: int = 3  # further attempts after a 408/409/429/5xx/timeout/connection error
+    backoff: float = 0.5  # bound of the first retry's jittered wait, doubled each time
     batch_size: int = 16  # solutions per request
 
     @classmethod
@@ -161,27 +158,22 @@ class RemotePRM:
         return probabilities
 
     def post(self, body: dict) -> dict:
-        """POST JSON with retries and exponential backoff on 429/5xx, timeouts and lost connections."""
-        request = urllib.request.Request(
-            self.config.endpoint, data=json.dumps(body).encode(), headers=self._headers(), method="POST"
-        )
-        attempts = self.config.retries + 1
-        for attempt in range(attempts):
-            self.requests_sent += 1
-            try:
-                with urllib.request.urlopen(request, timeout=self.config.timeout) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as error:
-                problem, wait = f"HTTP {error.code}: {_error_message(error)}", _retry_after(error)
-                if error.code not in RETRY_STATUSES:
-                    raise RemoteScoringError(f"POST {self.config.endpoint}: {problem}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
-                problem, wait = _connection_problem(error), None
-            except json.JSONDecodeError:
-                raise RemoteScoringError(f"POST {self.config.endpoint}: the answer is not JSON") from None
-            if attempt + 1 < attempts:
-                time.sleep(min(MAX_BACKOFF, wait if wait is not None else self.config.backoff * 2**attempt))
-        raise RemoteScoringError(f"POST {self.config.endpoint}: {problem} (after {attempts} attempts)")
+        """POST JSON, retried as `stepwise_client.retrying` decides (busy or failing server, lost connection)."""
+        policy = RetryPolicy(retries=self.config.retries, backoff=self.config.backoff)
+        where, after = f"POST {self.config.endpoint}", f"(after {policy.attempts} attempts)"
+        try:
+            return post_json(self.config.endpoint, body, headers=self._headers(), timeout=self.config.timeout,
+                             policy=policy, on_attempt=self._count_request)
+        except urllib.error.HTTPError as error:
+            tries = f" {after}" if urllib_retryable(error) else ""
+            raise RemoteScoringError(f"{where}: HTTP {error.code}: {_error_message(error)}{tries}") from None
+        except URLLIB_TRANSIENT as error:
+            raise RemoteScoringError(f"{where}: {_connection_problem(error)} {after}") from None
+        except json.JSONDecodeError:
+            raise RemoteScoringError(f"{where}: the answer is not JSON") from None
+
+    def _count_request(self) -> None:
+        self.requests_sent += 1
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -218,14 +210,6 @@ def _error_message(error: urllib.error.HTTPError) -> str:
         return error.reason or ""
     detail = body.get("error", body) if isinstance(body, dict) else body
     return str(detail.get("message", detail) if isinstance(detail, dict) else detail)[:300]
-
-
-def _retry_after(error: urllib.error.HTTPError) -> float | None:
-    value = error.headers.get("Retry-After") if error.headers else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
 
 
 def _connection_problem(error: Exception) -> str:

@@ -8,20 +8,20 @@ reward per step for trainers that take dense rewards. Completions are split into
 from .client import StepwiseClient, StepwiseError
 from .rewards import (
     AGGREGATIONS,
-    aggregate,
     completion_text,
     make_prm_reward,
     make_prm_step_rewards,
     prm_reward,
     prm_step_rewards,
     prompt_text,
+    score_answers,
     score_solutions,
     score_steps,
     solution_steps,
 )
 
 __all__ = [
-    "AGGREGATIONS", "StepwiseClient", "StepwiseError", "aggregate", "make_prm_reward", "prm_reward",
+    "AGGREGATIONS", "StepwiseClient", "StepwiseError", "make_prm_reward", "prm_reward",
     "completion_text", "make_prm_step_rewards",
-    "prm_step_rewards", "prompt_text", "score_solutions", "score_steps", "solution_steps",
+    "prm_step_rewards", "prompt_text", "score_answers", "score_solutions", "score_steps", "solution_steps",
 ]

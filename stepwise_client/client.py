@@ -6,22 +6,24 @@ source. The limits mirror scoring/api/serializers.py: a batch holds at most 64 s
 """
 from __future__ import annotations
 
-import json
 import os
-import time
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from .retrying import URLLIB_TRANSIENT, RetryPolicy, post_json
+
 MAX_ITEMS = 64
 MAX_TOTAL_TEXT = 400_000
-# 429: over STEPWISE_SCORE_RATE; 503: no model, or no ml worker answered in time. Both pass.
-RETRY_STATUSES = frozenset({429, 503})
 
 
 class StepwiseError(RuntimeError):
     """The server refused a request (bad body, bad token) or kept failing after the retries."""
+
+
+def step_probabilities(answer: dict) -> list[float]:
+    """The per-step rewards of one scored solution: each step's P(correct)."""
+    return [step["p"] for step in answer["steps"]]
 
 
 class StepwiseClient:
@@ -56,12 +58,18 @@ class StepwiseClient:
         self.model = model
         self.batch_size = batch_size
         self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
+        # The server's 429 (over STEPWISE_SCORE_RATE) and 503 (no model, or no ml worker answered
+        # in time) pass, as do a proxy's 502 / 504 in front of it: all are retried.
+        self.retry = RetryPolicy(retries=retries, backoff=backoff)
         self.concurrency = max(1, concurrency)
 
     def score(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[list[float]]:
         """Each step's probability of being correct, for every (problem, steps) pair, in order."""
+        return [step_probabilities(answer) for answer in self.answers(items)]
+
+    def answers(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[dict]:
+        """The server's answer for every (problem, steps) pair, in order: its `steps` (p, mean,
+        sigma each) and its solution `score` (product, min, last, mean, sigma)."""
         batches = list(self._batches(items))
         if self.concurrency == 1 or len(batches) < 2:
             answers = [self._score_batch(batch) for batch in batches]
@@ -83,38 +91,22 @@ class StepwiseClient:
         if batch:
             yield batch
 
-    def _score_batch(self, batch: list[tuple[str, list[str]]]) -> list[list[float]]:
+    def _score_batch(self, batch: list[tuple[str, list[str]]]) -> list[dict]:
         body: dict = {"items": [{"problem": problem, "steps": steps} for problem, steps in batch]}
         if self.model:
             body["model"] = self.model
-        answer = self._post("/api/score", body)
-        return [[step["p"] for step in item["steps"]] for item in answer["items"]]
+        items = self._post("/api/score", body)["items"]
+        if any("score" not in item for item in items):
+            raise StepwiseError("the server's /api/score answer has no solution `score`: update the server")
+        return items
 
     def _post(self, path: str, body: dict) -> dict:
-        data = json.dumps(body).encode()
         headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json",
                    "Accept": "application/json"}
-        for attempt in range(self.retries + 1):
-            request = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as error:
-                detail = error.read().decode(errors="replace")[:2000]
-                if error.code not in RETRY_STATUSES or attempt == self.retries:
-                    raise StepwiseError(f"POST {path} answered {error.code}: {detail}") from None
-                wait = _retry_after(error.headers.get("Retry-After"))
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-                if attempt == self.retries:
-                    raise StepwiseError(f"POST {path} failed after {attempt + 1} attempts: {error}") from None
-                wait = None
-            # Exponential backoff unless the server said how long to wait.
-            time.sleep(min(30.0, wait if wait is not None else self.backoff * 2 ** attempt))
-        raise AssertionError("unreachable")
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:  # An HTTP date: fall back to the backoff.
-        return None
+        try:
+            return post_json(self.url + path, body, headers=headers, timeout=self.timeout, policy=self.retry)
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")[:2000]
+            raise StepwiseError(f"POST {path} answered {error.code}: {detail}") from None
+        except URLLIB_TRANSIENT as error:
+            raise StepwiseError(f"POST {path} failed after {self.retry.attempts} attempts: {error}") from None

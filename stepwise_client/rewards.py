@@ -5,31 +5,29 @@ and logs it under its `__name__`. Prompts and completions are strings (standard 
 lists of chat messages (conversational format); both are read here. A completion is cut into
 steps by `annotate.splitting.split_steps`, as Stepwise cuts imported and generated solutions,
 so the PRM sees steps shaped like the ones it was trained on.
+
+A completion's reward is not computed here: /api/score answers each solution's `score` by the
+server's one rule (`scoring.step_scores.aggregate`, what rescoring stores), and the reward is
+the field the aggregation names.
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from annotate.splitting import split_steps
 
-from .client import StepwiseClient
+from .client import StepwiseClient, step_probabilities
 
-AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
-    # As scoring.prm.aggregate computes them: a solution is as good as its weakest step
-    # (min), every step right (product), or the PRM's verdict after the last step (last).
-    "min": min,
-    "product": math.prod,
-    "last": lambda ps: ps[-1],
-}
+# The fields of /api/score's solution `score` a reward may be: a solution as good as its weakest
+# step (min), every step right (product), the PRM's verdict after the last step (last), the mean.
+AGGREGATIONS = ("min", "product", "last", "mean")
 # A completion with no text has no step to score; it earns nothing.
 EMPTY_REWARD = 0.0
 
 
-def aggregate(step_probabilities: Sequence[float], how: str = "min") -> float:
+def check_aggregation(how: str) -> None:
     if how not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, not {how!r}")
-    return AGGREGATIONS[how](step_probabilities) if step_probabilities else EMPTY_REWARD
 
 
 def prompt_text(prompt) -> str:
@@ -59,28 +57,38 @@ def solution_steps(completion, split: str = "auto") -> list[str]:
     return split_steps(completion_text(completion), split)
 
 
-def score_steps(
+def score_answers(
     prompts: Sequence, completions: Sequence, *, client: StepwiseClient | None = None, split: str = "auto"
-) -> list[list[float]]:
-    """One reward per step of each completion (the PRM's probability that the step is right)."""
+) -> list[dict | None]:
+    """The server's answer for each completion (its steps and solution score); None for one
+    with no step to score, which is never sent."""
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
     client = client or StepwiseClient()
     items = [(prompt_text(p), solution_steps(c, split)) for p, c in zip(prompts, completions, strict=True)]
     scorable = [i for i, (_, steps) in enumerate(items) if steps]
-    scored = client.score([items[i] for i in scorable])
-    rewards: list[list[float]] = [[] for _ in items]
-    for index, steps in zip(scorable, scored, strict=True):
-        rewards[index] = steps
-    return rewards
+    answers: list[dict | None] = [None] * len(items)
+    for index, answer in zip(scorable, client.answers([items[i] for i in scorable]), strict=True):
+        answers[index] = answer
+    return answers
+
+
+def score_steps(
+    prompts: Sequence, completions: Sequence, *, client: StepwiseClient | None = None, split: str = "auto"
+) -> list[list[float]]:
+    """One reward per step of each completion (the PRM's probability that the step is right)."""
+    answers = score_answers(prompts, completions, client=client, split=split)
+    return [step_probabilities(answer) if answer else [] for answer in answers]
 
 
 def score_solutions(
     prompts: Sequence, completions: Sequence, *, aggregation: str = "min", client: StepwiseClient | None = None,
     split: str = "auto",
 ) -> list[float]:
-    """One reward per completion: its step probabilities aggregated (min, product or last)."""
-    return [aggregate(ps, aggregation) for ps in score_steps(prompts, completions, client=client, split=split)]
+    """One reward per completion: the server's solution score named by `aggregation`."""
+    check_aggregation(aggregation)
+    answers = score_answers(prompts, completions, client=client, split=split)
+    return [answer["score"][aggregation] if answer else EMPTY_REWARD for answer in answers]
 
 
 # The reward functions proper. TRL passes `completion_ids`, `trainer_state` and every column of
@@ -99,7 +107,7 @@ def prm_step_rewards(prompts: Sequence, completions: Sequence, **kwargs) -> list
 
 def make_prm_reward(*, aggregation: str = "min", client: StepwiseClient | None = None, split: str = "auto"):
     """A reward function bound to one aggregation, client and split mode, named for TRL's logs."""
-    aggregate([0.5], aggregation)  # An unknown aggregation fails here, not mid-training.
+    check_aggregation(aggregation)  # An unknown aggregation fails here, not mid-training.
     client = client or StepwiseClient()
 
     def reward(prompts, completions, **kwargs) -> list[float]:

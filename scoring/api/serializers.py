@@ -1,6 +1,7 @@
 """Read shapes of model versions, training runs and scores; the scoring request."""
 from rest_framework import serializers
 
+from scoring import step_scores
 from scoring.evaluation import AGGREGATIONS
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 
@@ -108,14 +109,36 @@ class StepProbabilitySerializer(serializers.Serializer):
     sigma = serializers.FloatField(allow_null=True, required=False, help_text="Distributional heads: std. deviation")
 
 
+class SolutionAggregateSerializer(serializers.Serializer):
+    """A solution's scores from its steps, by `step_scores.aggregate`: what rescoring stores."""
+
+    product = serializers.FloatField(help_text="Every step right: the product of the steps' p")
+    min = serializers.FloatField(help_text="As good as its weakest step")
+    last = serializers.FloatField(help_text="The PRM's verdict after the last step")
+    mean = serializers.FloatField()
+    sigma = serializers.FloatField(allow_null=True, help_text="Distributional heads: the steps' mean sigma")
+
+
+SOLUTION_SCORE_HELP = "The solution's scores from its steps (RL trainers' per-completion reward)"
+
+
 class ScoredItemSerializer(serializers.Serializer):
     steps = StepProbabilitySerializer(many=True)
+    score = SolutionAggregateSerializer(help_text=SOLUTION_SCORE_HELP)
 
 
 class ScoreResponseSerializer(serializers.Serializer):
     model = serializers.CharField(help_text="The model version that scored")
     steps = StepProbabilitySerializer(many=True, required=False, help_text="For a single solution")
+    score = SolutionAggregateSerializer(required=False, help_text=f"For a single solution: {SOLUTION_SCORE_HELP}")
     items = ScoredItemSerializer(many=True, required=False, help_text="For a batch, in request order")
+
+
+def scored_item(steps: list[dict]) -> dict:
+    """One solution as /api/score answers it: its steps and, computed from them by the one rule
+    (`step_scores.aggregate`), its score, so that no client has to repeat the rule."""
+    probabilities = [step_scores.StepProbability(p=s["p"], mean=s.get("mean"), sigma=s.get("sigma")) for s in steps]
+    return {"steps": steps, "score": step_scores.aggregate(probabilities)}
 
 
 # --- POST /api/search --------------------------------------------------------------------

@@ -138,8 +138,8 @@ class ScoreView(APIView):
             raise drf_serializers.ValidationError({"items": str(error)}) from None
         results = [[_step(p) for p in steps] for steps in scored]
         if "items" in body.validated_data:
-            return Response({"model": model_version.name, "items": [{"steps": steps} for steps in results]})
-        return Response({"model": model_version.name, "steps": results[0]})
+            return Response({"model": model_version.name, "items": [serializers.scored_item(s) for s in results]})
+        return Response({"model": model_version.name, **serializers.scored_item(results[0])})
 
     @staticmethod
     def _model_version(name: str | None) -> ModelVersion | None:

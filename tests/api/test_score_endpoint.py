@@ -8,8 +8,10 @@ from rest_framework.test import APIClient
 
 from scoring import registry, scoring
 from scoring.api.serializers import MAX_ITEMS
+from scoring.models import SolutionScore
 from scoring.tiny import build_tiny_prm
 from tests.conftest import WorkerProcess
+from tests.factories import ProblemFactory, SolutionFactory
 
 PROBLEM = "What is 12 + 7?"
 STEPS = ["First add the ones: 2 + 7 = 9.", "Then the tens: 10. So 12 + 7 = 19.", "# Answer\n\n19"]
@@ -74,6 +76,19 @@ def test_a_batch_is_scored_in_order_by_the_named_model(scoring_worker, client, t
     direct = scoring.score_texts(items=[(i["problem"], i["steps"]) for i in items], model_version=point)
     assert [item["steps"] for item in body["items"]] == [pytest.approx(d) for d in direct]
     assert all(step["sigma"] is None for item in body["items"] for step in item["steps"])
+
+
+def test_the_solution_score_sent_is_the_one_rescoring_stores_for_the_same_solution(scoring_worker, client,
+                                                                                    tiny_models):
+    beta, _ = tiny_models
+    solution = SolutionFactory(problem=ProblemFactory(statement=PROBLEM), steps=STEPS)
+    scoring.score_solutions(model_version=beta, solution_ids=[solution.pk])
+    stored = SolutionScore.objects.get(solution=solution, model_version=beta)
+    stored = {field: getattr(stored, field) for field in ("product", "min", "last", "mean", "sigma")}
+    single = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json").json()
+    assert single["score"] == pytest.approx(stored, abs=1e-5) and stored["sigma"] is not None
+    batch = client.post("/api/score", {"items": [{"problem": PROBLEM, "steps": STEPS}]}, format="json").json()
+    assert batch["items"][0]["score"] == pytest.approx(stored, abs=1e-5)
 
 
 def test_a_batch_beyond_the_limit_is_refused_with_a_clear_400(client, tiny_models):

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 import torch
-from django.core.management import CommandError, call_command
+from django.core.management import call_command
 from django.urls import reverse
 
 from scoring import model_exports, prm, registry
@@ -166,12 +166,6 @@ def test_the_card_counts_the_training_runs_labels_and_their_generations(version,
     card = (model_exports.export_version(version=version, out=tmp_path / "out", as_kind="step_token").folder
             / "README.md").read_text()
     assert "labels from queue generations 0, 2" in card and "4 trainable annotations" in card
-
-
-def test_export_model_command_names_an_unknown_version(db, tmp_path):
-    with pytest.raises(CommandError, match="'nope': no such model version"):
-        call_command("export_model", "nope", str(tmp_path / "out"))
-    assert not (tmp_path / "out").exists()
 
 
 def test_models_page_download_is_for_admins_only(version, client, admin_user, annotator, settings, tmp_path):

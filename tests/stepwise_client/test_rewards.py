@@ -12,6 +12,7 @@ from scoring.prm import StepProbability, aggregate
 from scoring.scoring import score_texts
 from scoring.tiny import build_tiny_prm
 from stepwise_client import (
+    AGGREGATIONS,
     StepwiseClient,
     StepwiseError,
     make_prm_reward,
@@ -20,6 +21,7 @@ from stepwise_client import (
     prm_step_rewards,
 )
 from tests.conftest import WorkerProcess, _test_database_url
+from tests.stepwise_client.scripted_server import ANSWERS, ScriptedServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,12 +73,16 @@ def tiny_version(folder, *, make_current=True):
     return registry.register_model_version(name="tiny", path=folder, make_current=make_current)
 
 
+def expected_items() -> list[tuple[str, list[str]]]:
+    """The problems and steps the rewards should send for the three completions that have text."""
+    return [("What is 2 + 3?", split_steps(COMPLETIONS[0])),
+            ("What is 7 * 6?", split_steps(COMPLETIONS[1][0]["content"])),
+            ("Compute 10 - 4.", split_steps(COMPLETIONS[2]))]
+
+
 def expected_step_scores(version) -> list[list[float]]:
     """What the model itself gives the same steps, computed in this process."""
-    items = [("What is 2 + 3?", split_steps(COMPLETIONS[0])),
-             ("What is 7 * 6?", split_steps(COMPLETIONS[1][0]["content"])),
-             ("Compute 10 - 4.", split_steps(COMPLETIONS[2]))]
-    return [[step["p"] for step in steps] for steps in score_texts(items=items, model_version=version)]
+    return [[step["p"] for step in steps] for steps in score_texts(items=expected_items(), model_version=version)]
 
 
 def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, worker, token, tiny_folder,
@@ -94,7 +100,10 @@ def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, wo
         assert got == pytest.approx(want, abs=1e-6)
     assert dense[3] == []
 
-    for how in ("min", "product", "last"):
+    # Each reward is the solution score the server computed by its one rule, and sent.
+    for answer, steps in zip(client.answers(expected_items()), expected, strict=True):
+        assert answer["score"] == pytest.approx(aggregate([StepProbability(p=p) for p in steps]), abs=1e-6)
+    for how in AGGREGATIONS:
         reward = make_prm_reward(aggregation=how, client=client)
         assert reward.__name__ == f"stepwise_prm_{how}"  # What TRL logs it under.
         # As TRL calls it: keywords, its own extras, and the dataset's columns, whatever their names.
@@ -165,4 +174,11 @@ def test_the_client_needs_a_url_and_a_token(monkeypatch):
     with pytest.raises(StepwiseError, match="STEPWISE_TOKEN"):
         StepwiseClient("http://127.0.0.1:1")
     with pytest.raises(ValueError, match="aggregation"):
-        make_prm_reward(aggregation="mean", client=StepwiseClient("http://127.0.0.1:1", "t"))
+        make_prm_reward(aggregation="median", client=StepwiseClient("http://127.0.0.1:1", "t"))
+
+
+def test_the_reward_names_a_server_whose_answer_has_no_solution_score():
+    """The reward is the server's solution score, never recomputed here: an older server's answer fails clearly."""
+    old_answer = {"/api/score": {"model": "m", "items": [{"steps": ANSWERS["/api/score"]["items"][0]["steps"]}]}}
+    with ScriptedServer([], answers=old_answer) as server, pytest.raises(StepwiseError, match="no solution `score`"):
+        make_prm_reward(client=StepwiseClient(server.url, "t"))(PROMPTS[:1], COMPLETIONS[:1])

@@ -118,10 +118,7 @@ class Command(BaseCommand):
             from scoring import default_model
 
             return default_model.ensure_default_model(make_current=False)
-        try:
-            return registry.find_version(name)
-        except registry.UnknownModelVersion as error:
-            raise CommandError(f"--model {error}") from None
+        return registry.version_for_command(name)
 
     def tiny_version(self, workdir: Path, name: str, **config) -> ModelVersion:
         from scoring.tiny import build_tiny_prm

@@ -5,7 +5,7 @@ by problem), plus graded solutions of held-out problems for best-of-N.
 """
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from scoring import promotion, registry
 
@@ -22,12 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--threshold", type=float, default=0.5, help="ProcessBench first-error threshold")
 
     def handle(self, *args, **options):
-        try:
-            version = registry.find_version(options["model"])
-        except registry.UnknownModelVersion as error:
-            raise CommandError(f"--model {error}") from None
-        if version is None:
-            raise CommandError("no current model version; run `manage.py init_default_model`")
+        version = registry.version_for_command(options["model"])
         metrics = promotion.evaluate_version(version=version, val_fraction=options["val_fraction"],
                                               seed=options["seed"], threshold=options["threshold"])
         if options["save"]:

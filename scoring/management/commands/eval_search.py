@@ -117,12 +117,7 @@ class Command(BaseCommand):
             folder = options["prm"].resolve()
             loaded = prm.load_prm(folder, dtype=registry._dtype_setting())
             return loaded, folder.name, prm.backbone_folder(folder, prm.read_model_config(folder))
-        try:
-            version = registry.find_version(options["model"])
-        except registry.UnknownModelVersion as error:
-            raise CommandError(f"--model {error}") from None
-        if version is None:
-            raise CommandError("no current model version; run `manage.py init_default_model` or give --prm")
+        version = registry.version_for_command(options["model"])
         return registry.load(version), version.name, prm.backbone_folder(version.path, version.config)
 
     def _generator(self, folder):

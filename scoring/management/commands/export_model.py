@@ -16,10 +16,10 @@ class Command(BaseCommand):
                             help="AutoModelForTokenClassification (default) or AutoModelForCausalLM at a step tag")
 
     def handle(self, *args, version, out, as_kind, **options):
+        model = registry.version_for_command(version, option="VERSION")
         try:
-            model = registry.find_version(version)
             exported = model_exports.export_version(version=model, out=out, as_kind=as_kind)
-        except (registry.UnknownModelVersion, registry.ModelIntegrityError, ModelFormatError, FileExistsError) as error:
+        except (registry.ModelIntegrityError, ModelFormatError, FileExistsError) as error:
             raise CommandError(str(error)) from None
         ids = {k: v for k, v in exported.config.items() if k.endswith("_id") or k == "positive_label"}
         self.stdout.write(f"Exported {model.name} as {as_kind} ({exported.construction}) to {exported.folder}: {ids}")

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from annotate.models.jobs import JobState
 from scoring import registry, scoring
-from scoring.models import ModelVersion, RescoreJob
+from scoring.models import RescoreJob
 
 
 class Command(BaseCommand):
@@ -24,20 +24,11 @@ class Command(BaseCommand):
             resume_rescores_task.delay()
             self.stdout.write("Re-dispatching missing chunks of unfinished rescore jobs.")
             return
-        version = self.version(model)
+        version = registry.version_for_command(model)
         job = scoring.start_rescore(model_version=version, rebuild_queue=not no_queue)
         self.stdout.write(f"Rescore job {job.pk} queued for model {version.name}.")
         if wait:
             self.wait(job)
-
-    def version(self, name: str | None) -> ModelVersion:
-        try:
-            version = registry.find_version(name)
-        except registry.UnknownModelVersion as error:
-            raise CommandError(f"--model {error}") from None
-        if version is None:
-            raise CommandError("no current model version: run `manage.py init_default_model` or pass --model")
-        return version
 
     def wait(self, job: RescoreJob) -> None:
         while True:

@@ -39,12 +39,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
 
     def handle(self, *args, **options):
-        try:
-            version = registry.find_version(options["model"])
-        except registry.UnknownModelVersion as error:
-            raise CommandError(f"--model {error}") from None
-        if version is None:
-            raise CommandError("no current model version; run `manage.py init_default_model`")
+        version = registry.version_for_command(options["model"])
         budget = {"max_tokens": options["max_tokens"]}
         if options["max_prm_calls"] is not None:
             budget["max_prm_calls"] = options["max_prm_calls"]
