@@ -146,14 +146,22 @@ def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]
 
 
 def human_ratings(*, solution_ids=None) -> dict[int, tuple[tuple[int | None, ...], ...]]:
-    """Per solution, one rating list per trainable annotation (in annotation order)."""
+    """Per solution, one rating list per trainable annotation (in annotation order).
+
+    An annotation whose labels may not leave Stepwise is left out by the export's own rule
+    (`Verdicts.withheld`: a finish reason its ratings contradict), so a model never learns
+    from labels no export would hand out.
+    """
     annotations = Annotation.objects.trainable()
     if solution_ids is not None:
         annotations = annotations.filter(solution_id__in=solution_ids)
-    solution_of = dict(annotations.values_list("pk", "solution_id"))
+    finished = {pk: (solution_id, reason) for pk, solution_id, reason
+                in annotations.values_list("pk", "solution_id", "finish_reason")}
     labeled: dict[int, list[tuple[int, verdicts.Verdicts]]] = defaultdict(list)
     for annotation_id, verdict in verdicts.verdicts_by_annotation(annotations).items():
-        labeled[solution_of[annotation_id]].append((annotation_id, verdict))
+        solution_id, finish_reason = finished.get(annotation_id, (None, None))  # None: submitted since
+        if solution_id is not None and verdict.withheld(finish_reason) is None:
+            labeled[solution_id].append((annotation_id, verdict))
     return {solution_id: tuple(verdict.pool_path for _, verdict in sorted(pairs, key=lambda pair: pair[0]))
             for solution_id, pairs in labeled.items()}
 

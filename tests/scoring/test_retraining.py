@@ -9,7 +9,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from annotate import labeling, queueing, verdicts
+from annotate import exporting, labeling, queueing, reviewing, verdicts
+from annotate.exporting import ExportOptions, ExportTally
 from annotate.models import Annotation, Completion, Generation
 from annotate.models.jobs import JobState
 from scoring import evaluation, promotion, registry, retraining
@@ -98,13 +99,29 @@ def test_training_rows_read_the_step_verdict_so_a_human_completion_is_a_good_ste
 
 
 @pytest.mark.embedded
-def test_training_rows_end_at_the_first_error_and_follow_a_reviewer_override(db):
+def test_training_rows_end_at_the_first_error_and_follow_a_reviewer_override(db, reviewer):
     solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
     annotation = annotate(solution, [1, 1, 1])
     assert retraining.gather_rows()[0].ratings == ((1, 1, 1),)
-    # A reviewer overrides step 2 (the chosen completion's rating): training sees it at once.
-    Completion.objects.filter(step_label__annotation=annotation, step_label__index=1).update(rating=-1)
+    # A reviewer overrides step 2 (the chosen completion's rating): training sees it at once,
+    # and the finish reason follows the ratings (solution -> found_error), so it is exported too.
+    reviewing.override_rating(annotation=annotation, index=1, rating=-1, reviewer=reviewer)
     assert retraining.gather_rows()[0].ratings == ((1, -1, None),)
+    assert [row["label"] for row in exporting.iter_rows(format="processbench", options=ExportOptions())] == [1]
+
+
+@pytest.mark.embedded
+def test_an_annotation_its_finish_reason_contradicts_is_neither_exported_nor_trained_on(db):
+    solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
+    annotate(solution, [1, -1], labeler="consistent")
+    contradicted = annotate(solution, [1, -1], labeler="contradicted")
+    # Finished as found_error with no step rated -1 (what an edit outside the review could leave).
+    Completion.objects.filter(step_label__annotation=contradicted, step_label__index=1).update(rating=0)
+    tally = ExportTally()
+    assert len(list(exporting.iter_rows(format="soft", options=ExportOptions(), tally=tally))) == 1
+    assert tally.skipped == {"inconsistent": 1}
+    [row] = retraining.gather_rows()
+    assert row.ratings == ((1, -1, None),)  # the consistent annotation's only
 
 
 @pytest.mark.embedded
