@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Source = Literal["chosen", "human", "stopped"]
-FOUND_ERROR, SOLUTION = "found_error", "solution"  # annotate.models.FinishReason values
+FOUND_ERROR, SOLUTION, BAD_PROBLEM = "found_error", "solution", "bad_problem"  # annotate.models.FinishReason values
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,20 @@ class Verdicts:
             return "finished as found_error, but no step is rated -1"
         if finish_reason == SOLUTION and self.has_error:
             return f"finished as solution, but step {(self.first_error or 0) + 1} is rated -1"
+        return None
+
+    def withheld(self, finish_reason: str | None, *, trainable: bool = True) -> str | None:
+        """Why these labels never leave Stepwise, in an export or as training rows; None when they may.
+
+        "bad_problem": the annotator judged the problem itself broken, which says nothing about
+        its steps (`trainable=False` keeps it, for readers of a solution's decided first error,
+        which skip it themselves); "inconsistent": the finish reason contradicts the ratings
+        (`contradiction`), so which of the two is true is unknown.
+        """
+        if trainable and finish_reason == BAD_PROBLEM:
+            return "bad_problem"
+        if self.contradiction(finish_reason):
+            return "inconsistent"
         return None
 
     def decided_first_error(self, finish_reason: str | None) -> int | None:

@@ -21,10 +21,10 @@ from annotate.models import Solution
 
 from . import evaluation, retraining
 from .models import ModelVersion, TrainingRun
-from .training_data import Example, build_examples, is_validation_problem, split_by_problem
+from .training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
 
 if TYPE_CHECKING:
-    from . import prm, training
+    from . import prm
 
 
 @dataclass
@@ -151,20 +151,30 @@ def evaluate_version(
 def evaluate_and_gate(
     run: TrainingRun,
     version: ModelVersion,
-    result: training.TrainResult,
     *,
+    examples: list[Example],
     options: retraining.RunOptions,
     log: Callable[[str], None],
 ) -> dict:
     """Measure the new version and the current one on the same held-out data, record the
-    decision on both rows, and promote or reject the new version; returns the decision."""
+    decision on both rows, and promote or reject the new version; returns the decision.
+
+    Held out is what the version's own split says (`metrics["split"]`, recorded when it was
+    registered): `examples` of its validation problems, never a problem it trained on. So an
+    attempt that resumes a run after its worker died measures what the first attempt would have.
+    """
     from . import registry
 
+    config = TrainConfig.from_dict(options.train)
+    split = version.metrics.get("split")
+    if split is None:
+        raise ValueError(f"{version.name} was registered without its train/validation split: train a new run")
+    held_out = set(split["val_problem_ids"])
     data = eval_set(
-        examples=result.val_examples,
-        trained_on={e.row.problem_id for e in result.train_examples},
-        val_fraction=result.config.val_fraction,
-        seed=result.config.seed,
+        examples=[e for e in examples if e.row.problem_id in held_out],
+        trained_on=set(split["train_problem_ids"]),
+        val_fraction=config.val_fraction,
+        seed=config.seed,
         max_problems=options.bon_max_problems,
         max_candidates=options.bon_max_candidates,
     )

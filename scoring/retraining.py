@@ -29,7 +29,7 @@ from annotate.models import Annotation, AutoStepLabel, Solution, Step
 
 from . import evaluation
 from .models import ModelVersion, TrainingRun
-from .training_data import LABEL_SOURCES, LabeledRow, TrainConfig, build_examples, stratum_weights
+from .training_data import LABEL_SOURCES, Example, LabeledRow, TrainConfig, build_examples, stratum_weights
 
 if TYPE_CHECKING:
     from . import prm, training  # noqa: F401
@@ -146,14 +146,22 @@ def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]
 
 
 def human_ratings(*, solution_ids=None) -> dict[int, tuple[tuple[int | None, ...], ...]]:
-    """Per solution, one rating list per trainable annotation (in annotation order)."""
+    """Per solution, one rating list per trainable annotation (in annotation order).
+
+    An annotation whose labels may not leave Stepwise is left out by the export's own rule
+    (`Verdicts.withheld`: a finish reason its ratings contradict), so a model never learns
+    from labels no export would hand out.
+    """
     annotations = Annotation.objects.trainable()
     if solution_ids is not None:
         annotations = annotations.filter(solution_id__in=solution_ids)
-    solution_of = dict(annotations.values_list("pk", "solution_id"))
+    finished = {pk: (solution_id, reason) for pk, solution_id, reason
+                in annotations.values_list("pk", "solution_id", "finish_reason")}
     labeled: dict[int, list[tuple[int, verdicts.Verdicts]]] = defaultdict(list)
     for annotation_id, verdict in verdicts.verdicts_by_annotation(annotations).items():
-        labeled[solution_of[annotation_id]].append((annotation_id, verdict))
+        solution_id, finish_reason = finished.get(annotation_id, (None, None))  # None: submitted since
+        if solution_id is not None and verdict.withheld(finish_reason) is None:
+            labeled[solution_id].append((annotation_id, verdict))
     return {solution_id: tuple(verdict.pool_path for _, verdict in sorted(pairs, key=lambda pair: pair[0]))
             for solution_id, pairs in labeled.items()}
 
@@ -196,7 +204,13 @@ def new_label_count() -> int:
 
 
 def run_training(*, run_id: int) -> TrainingRun:
-    """Train, evaluate, register and gate one pending run; idempotent (a rerun does nothing).
+    """Train, register, evaluate and gate one pending run; idempotent (a rerun does nothing).
+
+    A run whose worker died is started over from pending (`annotate.recovery`). If the
+    earlier attempt had already registered its version, this attempt finds it
+    (`registered_version`) and goes on from there: it trains nothing again and registers
+    nothing twice, evaluates on the split recorded with the version, and leaves a version
+    already promoted or rejected as it is (its rescore was started with the promotion).
 
     Any exception, in training, evaluation or promotion, ends the run failed with its
     message and frees the slot (`Job.failure_recorded`); nothing half-written stays behind.
@@ -206,20 +220,34 @@ def run_training(*, run_id: int) -> TrainingRun:
     run = TrainingRun.objects.select_related("parent").get(pk=run_id)
     if not run.start(started_at=timezone.now()):
         return run
-    folder = settings.MODELS_DIR / version_name(run)
     try:
         with run.failure_recorded():
-            options = RunOptions.parse(run.config)
-            version, result = _train_and_register(run, folder, options)
-            promotion.evaluate_and_gate(run, version, result, options=options, log=lambda line: _log(run, line))
+            options, examples = run_inputs(run)
+            version = registered_version(run)
+            if version is None:
+                version = train_and_register(run, options=options, examples=examples)
+            else:
+                _log(run, f"resumed: {version.name} was registered by an earlier attempt; not training again")
+            if version.status == ModelVersion.Status.CANDIDATE:
+                promotion.evaluate_and_gate(run, version, examples=examples, options=options,
+                                            log=lambda line: _log(run, line))
+            else:
+                _log(run, f"resumed: {version.name} was already {version.status}; the gate is not run again")
             run.succeed()
     except Exception as error:
         _log(run, f"failed: {type(error).__name__}: {error}")
-        if not ModelVersion.objects.filter(name=folder.name).exists():
-            shutil.rmtree(folder, ignore_errors=True)
+        if registered_version(run) is None:
+            shutil.rmtree(version_folder(run), ignore_errors=True)
         raise
     run.refresh_from_db()
     return run
+
+
+def run_inputs(run: TrainingRun) -> tuple[RunOptions, list[Example]]:
+    """What a run is asked to do, and today's labeled examples it learns from (and is gated on)."""
+    options = RunOptions.parse(run.config)
+    config = TrainConfig.from_dict(options.train)
+    return options, build_examples(gather_rows(labels=config.labels), neutral=config.neutral)
 
 
 def _log(run: TrainingRun, line: str) -> None:
@@ -272,14 +300,21 @@ def version_name(run: TrainingRun) -> str:
     return f"run{run.pk}-{train.get('head', 'point')}-{train.get('mode', 'head')}"
 
 
-def _train_and_register(
-    run: TrainingRun, folder: Path, options: RunOptions
-) -> tuple[ModelVersion, training.TrainResult]:
+def version_folder(run: TrainingRun) -> Path:
+    return settings.MODELS_DIR / version_name(run)
+
+
+def registered_version(run: TrainingRun) -> ModelVersion | None:
+    """The version this run registered, if an attempt got that far (found by its name, unique per run)."""
+    return ModelVersion.objects.filter(name=version_name(run)).first()
+
+
+def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[Example]) -> ModelVersion:
+    """Train on the labeled examples, write the version's folder and register it with its split."""
     from . import registry, training
 
     config = TrainConfig.from_dict(options.train)
-    rows = gather_rows(labels=config.labels)
-    examples = build_examples(rows, neutral=config.neutral)
+    folder = version_folder(run)
     if not examples:
         raise ValueError(f"no labeled steps to train on ({config.labels} labels): submit or compute some first")
     _log(run, f"labels: {config.labels}; {sum(e.human_labels for e in examples)} human and "
@@ -287,19 +322,24 @@ def _train_and_register(
     parent, backbone_folder, separator, parent_head = _parent_backbone(run.parent)
     if config.layer is None and parent_head.get("layer") is not None:
         config.layer = parent_head["layer"]  # same read-out layer: the feature cache stays warm
-    _log(run, f"{len(rows)} labeled solutions; backbone {backbone_folder.name}; {config.head} head, mode {config.mode}")
+    _log(run, f"{len(examples)} labeled solutions; backbone {backbone_folder.name}; "
+              f"{config.head} head, mode {config.mode}")
     backbone = _training_backbone(parent, backbone_folder, separator, config)
     progress = _ProgressWriter(run)
-    result = training.train(rows, backbone=backbone, config=config, cache=feature_cache(),
+    result = training.train([e.row for e in examples], backbone=backbone, config=config, cache=feature_cache(),
                             backbone_id=training.backbone_fingerprint(backbone_folder), progress=progress)
     progress.flush()
+    shutil.rmtree(folder, ignore_errors=True)  # what a killed attempt wrote before registering: not a version
     training.save_checkpoint(result, folder, parent_backbone=backbone_folder, tokenizer=backbone.tokenizer,
                              separator=separator, extra_meta={"run_id": run.pk})
-    version = registry.register_model_version(name=folder.name, path=folder, parent=run.parent,
-                                              metrics={"training": result.metrics})
-    TrainingRun.objects.filter(pk=run.pk).update(result=version, config=run.config | {"train": asdict(config)})
+    # The version, its split and the run's link to it in one transaction: an attempt killed
+    # after this finds all three (`registered_version`), one killed before finds none.
+    with transaction.atomic():
+        version = registry.register_model_version(name=folder.name, path=folder, parent=run.parent,
+                                                  metrics={"training": result.metrics, "split": result.split()})
+        TrainingRun.objects.filter(pk=run.pk).update(result=version, config=run.config | {"train": asdict(config)})
     _log(run, f"trained in {result.seconds:.1f}s ({result.tokens} backbone tokens); registered {folder.name}")
-    return version, result
+    return version
 
 
 class _ProgressWriter:

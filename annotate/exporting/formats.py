@@ -61,13 +61,12 @@ def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int
 
 def labeled(annotation: AnnotationRecord, tally: ExportTally, *, trainable: bool = True) -> verdicts.Verdicts | None:
     """The annotation's verdicts, or None (counted) when it has none to give: a bad problem says
-    nothing about its steps, and a finish reason its ratings contradict is never exported."""
-    if trainable and annotation.finish_reason == FinishReason.BAD_PROBLEM:
-        tally.skip("bad_problem")
-        return None
+    nothing about its steps, and a finish reason its ratings contradict is never exported
+    (`Verdicts.withheld`, the rule training rows follow too)."""
     verdict = verdicts.verdicts(annotation)
-    if verdict.contradiction(annotation.finish_reason):
-        tally.skip("inconsistent")
+    reason = verdict.withheld(annotation.finish_reason, trainable=trainable)
+    if reason is not None:
+        tally.skip(reason)
         return None
     return verdict
 

@@ -69,6 +69,12 @@ class TrainResult:
             "train": describe(self.train_examples),
             "val": describe(self.val_examples),
             "train_solution_ids_sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+        } | self.split()
+
+    def split(self) -> dict[str, list[int]]:
+        """The problems trained on and held out: what the gate must measure the model on (and not)."""
+        return {
+            "train_problem_ids": sorted({e.row.problem_id for e in self.train_examples}),
             "val_problem_ids": sorted({e.row.problem_id for e in self.val_examples}),
         }
 

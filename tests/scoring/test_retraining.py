@@ -9,18 +9,22 @@ from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from annotate import labeling, queueing, verdicts
+from annotate import exporting, labeling, queueing, recovery, reviewing, verdicts
+from annotate.exporting import ExportOptions, ExportTally
 from annotate.models import Annotation, Completion, Generation
-from annotate.models.jobs import JobState
+from annotate.models.jobs import JobState, heartbeats
 from scoring import evaluation, promotion, registry, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
 from scoring.prm import StepHead, save_head_model
 from scoring.tasks import scheduled_retrain_task
 from scoring.tiny import build_tiny_backbone
 from tests.annotate.test_exporting import PHASE1_LINE, import_lines
+from tests.annotate.test_job_lifecycle import DEAD
 from tests.annotations import annotate
 from tests.conftest import wait_for
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
+from tests.scoring.test_tasks import worker_factory  # noqa: F401  (a fixture)
+from tests.test_recovery import lose_broker_messages
 
 WRONG = "so the answer is wrong"
 FAST = {"train": {"epochs": 60, "lr": 0.03, "val_fraction": 0.25}, "bon_max_problems": 8}
@@ -98,13 +102,29 @@ def test_training_rows_read_the_step_verdict_so_a_human_completion_is_a_good_ste
 
 
 @pytest.mark.embedded
-def test_training_rows_end_at_the_first_error_and_follow_a_reviewer_override(db):
+def test_training_rows_end_at_the_first_error_and_follow_a_reviewer_override(db, reviewer):
     solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
     annotation = annotate(solution, [1, 1, 1])
     assert retraining.gather_rows()[0].ratings == ((1, 1, 1),)
-    # A reviewer overrides step 2 (the chosen completion's rating): training sees it at once.
-    Completion.objects.filter(step_label__annotation=annotation, step_label__index=1).update(rating=-1)
+    # A reviewer overrides step 2 (the chosen completion's rating): training sees it at once,
+    # and the finish reason follows the ratings (solution -> found_error), so it is exported too.
+    reviewing.override_rating(annotation=annotation, index=1, rating=-1, reviewer=reviewer)
     assert retraining.gather_rows()[0].ratings == ((1, -1, None),)
+    assert [row["label"] for row in exporting.iter_rows(format="processbench", options=ExportOptions())] == [1]
+
+
+@pytest.mark.embedded
+def test_an_annotation_its_finish_reason_contradicts_is_neither_exported_nor_trained_on(db):
+    solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
+    annotate(solution, [1, -1], labeler="consistent")
+    contradicted = annotate(solution, [1, -1], labeler="contradicted")
+    # Finished as found_error with no step rated -1 (what an edit outside the review could leave).
+    Completion.objects.filter(step_label__annotation=contradicted, step_label__index=1).update(rating=0)
+    tally = ExportTally()
+    assert len(list(exporting.iter_rows(format="soft", options=ExportOptions(), tally=tally))) == 1
+    assert tally.skipped == {"inconsistent": 1}
+    [row] = retraining.gather_rows()
+    assert row.ratings == ((1, -1, None),)  # the consistent annotation's only
 
 
 @pytest.mark.embedded
@@ -287,6 +307,96 @@ def test_a_redelivered_task_never_reruns_a_run_an_earlier_attempt_left_running(d
     assert run.start()  # the first attempt claimed it, then its worker vanished
     assert retraining.run_training(run_id=run.pk).state == JobState.RUNNING  # not resumable: left alone
     assert not ModelVersion.objects.exists()
+
+
+# --- a run whose worker died after registering its version -------------------------------------
+
+
+def first_attempt_killed(run: TrainingRun, *, after_gate: bool = False) -> ModelVersion:
+    """What the worker's `run_training` does with the run up to registering its version (and,
+    with `after_gate`, gating it), before its process is killed."""
+    assert run.start()
+    options, examples = retraining.run_inputs(run)
+    version = retraining.train_and_register(run, options=options, examples=examples)
+    if after_gate:
+        promotion.evaluate_and_gate(run, version, examples=examples, options=options, log=print)
+    heartbeats.release_all()  # its process is gone: nothing beats the run any more,
+    TrainingRun.objects.filter(pk=run.pk).update(claimed_by=DEAD)  # and its pid names no process
+    return version
+
+
+def restart(run: TrainingRun) -> TrainingRun:
+    """A worker is back: the reconciler puts the run back to pending and resends its task, run here."""
+    assert f"TrainingRun:{run.pk}" in recovery.reconcile(pending_after=0)
+    lose_broker_messages()  # no worker in this process: the task's call follows
+    return retraining.run_training(run_id=run.pk)
+
+
+def test_a_run_killed_after_registering_its_version_goes_on_from_that_version_on_restart(
+    constant_current, annotator
+):
+    make_pool()
+    label_everything(annotator)
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    version = first_attempt_killed(run)
+    assert TrainingRun.objects.get(pk=run.pk).state == JobState.RUNNING
+    assert version.status == ModelVersion.Status.CANDIDATE and not RescoreJob.objects.exists()
+
+    run = restart(run)
+    assert run.state == JobState.SUCCEEDED and run.active_slot is None, run.error + run.log
+    assert run.result == version and ModelVersion.objects.count() == 2  # registered once, not failed on its name
+    assert run.log.count(f"registered {version.name}") == 1 and f"resumed: {version.name} was registered" in run.log
+    # Evaluated and gated as an uninterrupted run is: on the split recorded with the version.
+    split = ModelVersion.objects.get(pk=version.pk).metrics["split"]
+    assert split["val_problem_ids"] and not set(split["val_problem_ids"]) & set(split["train_problem_ids"])
+    assert run.gate["promoted"] and run.gate["new"] > 0.5 == run.gate["current"]
+    assert ModelVersion.objects.current() == version
+    assert RescoreJob.objects.filter(model_version=version).count() == 1
+
+
+def test_a_run_killed_after_promoting_its_version_is_finished_without_a_second_gate_or_rescore(
+    constant_current, annotator
+):
+    make_pool()
+    label_everything(annotator)
+    run = retraining.start_training_run(options=FAST, enqueue=False)
+    version = first_attempt_killed(run, after_gate=True)
+    assert ModelVersion.objects.current() == version and RescoreJob.objects.count() == 1
+
+    run = restart(run)
+    assert run.state == JobState.SUCCEEDED, run.error + run.log
+    assert f"resumed: {version.name} was already promoted" in run.log
+    assert run.gate["current_version"] == constant_current.name  # the first attempt's decision stands
+    assert RescoreJob.objects.count() == 1 and ModelVersion.objects.count() == 2
+
+
+@pytest.mark.slow
+@pytest.mark.postgresql
+def test_a_worker_killed_between_registering_and_gating_is_followed_by_one_that_finishes_the_run(
+    constant_current, worker_factory  # noqa: F811
+):
+    make_pool()
+    label_everything(user_with_role("trainer-ann", "annotator"))
+    worker = worker_factory()
+    run = retraining.start_training_run(options=FAST)  # queued on ml, run by the real worker
+    wait_for(lambda: TrainingRun.objects.filter(pk=run.pk, result__isnull=False).exists(), timeout=240, interval=0.02)
+    with transaction.atomic():
+        # Holding the run's row stops the worker at its next write to it (its log, right after
+        # registering, or before the gate): the kill lands between registering and promoting.
+        TrainingRun.objects.select_for_update().get(pk=run.pk)
+        worker.kill()
+        assert ModelVersion.objects.current() == constant_current, "the gate ran before the kill"
+    assert TrainingRun.objects.get(pk=run.pk).state == JobState.RUNNING
+
+    worker_factory()  # its start finds the dead holder, puts the run back to pending and resends it
+    wait_for(lambda: TrainingRun.objects.get(pk=run.pk).state in (JobState.SUCCEEDED, JobState.FAILED), timeout=240)
+    run.refresh_from_db()
+    assert run.state == JobState.SUCCEEDED, run.error + run.log
+    assert "resumed: " in run.log and ModelVersion.objects.count() == 2
+    assert ModelVersion.objects.current() == run.result and run.gate["promoted"]
+    wait_for(lambda: RescoreJob.objects.filter(model_version=run.result, state=JobState.SUCCEEDED).exists(),
+             timeout=120)
+    assert RescoreJob.objects.count() == 1
 
 
 @pytest.mark.slow
