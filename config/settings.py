@@ -175,7 +175,8 @@ CONTENT_SECURITY_POLICY = {
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
-USE_I18N = True
+# One language: without the translation machinery every request and template does less work.
+USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
@@ -226,7 +227,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "throttle": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "throttle"}
+        {"BACKEND": "config.redis_cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "throttle"}
         if REDIS_URL else
         {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "throttle")}
     ),
@@ -235,7 +236,7 @@ CACHES = {
 # through to the database too, so a Redis restart logs nobody out); without it, from the
 # database, since a per-process cache would not see a logout in another gunicorn worker.
 if REDIS_URL:
-    CACHES["sessions"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+    CACHES["sessions"] = {"BACKEND": "config.redis_cache.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": "sessions"}
     SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
     SESSION_CACHE_ALIAS = "sessions"

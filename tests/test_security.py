@@ -183,7 +183,9 @@ def test_htmx_is_configured_for_the_csp():
     base = (REPO_ROOT / "templates" / "base.html").read_text()
     config = re.search(r"""<meta name="htmx-config" content='([^']*)'>""", base).group(1)
     assert json.loads(config) == {"selfRequestsOnly": True, "allowEval": False, "allowScriptTags": False,
-                                  "includeIndicatorStyles": False}
+                                  "includeIndicatorStyles": False,
+                                  # No page snapshots kept for the back button: it loads the page.
+                                  "historyCacheSize": 0, "refreshOnHistoryMiss": True}
 
 
 # --- the API and gold items ------------------------------------------------------------
