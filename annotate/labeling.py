@@ -12,7 +12,6 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import Case, F, IntegerField, Value, When
 from django.db.models.functions import Coalesce, Greatest
@@ -20,6 +19,7 @@ from django.utils import timezone
 
 from annotate import queueing, verdicts
 from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, StepLabel
+from config import throttling
 
 RATINGS = (-1, 0, 1)
 MAX_COMPLETION_CHARS = 5000
@@ -327,19 +327,8 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
 
 
 def heartbeat_allowed(*, user_id: int) -> bool:
-    """Whether the user is within STEPWISE_HEARTBEATS_PER_MINUTE (counted per clock minute).
-
-    The count lives in Django's cache: per web process with the default local-memory cache,
-    so the limit applies per process; a shared cache makes it site-wide.
-    """
-    key = f"stepwise:heartbeats:{user_id}:{int(timezone.now().timestamp() // 60)}"
-    cache.add(key, 0, timeout=120)
-    try:
-        count = cache.incr(key)
-    except ValueError:  # Evicted between add and incr: count this one as the first.
-        cache.set(key, 1, timeout=120)
-        count = 1
-    return count <= settings.STEPWISE_HEARTBEATS_PER_MINUTE
+    """Whether the user is within STEPWISE_HEARTBEATS_PER_MINUTE, site-wide (config/throttling.py)."""
+    return throttling.check("heartbeat", user_id, f"{settings.STEPWISE_HEARTBEATS_PER_MINUTE}/minute").allowed
 
 
 def record_time(*, annotation: Annotation, times: ActiveTime) -> None:

@@ -1,0 +1,50 @@
+"""One rule for per-user rates (config/throttling.py), in the cache all web processes share."""
+import threading
+import uuid
+
+import pytest
+
+from config import throttling
+
+
+def fresh_user() -> str:
+    return uuid.uuid4().hex  # The shared cache outlives test databases: a key nobody used.
+
+
+@pytest.mark.embedded
+def test_a_rate_allows_its_count_per_window_then_says_how_long_to_wait():
+    user = fresh_user()
+    verdicts = [throttling.check("test", user, "3/minute") for _ in range(4)]
+    assert [v.allowed for v in verdicts] == [True, True, True, False]
+    assert 0 < verdicts[-1].retry_after <= 60
+
+
+@pytest.mark.embedded
+def test_users_and_scopes_are_counted_apart():
+    user, other = fresh_user(), fresh_user()
+    assert throttling.check("test", user, "1/hour").allowed
+    assert not throttling.check("test", user, "1/hour").allowed
+    assert throttling.check("test", other, "1/hour").allowed
+    assert throttling.check("other-scope", user, "1/hour").allowed
+
+
+def test_concurrent_requests_are_all_counted():
+    """With Redis; the file-based fallback's increment is read-then-write (config/throttling.py)."""
+    user, allowed = fresh_user(), []
+    barrier = threading.Barrier(20)
+
+    def one():
+        barrier.wait()
+        allowed.append(throttling.check("test", user, "5/minute").allowed)
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert allowed.count(True) == 5 and len(allowed) == 20
+
+
+def test_a_rate_that_is_not_one_is_refused_by_name():
+    with pytest.raises(ValueError, match="'ten/minute' is not a rate"):
+        throttling.parse_rate("ten/minute")
