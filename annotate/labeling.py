@@ -195,20 +195,21 @@ _LOCKED_FIELDS = ("status", "created_at", "total_time_ms", "queue_item_id", "is_
                   "queue_item__lease_expires_at")
 _STEP_FIELDS = ("step_labels__index", "step_labels__completions__text", "step_labels__completions__rating",
                 "step_labels__completions__flagged", "step_labels__time_ms", "step_labels__human_completion")
+_COMPLETION_ID = "step_labels__completions__id"  # so the write is by primary key, not a join
 
 
-def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> tuple[Annotation, list[_Row]]:
+def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> tuple[Annotation, list[_Row], list[int]]:
     """`_open` and `_rows` in one statement, for the rating (the hot path): the annotation is
     locked and its owner checked by the same read that brings its steps and its lease, and the
     lease is written only when it needs renewing (queueing.keep_lease)."""
     found = list(
         Annotation.objects.select_for_update(of=("self",))
         .filter(pk=annotation.pk, annotator_id=annotation.annotator_id, step_labels__completions__index=0)
-        .order_by("step_labels__index").values_list(*_LOCKED_FIELDS, *_STEP_FIELDS)
+        .order_by("step_labels__index").values_list(*_LOCKED_FIELDS, *_STEP_FIELDS, _COMPLETION_ID)
     )
     if not found:  # Not theirs (DoesNotExist from _open), or no steps to rate.
         locked = _open(annotation, config)
-        return locked, _rows(locked)
+        return locked, _rows(locked), []
     head = dict(zip(_LOCKED_FIELDS, found[0]))
     own = {"id": annotation.pk, "annotator_id": annotation.annotator_id,
            **{name: head[name] for name in _LOCKED_FIELDS if not name.startswith("queue_item__")}}
@@ -219,7 +220,7 @@ def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> tuple[Ann
         raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
     queueing.keep_lease(annotation=locked, seconds=config.lease_duration, item_status=head["queue_item__status"],
                         leased_to=head["queue_item__leased_to_id"], expires_at=head["queue_item__lease_expires_at"])
-    return locked, [row[len(_LOCKED_FIELDS):] for row in found]
+    return locked, [row[len(_LOCKED_FIELDS):-1] for row in found], [row[-1] for row in found]
 
 
 def _ratings(annotation: Annotation) -> list[int | None]:
@@ -255,9 +256,9 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked, rows = _open_with_rows(annotation, config)
+        locked, rows, completion_ids = _open_with_rows(annotation, config)
         _check_reachable([row[2] for row in rows], index, config)
-        _completion(locked, index).update(rating=rating)
+        Completion.objects.filter(pk=completion_ids[index]).update(rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
         clear_rewrite = rating != -1 and config.allow_human_completion
         if clear_rewrite:
@@ -371,7 +372,7 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
     """
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked, rows = _open_with_rows(annotation, config)
+        locked, rows, _ = _open_with_rows(annotation, config)
         ratings = [row[2] for row in rows]
         reason = _decide(ratings, config, finish_reason, note)
         _record_time(locked, times)  # Before steps past the end are dropped: the page reports them too.

@@ -227,13 +227,22 @@ def claim_next(*, annotator, now: dt.datetime | None = None) -> Annotation | Non
         # One claim at a time per annotator (a double click must not open two tasks).
         # SQLite's IMMEDIATE transactions already serialize every writer.
         if connection.features.has_select_for_update:
-            get_user_model().objects.select_for_update().filter(pk=annotator.pk).first()
+            _lock_row(get_user_model(), annotator.pk)
         task = current_task(annotator=annotator)
         if task is not None:
             if _renew(task, now) == 1:
                 return task
             task.delete()  # Its lease lapsed and someone else holds the item now.
         return _new_task(annotator, now)
+
+
+def _lock_row(model, pk) -> None:
+    """SELECT ... FOR UPDATE of one row by primary key, written out: the ORM would build (and
+    read) the whole row for a lock on every claim."""
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {quote(model._meta.db_table)} WHERE {quote(model._meta.pk.column)} = %s "
+                       "FOR UPDATE", [pk])
 
 
 def _new_task(annotator, now: dt.datetime) -> Annotation | None:
