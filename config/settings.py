@@ -102,6 +102,10 @@ def database_from_url(url: str) -> dict:
         config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True)
     except (ValueError, KeyError) as error:
         raise ImproperlyConfigured(f"DATABASE_URL={url!r} is not a database URL: {error}") from None
+    if config["ENGINE"] == "django.db.backends.postgresql":
+        # Parameters bound by the server, so psycopg prepares a statement run 5 times on a
+        # connection and PostgreSQL stops parsing and planning the labeling path's queries.
+        config["OPTIONS"] = {"server_side_binding": True}
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Web, worker and beat write at once: without WAL, a busy timeout and IMMEDIATE
         # transactions SQLite answers "database is locked" under a handful of writers.
