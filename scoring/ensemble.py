@@ -273,11 +273,9 @@ def pool_uncertainty_for(model_version, fitted: Fitted, solution_ids) -> dict[in
     wanted = list(solution_ids)
     with locked(folder):
         known = read_uncertainties(path)
-        missing = [pk for pk in wanted if pk not in known]
-        if missing:
-            where = feature_source(model_version)
-            for start in range(0, len(missing), UNCERTAINTY_CHUNK):
-                known.update(pool_uncertainty(fitted.ensemble, missing[start:start + UNCERTAINTY_CHUNK], **where))
+        added = computed_uncertainty(model_version, fitted, [pk for pk in wanted if pk not in known])
+        if added:  # (a solution without steps gets no numbers: nothing to write for it)
+            known.update(added)
             ids = sorted(known)
             write_atomically(path, {
                 "solution_ids": torch.tensor(ids, dtype=torch.int64),
@@ -285,6 +283,16 @@ def pool_uncertainty_for(model_version, fitted: Fitted, solution_ids) -> dict[in
                 .reshape(len(ids), 3),
             })
     return {pk: known[pk] for pk in wanted if pk in known}
+
+
+def computed_uncertainty(model_version, fitted: Fitted, solution_ids: list[int]) -> dict[int, SolutionUncertainty]:
+    """pool_uncertainty in chunks, on the version's backbone (loaded only when there is work)."""
+    if not solution_ids:
+        return {}
+    where, out = feature_source(model_version), {}
+    for start in range(0, len(solution_ids), UNCERTAINTY_CHUNK):
+        out.update(pool_uncertainty(fitted.ensemble, solution_ids[start:start + UNCERTAINTY_CHUNK], **where))
+    return out
 
 
 def read_uncertainties(path: Path) -> dict[int, SolutionUncertainty]:
