@@ -343,11 +343,16 @@ def feature_source(model_version) -> dict:
             "backbone_id": training.backbone_fingerprint(folder)}
 
 
-def step_spreads(loaded, fitted: Fitted, items) -> list[list[float]]:
-    """Per item, each step's spread (std of p over members), for /api/score: the backbone read
-    at the ensemble's layer exactly as the feature cache reads it, nothing written to disk."""
+def scored_with_spread(loaded, fitted: Fitted, items) -> tuple[list[list], list[list[float]]]:
+    """For /api/score: (step probabilities, per step the spread of p over the members). One
+    backbone pass when the head reads the ensemble's layer (a trained head does: both take the
+    training layer), else a second pass for the head; nothing is written to the feature cache."""
     from scoring.training import truncated
 
+    # Read exactly as the feature cache reads what the ensemble was fitted on.
     with truncated(loaded.model, fitted.layer) as read_at:
         features = loaded.step_features(items, layer=read_at)
-    return [fitted.ensemble.spread(h) for h in features]
+    spreads = [fitted.ensemble.spread(h) for h in features]
+    if loaded.kind == "head" and loaded.config["head"].get("layer") == fitted.layer:
+        return [loaded.head.probabilities(h) for h in features], spreads
+    return loaded.step_probabilities(items), spreads

@@ -95,10 +95,13 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
     from . import ensemble
 
     loaded = registry.load(version)
-    results = loaded.step_probabilities(items)
     # The version's stored ensemble (scoring/ensemble.py), fitted at its last queue rebuild with labels.
     fitted = ensemble.stored_ensemble(version)
-    spreads = ensemble.step_spreads(loaded, fitted, items) if fitted else [[None] * len(s) for s in results]
+    if fitted is None:
+        results = loaded.step_probabilities(items)
+        spreads: list[list[float | None]] = [[None] * len(steps) for steps in results]
+    else:
+        results, spreads = ensemble.scored_with_spread(loaded, fitted, items)
     return [[{"p": s.p, "mean": s.mean, "sigma": s.sigma, "spread": spread} for s, spread in zip(steps, spread_row)]
             for steps, spread_row in zip(results, spreads)]
 

@@ -107,7 +107,10 @@ def test_each_step_gets_the_ensembles_spread_beside_its_probability(scoring_work
     items = [{"problem": PROBLEM, "steps": STEPS[:n]} for n in (3, 1)]
     body = client.post("/api/score", {"items": items, "model": "tiny-point"}, format="json").json()
     pairs = [(i["problem"], i["steps"]) for i in items]
-    expected = ensemble.step_spreads(registry.load(point), fitted, pairs)
+    # What the stored heads give on the features they were fitted on (the feature cache's).
+    where = ensemble.feature_source(point)
+    features = where["cache"].features(where["backbone"], pairs, layer=where["layer"], backbone_id=where["backbone_id"])
+    expected = [fitted.ensemble.spread(h) for h in features]
     assert [[step["spread"] for step in item["steps"]] for item in body["items"]] == [
         pytest.approx(row) for row in expected]
     assert all(step["spread"] > 0 for item in body["items"] for step in item["steps"])

@@ -6,9 +6,9 @@ import threading
 import pytest
 import torch
 
-from annotate.models import QueueItem
+from annotate.models import QueueItem, Solution
 from scoring import ensemble, registry, retraining, scoring, selection, simulation, simulation_pool
-from scoring.models import ModelVersion
+from scoring.models import ModelVersion, StepScore
 from scoring.tiny import build_tiny_prm
 
 DISAGREEMENT = {"disagreement": 1.0}
@@ -151,3 +151,22 @@ def test_a_model_that_is_not_a_head_has_no_ensemble(version, labeled_pool):
                                                   weights_sha256="1" * 64)
     assert ensemble.stored_ensemble(remote) is None
     assert ensemble.for_model_version(remote, labeled_pool) == {}
+
+
+def test_scoring_with_the_ensemble_costs_one_backbone_pass_when_the_head_reads_its_layer(
+        version, labeled_pool, tmp_path):
+    # A trained head reads the training layer (~60 % depth), the layer the ensemble is fitted at.
+    same_layer = registry.register_model_version(name="tiny-layer-1", path=build_tiny_prm(tmp_path / "l1", layer=1))
+    fitted = ensemble.fitted_for_version(same_layer, retraining.gather_rows())
+    assert fitted.layer == 1
+    solution = Solution.objects.get(pk=labeled_pool[0])
+    items = [(solution.problem.statement, [s.text for s in solution.steps.order_by("index")])]
+    loaded = registry.load(same_layer)
+    before = loaded.forward_passes
+    steps = scoring.score_texts(items=items, model_version=same_layer)[0]
+    assert loaded.forward_passes - before == 1
+    assert all(step["spread"] > 0 for step in steps)
+    # The same probabilities as a rescore stores.
+    scoring.score_solutions(model_version=same_layer, solution_ids=[solution.pk])
+    stored = StepScore.objects.filter(step__solution=solution, model_version=same_layer).order_by("step__index")
+    assert [step["p"] for step in steps] == pytest.approx([s.p for s in stored], abs=1e-6)
