@@ -327,6 +327,7 @@ STEPWISE_SCORE_RATE = env_rate("STEPWISE_SCORE_RATE", "120/minute")
 # Days uploaded import files and their reports are kept once their job has finished (0: forever).
 STEPWISE_RETENTION_DAYS = env_int("STEPWISE_RETENTION_DAYS", 30, minimum=0)
 FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
+ENSEMBLES_DIR = MODELS_DIR / "ensembles"  # per model version: its bootstrap ensemble and the pool's uncertainties
 # Job recovery (annotate/recovery.py): a worker beats each job it holds every HEARTBEAT
 # seconds; a running job silent for STALE seconds has lost its worker; a pending job whose
 # message was sent REQUEUE seconds ago gets it again (the broker may have lost it).

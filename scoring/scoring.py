@@ -82,7 +82,8 @@ def score_solutions(
 
 
 def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersion | None = None) -> list[list[dict]]:
-    """Score texts that are not in the pool (the scoring API): per step {"p", "mean", "sigma"}."""
+    """Score texts that are not in the pool (the scoring API): per step {"p", "mean", "sigma", "spread"}
+    (spread: the std of p over the version's ensemble members; None when it has no ensemble)."""
     version = model_version or registry.current_model_version()
     if version is None:
         raise LookupError("no current model version; run `manage.py init_default_model`")
@@ -91,8 +92,18 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
             raise ValueError(f"item {index}: 'problem' must be a non-empty string")
         if not steps or not all(isinstance(s, str) and s.strip() for s in steps):
             raise ValueError(f"item {index}: 'steps' must be a non-empty list of non-empty strings")
-    results = registry.load(version).step_probabilities(items)
-    return [[{"p": s.p, "mean": s.mean, "sigma": s.sigma} for s in steps] for steps in results]
+    from . import ensemble
+
+    loaded = registry.load(version)
+    # The version's stored ensemble (scoring/ensemble.py), fitted at its last queue rebuild with labels.
+    fitted = ensemble.stored_ensemble(version)
+    if fitted is None:
+        results = loaded.step_probabilities(items)
+        spreads: list[list[float | None]] = [[None] * len(steps) for steps in results]
+    else:
+        results, spreads = ensemble.scored_with_spread(loaded, fitted, items)
+    return [[{"p": s.p, "mean": s.mean, "sigma": s.sigma, "spread": spread} for s, spread in zip(steps, spread_row)]
+            for steps, spread_row in zip(results, spreads)]
 
 
 class ScoringUnavailable(RuntimeError):

@@ -182,7 +182,9 @@ def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None,
                   uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> Generation:
     """Start a new generation with this model's picks; annotate's queueing writes the items.
 
-    `uncertainty` (solution id -> ensemble.SolutionUncertainty) feeds the ensemble reasons.
+    `uncertainty` (solution id -> ensemble.SolutionUncertainty) feeds the ensemble reasons;
+    without it they read the version's stored ensemble (`ensemble.for_model_version`: fitted
+    once per set of labels, the pool's numbers computed once per solution under it).
     """
     policy = policy or Policy()
     pool = candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty)

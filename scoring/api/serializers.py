@@ -107,6 +107,9 @@ class StepProbabilitySerializer(serializers.Serializer):
     p = serializers.FloatField(help_text="Probability the step is correct")
     mean = serializers.FloatField(allow_null=True, required=False, help_text="Distributional heads: mean")
     sigma = serializers.FloatField(allow_null=True, required=False, help_text="Distributional heads: std. deviation")
+    spread = serializers.FloatField(
+        allow_null=True, required=False,
+        help_text="Std. deviation of p across the model's bootstrap ensemble; null when it has none")
 
 
 class SolutionAggregateSerializer(serializers.Serializer):

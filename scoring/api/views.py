@@ -61,7 +61,10 @@ named in `model`: a dense reward source for RL trainers (one reward per step).
 Send one solution as `{{"problem": ..., "steps": [...]}}` or up to {serializers.MAX_ITEMS} as
 `{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`, at most {serializers.MAX_TOTAL_TEXT} characters of
 text in all; larger requests get a 400 naming the limit. Distributional
-models also return each step's `mean` and `sigma`.
+models also return each step's `mean` and `sigma`. `spread` is the standard deviation of the
+step's probability across the model's bootstrap ensemble of heads (epistemic: how much more
+labels could change it), once the version has one (fitted at its first queue rebuild with
+labels, refitted when they change); null when it has none.
 
 ```
 curl -X POST https://stepwise.example/api/score \\
@@ -117,8 +120,8 @@ class ScoreView(APIView):
             ),
             OpenApiExample(
                 "Scores", response_only=True,
-                value={"model": "prm-gen-3", "steps": [{"p": 0.97, "mean": None, "sigma": None},
-                                                        {"p": 0.95, "mean": None, "sigma": None}]},
+                value={"model": "prm-gen-3", "steps": [{"p": 0.97, "mean": None, "sigma": None, "spread": 0.02},
+                                                        {"p": 0.95, "mean": None, "sigma": None, "spread": 0.11}]},
             ),
         ],
     )
@@ -150,7 +153,8 @@ class ScoreView(APIView):
 
 
 def _step(probability: dict) -> dict:
-    return {"p": probability["p"], "mean": probability.get("mean"), "sigma": probability.get("sigma")}
+    return {"p": probability["p"], "mean": probability.get("mean"), "sigma": probability.get("sigma"),
+            "spread": probability.get("spread")}
 
 
 SEARCH_DESCRIPTION = """

@@ -3,13 +3,16 @@
 The scores are computed by a real ml worker process (one for the module: a worker per
 test would spend most of the run starting up); requests refused before scoring need none.
 """
+import shutil
+
 import pytest
 from rest_framework.test import APIClient
 
-from scoring import registry, scoring
+from scoring import ensemble, registry, scoring, simulation_pool
 from scoring.api.serializers import MAX_ITEMS
 from scoring.models import SolutionScore
 from scoring.tiny import build_tiny_prm
+from scoring.training_data import LabeledRow
 from tests.conftest import WorkerProcess
 from tests.factories import ProblemFactory, SolutionFactory
 
@@ -44,8 +47,30 @@ def tiny_models(db, tmp_path, settings):
     point = registry.register_model_version(
         name="tiny-point", path=build_tiny_prm(tmp_path / "point", kind="head", head_type="point", seed=3)
     )
+    forget_ensembles(beta, point)  # the worker reads them from the data dir: none left by an earlier run
     yield beta, point
+    forget_ensembles(beta, point)
     registry.forget_loaded()
+
+
+def forget_ensembles(*versions):
+    for version in versions:
+        shutil.rmtree(ensemble.store_dir(version), ignore_errors=True)
+
+
+@pytest.fixture
+def point_with_ensemble(tiny_models, tmp_path, settings):
+    """The point head with a stored 4-member ensemble, fitted on labeled synthetic solutions."""
+    _, point = tiny_models
+    settings.FEATURE_CACHE_DIR = tmp_path / "feature-cache"
+    problems, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=8, n_heldout=0)
+    rows = []
+    for problem_id, problem in enumerate(problems):
+        for solution in problem.solutions:
+            ratings = simulation_pool.known_ratings(len(solution.steps), solution.first_error)
+            rows.append(LabeledRow(len(rows), problem_id, problem.statement, tuple(solution.steps),
+                                   (tuple(ratings) + (None,) * (len(solution.steps) - len(ratings)),)))
+    return point, ensemble.fitted_for_version(point, rows, members=4)
 
 
 @pytest.fixture
@@ -65,6 +90,7 @@ def test_one_solution_gets_p_mean_and_sigma_per_step_from_the_current_model(scor
     assert body["steps"] == pytest.approx(direct)
     for step in body["steps"]:
         assert 0.0 <= step["p"] <= 1.0 and step["sigma"] is not None and step["sigma"] > 0
+        assert step["spread"] is None  # this version has no ensemble yet
 
 
 def test_a_batch_is_scored_in_order_by_the_named_model(scoring_worker, client, tiny_models):
@@ -89,6 +115,32 @@ def test_the_solution_score_sent_is_the_one_rescoring_stores_for_the_same_soluti
     assert single["score"] == pytest.approx(stored, abs=1e-5) and stored["sigma"] is not None
     batch = client.post("/api/score", {"items": [{"problem": PROBLEM, "steps": STEPS}]}, format="json").json()
     assert batch["items"][0]["score"] == pytest.approx(stored, abs=1e-5)
+
+
+def test_each_step_gets_the_ensembles_spread_beside_its_probability(scoring_worker, client, point_with_ensemble):
+    point, fitted = point_with_ensemble
+    items = [{"problem": PROBLEM, "steps": STEPS[:n]} for n in (3, 1)]
+    body = client.post("/api/score", {"items": items, "model": "tiny-point"}, format="json").json()
+    pairs = [(i["problem"], i["steps"]) for i in items]
+    # What the stored heads give on the features they were fitted on (the feature cache's).
+    where = ensemble.feature_source(point)
+    features = where["cache"].features(where["backbone"], pairs, layer=where["layer"], backbone_id=where["backbone_id"])
+    expected = [fitted.ensemble.spread(h) for h in features]
+    assert [[step["spread"] for step in item["steps"]] for item in body["items"]] == [
+        pytest.approx(row) for row in expected]
+    assert all(step["spread"] > 0 for item in body["items"] for step in item["steps"])
+    # The probabilities are the head's, as without an ensemble.
+    direct = scoring.score_texts(items=pairs, model_version=point)
+    assert [[s["p"] for s in item["steps"]] for item in body["items"]] == [
+        pytest.approx([s["p"] for s in d]) for d in direct]
+
+
+def test_a_corrupt_stored_ensemble_gives_a_null_spread_not_an_error(scoring_worker, client, point_with_ensemble):
+    point, _ = point_with_ensemble
+    (ensemble.store_dir(point) / ensemble.ENSEMBLE_FILE).write_bytes(b"\x00garbage")
+    response = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS, "model": "tiny-point"}, format="json")
+    assert response.status_code == 200, response.content
+    assert [step["spread"] for step in response.json()["steps"]] == [None] * len(STEPS)
 
 
 def test_a_batch_beyond_the_limit_is_refused_with_a_clear_400(client, tiny_models):

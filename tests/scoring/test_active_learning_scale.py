@@ -172,6 +172,7 @@ def test_rebuild_queue_serves_the_ensembles_picks_from_the_database(db, tiny):
 
 def test_rebuild_queue_fits_the_ensemble_itself_when_the_shares_ask_for_it(db, tmp_path, annotator, settings):
     settings.FEATURE_CACHE_DIR = tmp_path / "feature-cache"
+    settings.ENSEMBLES_DIR = tmp_path / "ensembles"
     version = registry.register_model_version(name="tiny-head", path=build_tiny_prm(tmp_path / "model"))
     problems, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=12, n_heldout=0)
     ids = simulation_pool.write_problems(problems, split="pool", source="tests")

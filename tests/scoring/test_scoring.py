@@ -56,7 +56,7 @@ def test_stored_scores_match_the_model_on_the_same_texts(tiny_version, pool):
     direct = scoring.score_texts(items=items, model_version=tiny_version)[0]
     stored = StepScore.objects.filter(step__solution=pool[3], model_version=tiny_version).order_by("step__index")
     assert [s.p for s in stored] == pytest.approx([d["p"] for d in direct], abs=1e-6)
-    assert set(direct[0]) == {"p", "mean", "sigma"}
+    assert set(direct[0]) == {"p", "mean", "sigma", "spread"}
 
 
 def test_unchanged_pool_with_same_model_costs_zero_forward_passes(tiny_version, pool):
