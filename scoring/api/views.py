@@ -1,15 +1,14 @@
 """The model side's REST API: model versions, training runs, stored scores, and live scoring."""
 from django.conf import settings
-from django.core.cache import caches
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers as drf_serializers
 from rest_framework import status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from annotate.api.permissions import IsReviewer
+from config import throttling
 from scoring import registry, scoring, searching
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 
@@ -81,19 +80,15 @@ step_rewards = [[step["p"] for step in item["steps"]] for item in rewards["items
 """
 
 
-class ScoreRateThrottle(UserRateThrottle):
-    """STEPWISE_SCORE_RATE requests per user, counted in the cache every web process shares.
+class ScoreRateThrottle(throttling.UserRate):
+    """STEPWISE_SCORE_RATE requests per user, counted as every limit is (config/throttling.py).
 
     Each request holds an ml worker for up to a forward pass; one client must not take them all.
     """
 
     scope = "score"
 
-    def __init__(self):
-        self.cache = caches["throttle"]
-        super().__init__()
-
-    def get_rate(self) -> str:
+    def rate(self) -> str:
         return settings.STEPWISE_SCORE_RATE
 
 
@@ -175,12 +170,12 @@ curl -X POST https://stepwise.example/api/search -H "Authorization: Token $STEPW
 """
 
 
-class SearchRateThrottle(ScoreRateThrottle):
+class SearchRateThrottle(throttling.UserRate):
     """STEPWISE_SEARCH_RATE searches per user: each one holds an ml worker for many generations."""
 
     scope = "search"
 
-    def get_rate(self) -> str:
+    def rate(self) -> str:
         return settings.STEPWISE_SEARCH_RATE
 
 
