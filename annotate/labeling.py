@@ -195,21 +195,36 @@ _LOCKED_FIELDS = ("status", "created_at", "total_time_ms", "queue_item_id", "is_
                   "queue_item__lease_expires_at")
 _STEP_FIELDS = ("step_labels__index", "step_labels__completions__text", "step_labels__completions__rating",
                 "step_labels__completions__flagged", "step_labels__time_ms", "step_labels__human_completion")
-_COMPLETION_ID = "step_labels__completions__id"  # so the write is by primary key, not a join
+# So the writes are by primary key, not through a join.
+_IDS = ("step_labels__completions__id", "step_labels__id")
 
 
-def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> tuple[Annotation, list[_Row], list[int]]:
+@dataclass
+class _Locked:
+    """An annotation read under its lock with its steps, for the actions on the hot path."""
+
+    annotation: Annotation
+    rows: list[_Row]
+    completion_ids: list[int]
+    step_label_ids: list[int]
+
+    def stored_times(self) -> dict[int, tuple[int, int]]:
+        """Step index -> (its StepLabel's id, the active ms stored for it)."""
+        return {row[0]: (pk, row[4] or 0) for row, pk in zip(self.rows, self.step_label_ids)}
+
+
+def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> _Locked:
     """`_open` and `_rows` in one statement, for the rating (the hot path): the annotation is
     locked and its owner checked by the same read that brings its steps and its lease, and the
     lease is written only when it needs renewing (queueing.keep_lease)."""
     found = list(
         Annotation.objects.select_for_update(of=("self",))
         .filter(pk=annotation.pk, annotator_id=annotation.annotator_id, step_labels__completions__index=0)
-        .order_by("step_labels__index").values_list(*_LOCKED_FIELDS, *_STEP_FIELDS, _COMPLETION_ID)
+        .order_by("step_labels__index").values_list(*_LOCKED_FIELDS, *_STEP_FIELDS, *_IDS)
     )
     if not found:  # Not theirs (DoesNotExist from _open), or no steps to rate.
         locked = _open(annotation, config)
-        return locked, _rows(locked), []
+        return _Locked(locked, _rows(locked), [], [])
     head = dict(zip(_LOCKED_FIELDS, found[0]))
     own = {"id": annotation.pk, "annotator_id": annotation.annotator_id,
            **{name: head[name] for name in _LOCKED_FIELDS if not name.startswith("queue_item__")}}
@@ -220,7 +235,9 @@ def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> tuple[Ann
         raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
     queueing.keep_lease(annotation=locked, seconds=config.lease_duration, item_status=head["queue_item__status"],
                         leased_to=head["queue_item__leased_to_id"], expires_at=head["queue_item__lease_expires_at"])
-    return locked, [row[len(_LOCKED_FIELDS):-1] for row in found], [row[-1] for row in found]
+    start, end = len(_LOCKED_FIELDS), len(_LOCKED_FIELDS) + len(_STEP_FIELDS)
+    return _Locked(locked, [row[start:end] for row in found], [row[end] for row in found],
+                   [row[end + 1] for row in found])
 
 
 def _ratings(annotation: Annotation) -> list[int | None]:
@@ -256,14 +273,15 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked, rows, completion_ids = _open_with_rows(annotation, config)
+        read = _open_with_rows(annotation, config)
+        locked, rows = read.annotation, read.rows
         _check_reachable([row[2] for row in rows], index, config)
-        Completion.objects.filter(pk=completion_ids[index]).update(rating=rating)
+        Completion.objects.filter(pk=read.completion_ids[index]).update(rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
         clear_rewrite = rating != -1 and config.allow_human_completion
         if clear_rewrite:
             StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=None)
-        step_times = _record_time(locked, times)
+        step_times = _record_time(locked, times, read.stored_times())
     changed = []
     for i, text, old_rating, flagged, time_ms, human in rows:
         if i in step_times:
@@ -338,19 +356,35 @@ def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
         _record_time(_open(annotation), times)
 
 
-def _record_time(annotation: Annotation, times: ActiveTime | None) -> dict[int, int]:
-    """Store a time report; returns the per-step times it offered (a stored time only grows)."""
+def _record_time(annotation: Annotation, times: ActiveTime | None,
+                 stored: dict[int, tuple[int, int]] | None = None, save_total: bool = True) -> dict[int, int]:
+    """Store a time report; returns the per-step times it offered (a stored time only grows).
+
+    `stored` (step index -> (StepLabel id, stored ms), read under the caller's lock) lets the
+    hot path write only the steps whose time grew, each by primary key; without it one guarded
+    statement covers every step reported. With `save_total` False the grown total is only set
+    on `annotation`, for the caller to save with its own changes.
+    """
     if times is None:
         return {}
     # Never more than the wall-clock time since the task was served.
     ceiling = int((timezone.now() - annotation.created_at) / dt.timedelta(milliseconds=1)) + _TIME_SLACK_MS
     total = min(times.total_ms, ceiling)
     if total > (annotation.total_time_ms or 0):
-        Annotation.objects.filter(pk=annotation.pk).update(total_time_ms=total)
+        if save_total:
+            Annotation.objects.filter(pk=annotation.pk).update(total_time_ms=total)
         annotation.total_time_ms = total
     if not times.steps:
         return {}
     offered = {index: min(ms, ceiling) for index, ms in times.steps.items()}
+    if stored is not None:
+        if not offered.keys() <= stored.keys():
+            raise LabelingError("step_ms: every index must be a step of this solution")
+        for index, ms in offered.items():
+            pk, before = stored[index]
+            if ms > before:
+                StepLabel.objects.filter(pk=pk).update(time_ms=ms)
+        return offered
     # One statement for every step, whatever the number of pairs (they are bounded anyway).
     reported = Case(*(When(index=index, then=Value(ms)) for index, ms in offered.items()),
                     output_field=IntegerField())
@@ -372,10 +406,12 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
     """
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked, rows, _ = _open_with_rows(annotation, config)
-        ratings = [row[2] for row in rows]
+        read = _open_with_rows(annotation, config)
+        locked, ratings = read.annotation, [row[2] for row in read.rows]
         reason = _decide(ratings, config, finish_reason, note)
-        _record_time(locked, times)  # Before steps past the end are dropped: the page reports them too.
+        # Before steps past the end are dropped (the page reports them too); the total is saved
+        # with the status below, in the same statement.
+        _record_time(locked, times, read.stored_times(), save_total=False)
         last = _keep_steps(locked, ratings, reason, config)
         # Every kept step but the last is chosen; the last too unless it is the error found.
         chosen_below = last if reason != FinishReason.FOUND_ERROR and last > 0 and ratings[last - 1] is not None \
@@ -388,7 +424,8 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
         locked.finish_reason = reason
         locked.finish_note = note.strip() if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else ""
         locked.timestamp = timezone.now()
-        locked.save(update_fields=["status", "finish_reason", "finish_note", "timestamp", "updated_at"])
+        locked.save(update_fields=["status", "finish_reason", "finish_note", "timestamp", "updated_at",
+                                   "total_time_ms"])
         queueing.finish_item(annotation=locked)
     # The caller's object as it now stands, without reading it back.
     for name in ("status", "finish_reason", "finish_note", "timestamp", "updated_at", "total_time_ms"):

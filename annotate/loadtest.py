@@ -59,6 +59,21 @@ class _NoAnswer(Exception):
     """The server dropped or refused the connection (counted as status 0); the client goes on."""
 
 
+class ActiveClock:
+    """The active-time fields the page adds to every labeling POST (static/js/label.js): the
+    task's running total and that of the step the cursor is on (the one being rated)."""
+
+    def __init__(self):
+        self.started = self.last = time.monotonic()
+        self.steps: dict[int, int] = {}
+
+    def report(self, step: int) -> dict[str, str]:
+        now = time.monotonic()
+        self.steps[step] = self.steps.get(step, 0) + int((now - self.last) * 1000)
+        self.last = now
+        return {"total_ms": str(int((now - self.started) * 1000)), "step_ms": f"{step}:{self.steps[step]}"}
+
+
 class Annotator:
     """One simulated annotator: a logged-in session that labels tasks until told to stop."""
 
@@ -122,14 +137,16 @@ class Annotator:
             return None
         pk = int(match.group(1))
         self.result.claimed.append(pk)
+        clock = ActiveClock()
         for index in range(len(_STEP.findall(page.text))):
             started = time.perf_counter()
-            response = self._post(f"/label/{pk}/rate", {"index": index, "rating": 1}, htmx=True)
+            response = self._post(f"/label/{pk}/rate", {"index": index, "rating": 1, **clock.report(index)},
+                                  htmx=True)
             self.result.time(RATE, (time.perf_counter() - started) * 1000)
             if response.status_code == 200:
                 self.result.ratings.append((pk, index, 1))
         started = time.perf_counter()
-        response = self._post(f"/label/{pk}/submit", {}, htmx=True)
+        response = self._post(f"/label/{pk}/submit", clock.report(max(clock.steps, default=0)), htmx=True)
         spent = (time.perf_counter() - started) * 1000
         self.result.time(SUBMIT, spent)
         if response.status_code != 200:

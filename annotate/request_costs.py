@@ -18,6 +18,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from annotate import loadtest
+
 CLAIM, RATE, SUBMIT = "claim POST", "rating save", "submit + next task"
 ENDPOINTS = (CLAIM, RATE, SUBMIT)
 _STEP = re.compile(r'<li id="step-\d+"')
@@ -81,9 +83,12 @@ def measure(*, user, tasks: int) -> Costs:
         if page.status_code != 200 or found is None:
             break  # Nothing left: sent to the page between tasks.
         pk = found.group(1)
-        for index in range(len(_STEP.findall(page.content.decode()))):
-            timed(RATE, client.post, f"/label/{pk}/rate", data={"index": index, "rating": 1}, **htmx)
-        page = timed(SUBMIT, client.post, f"/label/{pk}/submit", **htmx)
+        clock = loadtest.ActiveClock()
+        steps = len(_STEP.findall(page.content.decode()))
+        for index in range(steps):
+            timed(RATE, client.post, f"/label/{pk}/rate", data={"index": index, "rating": 1, **clock.report(index)},
+                  **htmx)
+        page = timed(SUBMIT, client.post, f"/label/{pk}/submit", data=clock.report(steps - 1), **htmx)
         if page.status_code == 200:
             costs.tasks += 1
     return costs
