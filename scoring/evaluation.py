@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scoring import step_scores
+
 AGGREGATIONS = ("product", "min", "last", "mean")
 
 
@@ -131,22 +133,17 @@ def _mean(values: Sequence[float | bool]) -> float | None:
 
 
 def aggregate(mu: Sequence[float], how: str, sigma: Sequence[float] | None = None, lam: float = 1.0) -> float:
-    """One solution score from its step scores; "risk" is S = mean(mu - lam * sigma)."""
-    m = np.asarray(mu, dtype=float)
-    if m.size == 0:
+    """One solution score from its step scores: one of step_scores.aggregate's (the rule that
+    rescoring stores), or "risk", S = mean(mu - lam * sigma). No steps score 0."""
+    if len(mu) == 0:
         return 0.0
-    if how == "product":
-        return float(np.prod(m))
-    if how == "min":
-        return float(m.min())
-    if how == "last":
-        return float(m[-1])
-    if how == "mean":
-        return float(m.mean())
     if how == "risk":
+        m = np.asarray(mu, dtype=float)
         s = np.zeros_like(m) if sigma is None else np.asarray(sigma, dtype=float)
         return float((m - lam * s).mean())
-    raise ValueError(f"unknown aggregation {how!r}; expected one of {', '.join(AGGREGATIONS + ('risk',))}")
+    if how not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {how!r}; expected one of {', '.join(AGGREGATIONS + ('risk',))}")
+    return float(step_scores.aggregate([step_scores.StepProbability(p=float(p)) for p in mu])[how])
 
 
 def best_of_n(
