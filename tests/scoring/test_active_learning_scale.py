@@ -1,9 +1,12 @@
 """The pieces that make active learning pay off: a converged head, an ensemble, ensemble reasons."""
+import io
+import json
 import math
 
 import pytest
 import torch
 from django.conf import settings
+from django.core.management import CommandError, call_command
 
 from annotate.models import QueueItem
 from config.env import SELECTION_REASONS, parse_shares
@@ -81,9 +84,13 @@ def test_ensemble_spread_shrinks_where_labels_are_dense():
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = build_tiny_backbone(tmp_path_factory.mktemp("tiny-backbone"))
-    return simulation.load_backbone(folder, cache_dir=tmp_path_factory.mktemp("cache"), dtype=torch.float32)
+def tiny_folder(tmp_path_factory):
+    return build_tiny_backbone(tmp_path_factory.mktemp("tiny-backbone"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folder, tmp_path_factory):
+    return simulation.load_backbone(tiny_folder, cache_dir=tmp_path_factory.mktemp("cache"), dtype=torch.float32)
 
 
 @pytest.fixture(scope="module")
@@ -201,13 +208,35 @@ def test_scale_loop_runs_every_strategy_and_reports_ratios(tiny):
     sim = simulation_scale.ScaleSettings(budgets=(8, 14, 20), seeds=(0, 1), members=3,
                                          strategies=("random", "disagreement", "uncertain_convincing_wrong",
                                                      "disagreement=0.5,random=0.5"))
-    result = simulation_scale.simulate_scale(pool_problems=problems, held_problems=held, features=features, sim=sim)
+    partials = []
+    result = simulation_scale.simulate_scale(pool_problems=problems, held_problems=held, features=features, sim=sim,
+                                             on_seed=partials.append)
     for name, summary in result["strategies"].items():
         assert summary["labels"] == [8, 14, 20], name
+    # After each seed the result so far is handed over, so a stopped run keeps its finished seeds.
+    assert [p["settings"]["seeds"] for p in partials] == [[0], [0, 1]]
+    assert partials[-1] == result and len(result["timing"]["seed_seconds"]) == 2
     assert result["efficiency_ratio"]["random"]["paired_auc"]["ratio"] == pytest.approx(1.0)
     assert set(result["efficiency_ratio"]) == set(sim.strategies)
     with pytest.raises(ValueError, match="--budgets"):
         simulation_scale.ScaleSettings(budgets=(8, 500)).validate(len(problems))
+
+
+def test_scale_command_shares_the_setup_and_writes_every_finished_seed(tiny_folder, tmp_path):
+    output = tmp_path / "al.json"
+    call_command("simulate_active_learning", "--scale", "--pool", "synthetic", "--problems", "20", "--heldout", "5",
+                 "--budgets", "6", "12", "--seeds", "0", "1", "--members", "2", "--strategies", "random",
+                 "disagreement", "--backbone", str(tiny_folder), "--cache-dir", str(tmp_path / "cache"),
+                 "--output", str(output), "--plot", str(tmp_path / "al.png"), stdout=io.StringIO())
+    result = json.loads(output.read_text())
+    assert result["settings"]["seeds"] == [0, 1] and result["settings"]["pool"] == "synthetic"
+    assert result["settings"]["layer"] >= 1 and (tmp_path / "al.png").exists()
+    assert result["timing"]["featurized_tokens"] > 0
+    # Bad settings are refused by the same checks as the database loop, before any backbone loads.
+    with pytest.raises(CommandError, match="--budgets"):
+        call_command("simulate_active_learning", "--scale", "--budgets", "50", "20", "--backbone", "/nonexistent")
+    with pytest.raises(CommandError, match="--strategies: unknown nope"):
+        call_command("simulate_active_learning", "--scale", "--strategies", "nope", "--backbone", "/nonexistent")
 
 
 def test_digit_swap_of_a_negative_result_keeps_the_sign_so_the_whole_gsm8k_pool_builds():
