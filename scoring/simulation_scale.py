@@ -261,3 +261,44 @@ def report(curves: dict[str, list[list[dict]]], sim: ScaleSettings, context: dic
         "efficiency_ratio": efficiency(curves) if "random" in curves else {},
         "timing": dict(timing),
     }
+
+
+# Settings that must agree for runs over different seeds to be one measurement.
+SAME_RUN = ("budgets", "strategies", "members", "rank", "per_problem", "bias_correction", "head",
+            "pool", "problems", "heldout", "layer", "backbone")
+
+
+def curves_of(result: dict) -> dict[str, list[list[dict]]]:
+    """The per-seed curves back from a result's summaries (each point's L2 is its run's mean)."""
+    curves = {}
+    for strategy, summary in result["strategies"].items():
+        metrics = [key for key, value in summary.items() if isinstance(value, dict) and "per_seed" in value]
+        curves[strategy] = [[{"labels": n, "lambda": summary["lambda"][i]}
+                             | {m: summary[m]["per_seed"][k][i] for m in metrics}
+                             for i, n in enumerate(summary["labels"])] for k in range(summary["seeds"])]
+    return curves
+
+
+def merge(results: Sequence[dict]) -> dict:
+    """One result from runs of the same protocol over disjoint seeds (run side by side on a
+    machine with idle cores): the curves, intervals and ratios as if one run had done them all."""
+    first = results[0]["settings"]
+    for other in results[1:]:
+        differing = [key for key in SAME_RUN if other["settings"].get(key) != first.get(key)]
+        if differing:
+            raise ValueError(f"--merge: the runs differ in {', '.join(differing)}")
+    seeds = [seed for r in results for seed in r["settings"]["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--merge: a seed appears twice ({sorted(seeds)})")
+    order = sorted(range(len(results)), key=lambda i: min(results[i]["settings"]["seeds"]))
+    parts = [curves_of(results[i]) for i in order]
+    curves = {s: [run for part in parts for run in part[s]] for s in first["strategies"]}
+    sim = ScaleSettings(budgets=tuple(first["budgets"]), seeds=tuple(sorted(seeds)),
+                        strategies=tuple(first["strategies"]), members=first["members"],
+                        per_problem=first["per_problem"], bias_correction=first["bias_correction"],
+                        rank=first["rank"])
+    timing = {"parts": [results[i]["timing"] for i in order]}
+    context = {key: results[0][key] for key in ("pool", "held_out", "baselines")}
+    merged = report(curves, sim, context, timing)
+    merged["settings"] |= {key: first[key] for key in SAME_RUN if key in first}
+    return merged

@@ -222,16 +222,61 @@ def test_scale_loop_runs_every_strategy_and_reports_ratios(tiny):
         simulation_scale.ScaleSettings(budgets=(8, 500)).validate(len(problems))
 
 
-def test_scale_command_shares_the_setup_and_writes_every_finished_seed(tiny_folder, tmp_path):
+def rounded(value):
+    """The result with floats to 9 digits: exp(log(x)) of a one-seed mean is x to the last ulp only."""
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
+def test_runs_over_disjoint_seeds_merge_into_the_run_over_all_of_them(tiny):
+    problems, held = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=24, n_heldout=6)
+
+    def features(items):
+        return tiny.cache.features(tiny.loaded, items, layer=tiny.layer, backbone_id=tiny.backbone_id)
+
+    def run(seeds):
+        sim = simulation_scale.ScaleSettings(budgets=(8, 14, 20), seeds=seeds, members=3,
+                                             strategies=("random", "disagreement"))
+        return simulation_scale.simulate_scale(pool_problems=problems, held_problems=held, features=features,
+                                               sim=sim)
+
+    together = run((0, 1, 2))
+    merged = simulation_scale.merge([run((2,)), run((0, 1))])
+    for key in ("strategies", "efficiency_ratio", "baselines", "pool", "held_out"):
+        assert rounded(merged[key]) == rounded(together[key]), key
+    assert merged["settings"]["seeds"] == [0, 1, 2]
+    with pytest.raises(ValueError, match="a seed appears twice"):
+        simulation_scale.merge([together, run((1,))])
+    other = run((5,))
+    other["settings"]["budgets"] = [8, 20]
+    with pytest.raises(ValueError, match="differ in budgets"):
+        simulation_scale.merge([together, other])
+
+
+def test_scale_command_shares_the_setup_writes_every_finished_seed_and_merges_runs(tiny_folder, tmp_path):
     output = tmp_path / "al.json"
-    call_command("simulate_active_learning", "--scale", "--pool", "synthetic", "--problems", "20", "--heldout", "5",
-                 "--budgets", "6", "12", "--seeds", "0", "1", "--members", "2", "--strategies", "random",
-                 "disagreement", "--backbone", str(tiny_folder), "--cache-dir", str(tmp_path / "cache"),
-                 "--output", str(output), "--plot", str(tmp_path / "al.png"), stdout=io.StringIO())
+    common = ["--scale", "--pool", "synthetic", "--problems", "20", "--heldout", "5", "--budgets", "6", "12",
+              "--members", "2", "--strategies", "random", "disagreement", "--backbone", str(tiny_folder),
+              "--cache-dir", str(tmp_path / "cache"), "--plot", str(tmp_path / "al.png")]
+    call_command("simulate_active_learning", *common, "--seeds", "0", "1", "--output", str(output),
+                 stdout=io.StringIO())
     result = json.loads(output.read_text())
     assert result["settings"]["seeds"] == [0, 1] and result["settings"]["pool"] == "synthetic"
     assert result["settings"]["layer"] >= 1 and (tmp_path / "al.png").exists()
     assert result["timing"]["featurized_tokens"] > 0
+    # A second run over another seed (side by side on an idle core) merges into one result.
+    call_command("simulate_active_learning", *common, "--seeds", "2", "--output", str(tmp_path / "al2.json"),
+                 stdout=io.StringIO())
+    call_command("simulate_active_learning", "--merge", str(output), str(tmp_path / "al2.json"),
+                 "--output", str(tmp_path / "all.json"), "--plot", str(tmp_path / "all.png"), stdout=io.StringIO())
+    merged = json.loads((tmp_path / "all.json").read_text())
+    assert merged["settings"]["seeds"] == [0, 1, 2] and merged["strategies"]["random"]["seeds"] == 3
+    assert merged["settings"]["pool"] == "synthetic" and (tmp_path / "all.png").exists()
     # Bad settings are refused by the same checks as the database loop, before any backbone loads.
     with pytest.raises(CommandError, match="--budgets"):
         call_command("simulate_active_learning", "--scale", "--budgets", "50", "20", "--backbone", "/nonexistent")

@@ -57,12 +57,16 @@ class Command(BaseCommand):
                             help="--scale: principal directions of the pool's features the head may use")
         parser.add_argument("--threads", type=int, default=1,
                             help="--scale: torch threads for the small solves (1 is fastest on a loaded CPU)")
+        parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                            help="--scale results (JSON) over disjoint seeds -> one result (--output, --plot)")
 
     def handle(self, *args, **options):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         from scoring import simulation, simulation_pool, simulation_report
 
+        if options["merge"]:
+            return self.handle_merge(options)
         # One setup for both loops: settings and pool checked before the backbone loads.
         try:
             sim = loop_settings(options)
@@ -82,6 +86,18 @@ class Command(BaseCommand):
                                "backbone": str(options["backbone"] or default_backbone())}
         default_plot = "active-learning-scale.png" if options["scale"] else "active-learning.png"
         result["plot"] = str(simulation_report.plot(result, options["plot"] or settings.DATA_DIR / default_plot))
+        text = write_output(result, options)
+        self.stdout.write(text if options["json"] else summary_table(result))
+
+    def handle_merge(self, options):
+        from scoring import simulation_report, simulation_scale
+
+        try:
+            result = simulation_scale.merge([json.loads(path.read_text()) for path in options["merge"]])
+        except (OSError, ValueError) as error:
+            raise CommandError(str(error)) from None
+        result["plot"] = str(simulation_report.plot(result, options["plot"] or settings.DATA_DIR
+                                                    / "active-learning-scale.png"))
         text = write_output(result, options)
         self.stdout.write(text if options["json"] else summary_table(result))
 
