@@ -19,6 +19,7 @@ from scoring import (
     selection,
     simulation,
     simulation_pool,
+    simulation_report,
     simulation_scale,
 )
 from scoring.tiny import build_tiny_backbone, build_tiny_prm
@@ -282,6 +283,20 @@ def test_scale_command_shares_the_setup_writes_every_finished_seed_and_merges_ru
         call_command("simulate_active_learning", "--scale", "--budgets", "50", "20", "--backbone", "/nonexistent")
     with pytest.raises(CommandError, match="--strategies: unknown nope"):
         call_command("simulate_active_learning", "--scale", "--strategies", "nope", "--backbone", "/nonexistent")
+
+
+def test_what_a_scale_run_writes_after_a_seed_names_its_setup_and_plots_like_the_final_result(tiny, tmp_path):
+    from scoring.management.commands import simulate_active_learning as command
+
+    problems, held = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=20, n_heldout=5)
+    sim = simulation_scale.ScaleSettings(budgets=(6, 12), seeds=(0,), members=2, strategies=("random",))
+    described = {"pool": "synthetic", "problems": 20, "heldout": 5, "layer": tiny.layer, "backbone": "tiny"}
+    command.run_scale(tiny, problems, held, sim, {"threads": 1, "output": tmp_path / "seed0.json"},
+                      described=described)
+    checkpoint = json.loads((tmp_path / "seed0.json").read_text())  # run_scale alone writes only checkpoints
+    assert checkpoint["settings"].items() >= described.items()
+    simulation_report.plot(checkpoint, tmp_path / "seed0.png")
+    assert (tmp_path / "seed0.png").exists()
 
 
 def test_digit_swap_of_a_negative_result_keeps_the_sign_so_the_whole_gsm8k_pool_builds():

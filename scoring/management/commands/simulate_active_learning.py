@@ -77,13 +77,14 @@ class Command(BaseCommand):
         backbone = simulation.load_backbone(options["backbone"] or default_backbone(),
                                             cache_dir=options["cache_dir"] or settings.FEATURE_CACHE_DIR,
                                             layer=options["layer"])
+        described = {"pool": options["pool"], "problems": options["problems"], "heldout": options["heldout"],
+                     "layer": backbone.layer, "backbone": str(options["backbone"] or default_backbone())}
         try:
-            result = (run_scale if options["scale"] else run_database_loop)(backbone, pool, held_out, sim, options)
+            run = run_scale if options["scale"] else run_database_loop
+            result = run(backbone, pool, held_out, sim, options, described=described)
         except ValueError as error:
             raise CommandError(str(error)) from None
-        result["settings"] |= {"pool": options["pool"], "problems": options["problems"],
-                               "heldout": options["heldout"], "layer": backbone.layer,
-                               "backbone": str(options["backbone"] or default_backbone())}
+        result["settings"] |= described
         default_plot = "active-learning-scale.png" if options["scale"] else "active-learning.png"
         result["plot"] = str(simulation_report.plot(result, options["plot"] or settings.DATA_DIR / default_plot))
         text = write_output(result, options)
@@ -120,7 +121,7 @@ def loop_settings(options):
     return sim
 
 
-def run_database_loop(backbone, pool, held_out, sim, options) -> dict:
+def run_database_loop(backbone, pool, held_out, sim, options, *, described: dict) -> dict:
     from scoring import simulation
 
     with simulation.scratch_database():
@@ -128,12 +129,16 @@ def run_database_loop(backbone, pool, held_out, sim, options) -> dict:
                                    source=options["pool"], log=simulation.stderr_log)
 
 
-def run_scale(backbone, pool, held_out, sim, options) -> dict:
+def run_scale(backbone, pool, held_out, sim, options, *, described: dict) -> dict:
     from scoring import simulation, simulation_scale
+
+    def on_seed(partial: dict) -> None:  # a result as complete as the final one, over fewer seeds
+        partial["settings"] |= described
+        write_output(partial, options)
 
     result = simulation_scale.simulate_scale(
         pool_problems=pool, held_problems=held_out, features=featurizer(backbone, small_threads=options["threads"]),
-        sim=sim, log=simulation.stderr_log, on_seed=lambda partial: write_output(partial, options))
+        sim=sim, log=simulation.stderr_log, on_seed=on_seed)
     result["timing"]["featurized_tokens"] = backbone.cache.computed_tokens
     return result
 
