@@ -90,7 +90,8 @@ class Features:
         offsets = [0]
         for h in per_solution:
             offsets.append(offsets[-1] + h.shape[0])
-        return cls(torch.cat(list(per_solution)).float(), offsets)
+        # float64 once: every head and ensemble product reads it so (a no-op .double() per round).
+        return cls(torch.cat(list(per_solution)).double(), offsets)
 
     def rows(self, i: int) -> torch.Tensor:
         return self.x[self.offsets[i]:self.offsets[i + 1]]
@@ -213,33 +214,91 @@ def run_seed(pool: Pool, held_out: HeldOut, held_features: Features, sim: ScaleS
 
 def simulate_scale(*, pool_problems: Sequence[PoolProblem], held_problems: Sequence[PoolProblem],
                    features: Callable[[list], list[torch.Tensor]], sim: ScaleSettings,
-                   log: Callable[[str], None] = lambda message: None) -> dict:
-    """Featurize (through the cache) once, then run every (seed, strategy); JSON-ready result."""
+                   log: Callable[[str], None] = lambda message: None,
+                   on_seed: Callable[[dict], None] = lambda partial: None) -> dict:
+    """Featurize (through the cache) once, then run every (seed, strategy); JSON-ready result.
+
+    `on_seed` gets the result over the seeds done so far after each seed: an hour-long run that
+    is stopped still leaves its finished seeds behind.
+    """
     started = time.perf_counter()
     pool_items = [(p.statement, s.steps) for p in pool_problems for s in p.solutions]
     held_out = HeldOut.from_problems(held_problems)
     pool = Pool.of(pool_problems, features(pool_items), rank=sim.rank)
     held_features = Features.of(features(held_out.items))
     sim.validate(len(pool))
-    featurize_seconds = time.perf_counter() - started
+    timing = {"featurize_seconds": time.perf_counter() - started, "seed_seconds": []}
+    context = {"pool": describe(pool_problems), "held_out": describe(held_problems),
+               "baselines": baselines(pool_problems, held_out)}
     curves: dict[str, list[list[dict]]] = {s: [] for s in sim.strategies}
+    result: dict = {}
     for seed in sim.seeds:
+        seed_started = time.perf_counter()
         for strategy, points in run_seed(pool, held_out, held_features, sim, seed=seed, log=log).items():
             curves[strategy].append(points)
+        timing["seed_seconds"].append(time.perf_counter() - seed_started)
+        log(f"seed {seed} done in {timing['seed_seconds'][-1]:.0f} s")
+        timing |= {"loop_seconds": sum(timing["seed_seconds"]), "total_seconds": time.perf_counter() - started}
+        result = report(curves, sim, context, timing)
+        on_seed(result)
+    return result
+
+
+def report(curves: dict[str, list[list[dict]]], sim: ScaleSettings, context: dict, timing: dict) -> dict:
+    """The JSON-ready result over the seeds in `curves`."""
     summary = {s: summarize(c) for s, c in curves.items()}
     for s, c in curves.items():
         summary[s]["lambda"] = [math.exp(sum(math.log(run[i]["lambda"]) for run in c) / len(c))
                                 for i in range(len(sim.budgets))]
+    seeds_done = list(sim.seeds[:len(next(iter(curves.values())))])
     return {
-        "settings": {"budgets": list(sim.budgets), "seeds": list(sim.seeds), "strategies": list(sim.strategies),
+        "settings": {"budgets": list(sim.budgets), "seeds": seeds_done, "strategies": list(sim.strategies),
                      "members": sim.members, "rank": sim.rank, "per_problem": sim.per_problem,
                      "bias_correction": sim.bias_correction,
                      "head": "converged L2 logistic (training.regularized)"},
-        "pool": describe(pool_problems),
-        "held_out": describe(held_problems),
-        "baselines": baselines(pool_problems, held_out),
+        **context,
         "strategies": summary,
         "efficiency_ratio": efficiency(curves) if "random" in curves else {},
-        "timing": {"featurize_seconds": featurize_seconds, "loop_seconds": time.perf_counter() - started
-                   - featurize_seconds, "total_seconds": time.perf_counter() - started},
+        "timing": dict(timing),
     }
+
+
+# Settings that must agree for runs over different seeds to be one measurement.
+SAME_RUN = ("budgets", "strategies", "members", "rank", "per_problem", "bias_correction", "head",
+            "pool", "problems", "heldout", "layer", "backbone")
+
+
+def curves_of(result: dict) -> dict[str, list[list[dict]]]:
+    """The per-seed curves back from a result's summaries (each point's L2 is its run's mean)."""
+    curves = {}
+    for strategy, summary in result["strategies"].items():
+        metrics = [key for key, value in summary.items() if isinstance(value, dict) and "per_seed" in value]
+        curves[strategy] = [[{"labels": n, "lambda": summary["lambda"][i]}
+                             | {m: summary[m]["per_seed"][k][i] for m in metrics}
+                             for i, n in enumerate(summary["labels"])] for k in range(summary["seeds"])]
+    return curves
+
+
+def merge(results: Sequence[dict]) -> dict:
+    """One result from runs of the same protocol over disjoint seeds (run side by side on a
+    machine with idle cores): the curves, intervals and ratios as if one run had done them all."""
+    first = results[0]["settings"]
+    for other in results[1:]:
+        differing = [key for key in SAME_RUN if other["settings"].get(key) != first.get(key)]
+        if differing:
+            raise ValueError(f"--merge: the runs differ in {', '.join(differing)}")
+    seeds = [seed for r in results for seed in r["settings"]["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--merge: a seed appears twice ({sorted(seeds)})")
+    order = sorted(range(len(results)), key=lambda i: min(results[i]["settings"]["seeds"]))
+    parts = [curves_of(results[i]) for i in order]
+    curves = {s: [run for part in parts for run in part[s]] for s in first["strategies"]}
+    sim = ScaleSettings(budgets=tuple(first["budgets"]), seeds=tuple(sorted(seeds)),
+                        strategies=tuple(first["strategies"]), members=first["members"],
+                        per_problem=first["per_problem"], bias_correction=first["bias_correction"],
+                        rank=first["rank"])
+    timing = {"parts": [results[i]["timing"] for i in order]}
+    context = {key: results[0][key] for key in ("pool", "held_out", "baselines")}
+    merged = report(curves, sim, context, timing)
+    merged["settings"] |= {key: first[key] for key in SAME_RUN if key in first}
+    return merged

@@ -4,7 +4,7 @@
 It calls `manage.py simulate_active_learning --scale` (scoring/simulation_scale.py): the
 issue-13 protocol at pool scale, in memory on features cached once: every GSM8K train
 problem with its reference and corrupted variants (~22,000 solutions), 500 held-out test
-problems, budgets 50 -> 2,000 labeled solutions, 8 seeds, the converged L2 head and the
+problems, budgets 50 -> 3,000 labeled solutions, 8 seeds, the converged L2 head and the
 ensemble strategies. On CUDA the backbone runs in bf16 and featurizing takes minutes;
 `--db-loop` runs the older per-round database loop (`simulate_active_learning` without
 --scale) at the prototype's sizes instead.
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SCALE = {"problems": 7473, "heldout": 500, "seeds": list(range(8)),
-         "budgets": [50, 100, 200, 400, 700, 1000, 1500, 2000]}
+         "budgets": [50, 100, 200, 400, 700, 1000, 1500, 2000, 3000]}
 DB_LOOP = {"problems": 1500, "heldout": 300, "rounds": 10, "batch": 100, "initial": 100, "seeds": list(range(8))}
 TINY = {"problems": 40, "heldout": 8, "seeds": [0, 1], "budgets": [10, 20, 40], "members": 3}
 

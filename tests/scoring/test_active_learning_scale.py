@@ -1,9 +1,12 @@
 """The pieces that make active learning pay off: a converged head, an ensemble, ensemble reasons."""
+import io
+import json
 import math
 
 import pytest
 import torch
 from django.conf import settings
+from django.core.management import CommandError, call_command
 
 from annotate.models import QueueItem
 from config.env import SELECTION_REASONS, parse_shares
@@ -16,6 +19,7 @@ from scoring import (
     selection,
     simulation,
     simulation_pool,
+    simulation_report,
     simulation_scale,
 )
 from scoring.tiny import build_tiny_backbone, build_tiny_prm
@@ -81,9 +85,13 @@ def test_ensemble_spread_shrinks_where_labels_are_dense():
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = build_tiny_backbone(tmp_path_factory.mktemp("tiny-backbone"))
-    return simulation.load_backbone(folder, cache_dir=tmp_path_factory.mktemp("cache"), dtype=torch.float32)
+def tiny_folder(tmp_path_factory):
+    return build_tiny_backbone(tmp_path_factory.mktemp("tiny-backbone"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folder, tmp_path_factory):
+    return simulation.load_backbone(tiny_folder, cache_dir=tmp_path_factory.mktemp("cache"), dtype=torch.float32)
 
 
 @pytest.fixture(scope="module")
@@ -202,13 +210,94 @@ def test_scale_loop_runs_every_strategy_and_reports_ratios(tiny):
     sim = simulation_scale.ScaleSettings(budgets=(8, 14, 20), seeds=(0, 1), members=3,
                                          strategies=("random", "disagreement", "uncertain_convincing_wrong",
                                                      "disagreement=0.5,random=0.5"))
-    result = simulation_scale.simulate_scale(pool_problems=problems, held_problems=held, features=features, sim=sim)
+    partials = []
+    result = simulation_scale.simulate_scale(pool_problems=problems, held_problems=held, features=features, sim=sim,
+                                             on_seed=partials.append)
     for name, summary in result["strategies"].items():
         assert summary["labels"] == [8, 14, 20], name
+    # After each seed the result so far is handed over, so a stopped run keeps its finished seeds.
+    assert [p["settings"]["seeds"] for p in partials] == [[0], [0, 1]]
+    assert partials[-1] == result and len(result["timing"]["seed_seconds"]) == 2
     assert result["efficiency_ratio"]["random"]["paired_auc"]["ratio"] == pytest.approx(1.0)
     assert set(result["efficiency_ratio"]) == set(sim.strategies)
     with pytest.raises(ValueError, match="--budgets"):
         simulation_scale.ScaleSettings(budgets=(8, 500)).validate(len(problems))
+
+
+def rounded(value):
+    """The result with floats to 9 digits: exp(log(x)) of a one-seed mean is x to the last ulp only."""
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
+def test_runs_over_disjoint_seeds_merge_into_the_run_over_all_of_them(tiny):
+    problems, held = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=24, n_heldout=6)
+
+    def features(items):
+        return tiny.cache.features(tiny.loaded, items, layer=tiny.layer, backbone_id=tiny.backbone_id)
+
+    def run(seeds):
+        sim = simulation_scale.ScaleSettings(budgets=(8, 14, 20), seeds=seeds, members=3,
+                                             strategies=("random", "disagreement"))
+        return simulation_scale.simulate_scale(pool_problems=problems, held_problems=held, features=features,
+                                               sim=sim)
+
+    together = run((0, 1, 2))
+    merged = simulation_scale.merge([run((2,)), run((0, 1))])
+    for key in ("strategies", "efficiency_ratio", "baselines", "pool", "held_out"):
+        assert rounded(merged[key]) == rounded(together[key]), key
+    assert merged["settings"]["seeds"] == [0, 1, 2]
+    with pytest.raises(ValueError, match="a seed appears twice"):
+        simulation_scale.merge([together, run((1,))])
+    other = run((5,))
+    other["settings"]["budgets"] = [8, 20]
+    with pytest.raises(ValueError, match="differ in budgets"):
+        simulation_scale.merge([together, other])
+
+
+def test_scale_command_shares_the_setup_writes_every_finished_seed_and_merges_runs(tiny_folder, tmp_path):
+    output = tmp_path / "al.json"
+    common = ["--scale", "--pool", "synthetic", "--problems", "20", "--heldout", "5", "--budgets", "6", "12",
+              "--members", "2", "--strategies", "random", "disagreement", "--backbone", str(tiny_folder),
+              "--cache-dir", str(tmp_path / "cache"), "--plot", str(tmp_path / "al.png")]
+    call_command("simulate_active_learning", *common, "--seeds", "0", "1", "--output", str(output),
+                 stdout=io.StringIO())
+    result = json.loads(output.read_text())
+    assert result["settings"]["seeds"] == [0, 1] and result["settings"]["pool"] == "synthetic"
+    assert result["settings"]["layer"] >= 1 and (tmp_path / "al.png").exists()
+    assert result["timing"]["featurized_tokens"] > 0
+    # A second run over another seed (side by side on an idle core) merges into one result.
+    call_command("simulate_active_learning", *common, "--seeds", "2", "--output", str(tmp_path / "al2.json"),
+                 stdout=io.StringIO())
+    call_command("simulate_active_learning", "--merge", str(output), str(tmp_path / "al2.json"),
+                 "--output", str(tmp_path / "all.json"), "--plot", str(tmp_path / "all.png"), stdout=io.StringIO())
+    merged = json.loads((tmp_path / "all.json").read_text())
+    assert merged["settings"]["seeds"] == [0, 1, 2] and merged["strategies"]["random"]["seeds"] == 3
+    assert merged["settings"]["pool"] == "synthetic" and (tmp_path / "all.png").exists()
+    # Bad settings are refused by the same checks as the database loop, before any backbone loads.
+    with pytest.raises(CommandError, match="--budgets"):
+        call_command("simulate_active_learning", "--scale", "--budgets", "50", "20", "--backbone", "/nonexistent")
+    with pytest.raises(CommandError, match="--strategies: unknown nope"):
+        call_command("simulate_active_learning", "--scale", "--strategies", "nope", "--backbone", "/nonexistent")
+
+
+def test_what_a_scale_run_writes_after_a_seed_names_its_setup_and_plots_like_the_final_result(tiny, tmp_path):
+    from scoring.management.commands import simulate_active_learning as command
+
+    problems, held = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=20, n_heldout=5)
+    sim = simulation_scale.ScaleSettings(budgets=(6, 12), seeds=(0,), members=2, strategies=("random",))
+    described = {"pool": "synthetic", "problems": 20, "heldout": 5, "layer": tiny.layer, "backbone": "tiny"}
+    command.run_scale(tiny, problems, held, sim, {"threads": 1, "output": tmp_path / "seed0.json"},
+                      described=described)
+    checkpoint = json.loads((tmp_path / "seed0.json").read_text())  # run_scale alone writes only checkpoints
+    assert checkpoint["settings"].items() >= described.items()
+    simulation_report.plot(checkpoint, tmp_path / "seed0.png")
+    assert (tmp_path / "seed0.png").exists()
 
 
 def test_digit_swap_of_a_negative_result_keeps_the_sign_so_the_whole_gsm8k_pool_builds():

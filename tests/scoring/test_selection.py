@@ -8,8 +8,8 @@ from scoring import selection
 from scoring.models import ModelVersion, SolutionScore
 from tests.factories import ProblemFactory, SolutionFactory
 
-# The mix these tests specify: every non-ensemble reason at once (the default since issue 13 is
-# `disagreement=1`, which needs labels and an ensemble; see test_active_learning_scale.py).
+# The mix these tests specify: every non-ensemble reason at once (the default, as measured in
+# issue 13, is `random=1`; the ensemble reasons are specified in test_active_learning_scale.py).
 MIX = {"convincing_wrong": 0.4, "convincing": 0.2, "uncertain": 0.1, "random": 0.3}
 
 

@@ -57,19 +57,19 @@ class Command(BaseCommand):
                             help="--scale: principal directions of the pool's features the head may use")
         parser.add_argument("--threads", type=int, default=1,
                             help="--scale: torch threads for the small solves (1 is fastest on a loaded CPU)")
+        parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                            help="--scale results (JSON) over disjoint seeds -> one result (--output, --plot)")
 
     def handle(self, *args, **options):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         from scoring import simulation, simulation_pool, simulation_report
 
-        if options["scale"]:
-            return self.handle_scale(options)
-        sim = simulation.Settings(rounds=options["rounds"], batch=options["batch"], initial=options["initial"],
-                                  seeds=tuple(options["seeds"]), epochs=options["epochs"], lr=options["lr"],
-                                  strategies=tuple(options["strategies"] or simulation.STRATEGIES))
+        if options["merge"]:
+            return self.handle_merge(options)
+        # One setup for both loops: settings and pool checked before the backbone loads.
         try:
-            sim.validate()
+            sim = loop_settings(options)
             pool, held_out = simulation_pool.make_problems(pool=options["pool"], data=options["data"],
                                                       n_pool=options["problems"], n_heldout=options["heldout"])
         except ValueError as error:
@@ -77,71 +77,103 @@ class Command(BaseCommand):
         backbone = simulation.load_backbone(options["backbone"] or default_backbone(),
                                             cache_dir=options["cache_dir"] or settings.FEATURE_CACHE_DIR,
                                             layer=options["layer"])
-        with simulation.scratch_database():
-            result = simulation.simulate(backbone=backbone, pool=pool, held_out=held_out, sim=sim,
-                                         source=options["pool"], log=simulation.stderr_log)
-        result["settings"] |= {"pool": options["pool"], "problems": options["problems"], "heldout": options["heldout"],
-                               "backbone": str(options["backbone"] or default_backbone())}
-        plot_path = options["plot"] or settings.DATA_DIR / "active-learning.png"
-        result["plot"] = str(simulation_report.plot(result, plot_path))
-        text = json.dumps(result, indent=2)
-        if options["output"]:
-            options["output"].write_text(text + "\n")
-        if options["json"]:
-            self.stdout.write(text)
-        else:
-            self.stdout.write(summary_table(result))
-
-
-    def handle_scale(self, options):
-        import time
-
-        import torch
-
-        from scoring import simulation, simulation_pool, simulation_report, simulation_scale
-
-        strategies = tuple(options["strategies"] or simulation_scale.STRATEGIES)
-        sim = simulation_scale.ScaleSettings(budgets=tuple(options["budgets"]), seeds=tuple(options["seeds"]),
-                                             strategies=strategies, members=options["members"],
-                                             bias_correction=options["bias_correction"], rank=options["rank"])
+        described = {"pool": options["pool"], "problems": options["problems"], "heldout": options["heldout"],
+                     "layer": backbone.layer, "backbone": str(options["backbone"] or default_backbone())}
         try:
-            sim.validate(10**9)
-            pool, held_out = simulation_pool.make_problems(pool=options["pool"], data=options["data"],
-                                                      n_pool=options["problems"], n_heldout=options["heldout"])
+            run = run_scale if options["scale"] else run_database_loop
+            result = run(backbone, pool, held_out, sim, options, described=described)
         except ValueError as error:
             raise CommandError(str(error)) from None
-        backbone = simulation.load_backbone(options["backbone"] or default_backbone(),
-                                            cache_dir=options["cache_dir"] or settings.FEATURE_CACHE_DIR,
-                                            layer=options["layer"])
-        log = simulation.stderr_log
-        threads = torch.get_num_threads()
-
-        def features(items):
-            out, started = [], time.perf_counter()
-            torch.set_num_threads(threads)  # the backbone forward uses every core
-            for start in range(0, len(items), 256):
-                out += backbone.cache.features(backbone.loaded, items[start:start + 256], layer=backbone.layer,
-                                               backbone_id=backbone.backbone_id)
-                log(f"features {min(start + 256, len(items))}/{len(items)} "
-                    f"({backbone.cache.computed_tokens} tokens computed, {time.perf_counter() - started:.0f} s)")
-            torch.set_num_threads(options["threads"])
-            return out
-
-        try:
-            result = simulation_scale.simulate_scale(pool_problems=pool, held_problems=held_out, features=features,
-                                                     sim=sim, log=log)
-        except ValueError as error:
-            raise CommandError(str(error)) from None
-        result["timing"]["featurized_tokens"] = backbone.cache.computed_tokens
-        result["settings"] |= {"pool": options["pool"], "problems": options["problems"],
-                               "heldout": options["heldout"], "layer": backbone.layer,
-                               "backbone": str(options["backbone"] or default_backbone())}
-        plot_path = options["plot"] or settings.DATA_DIR / "active-learning-scale.png"
-        result["plot"] = str(simulation_report.plot(result, plot_path))
-        text = json.dumps(result, indent=2)
-        if options["output"]:
-            options["output"].write_text(text + "\n")
+        result["settings"] |= described
+        default_plot = "active-learning-scale.png" if options["scale"] else "active-learning.png"
+        result["plot"] = str(simulation_report.plot(result, options["plot"] or settings.DATA_DIR / default_plot))
+        text = write_output(result, options)
         self.stdout.write(text if options["json"] else summary_table(result))
+
+    def handle_merge(self, options):
+        from scoring import simulation_report, simulation_scale
+
+        try:
+            result = simulation_scale.merge([json.loads(path.read_text()) for path in options["merge"]])
+        except (OSError, ValueError) as error:
+            raise CommandError(str(error)) from None
+        result["plot"] = str(simulation_report.plot(result, options["plot"] or settings.DATA_DIR
+                                                    / "active-learning-scale.png"))
+        text = write_output(result, options)
+        self.stdout.write(text if options["json"] else summary_table(result))
+
+
+def loop_settings(options):
+    """The database loop's Settings, or with --scale the pool-scale loop's, checked."""
+    from scoring import simulation, simulation_scale
+
+    if options["scale"]:
+        sim = simulation_scale.ScaleSettings(
+            budgets=tuple(options["budgets"]), seeds=tuple(options["seeds"]),
+            strategies=tuple(options["strategies"] or simulation_scale.STRATEGIES), members=options["members"],
+            bias_correction=options["bias_correction"], rank=options["rank"])
+        sim.validate(10**9)  # the budget against the pool size is checked once the pool is built
+        return sim
+    sim = simulation.Settings(rounds=options["rounds"], batch=options["batch"], initial=options["initial"],
+                              seeds=tuple(options["seeds"]), epochs=options["epochs"], lr=options["lr"],
+                              strategies=tuple(options["strategies"] or simulation.STRATEGIES))
+    sim.validate()
+    return sim
+
+
+def run_database_loop(backbone, pool, held_out, sim, options, *, described: dict) -> dict:
+    from scoring import simulation
+
+    with simulation.scratch_database():
+        return simulation.simulate(backbone=backbone, pool=pool, held_out=held_out, sim=sim,
+                                   source=options["pool"], log=simulation.stderr_log)
+
+
+def run_scale(backbone, pool, held_out, sim, options, *, described: dict) -> dict:
+    from scoring import simulation, simulation_scale
+
+    def on_seed(partial: dict) -> None:  # a result as complete as the final one, over fewer seeds
+        partial["settings"] |= described
+        write_output(partial, options)
+
+    result = simulation_scale.simulate_scale(
+        pool_problems=pool, held_problems=held_out, features=featurizer(backbone, small_threads=options["threads"]),
+        sim=sim, log=simulation.stderr_log, on_seed=on_seed)
+    result["timing"]["featurized_tokens"] = backbone.cache.computed_tokens
+    return result
+
+
+def featurizer(backbone, *, small_threads: int):
+    """Features through the shared FeatureCache, with progress; the backbone forward gets every
+    core, the loop's small solves afterwards `small_threads` (one is fastest on a loaded CPU)."""
+    import time
+
+    import torch
+
+    from scoring import simulation
+
+    threads = torch.get_num_threads()
+
+    def features(items):
+        out, started = [], time.perf_counter()
+        torch.set_num_threads(threads)
+        for start in range(0, len(items), 256):
+            out += backbone.cache.features(backbone.loaded, items[start:start + 256], layer=backbone.layer,
+                                           backbone_id=backbone.backbone_id)
+            simulation.stderr_log(f"features {min(start + 256, len(items))}/{len(items)} "
+                                  f"({backbone.cache.computed_tokens} tokens computed, "
+                                  f"{time.perf_counter() - started:.0f} s)")
+        torch.set_num_threads(small_threads)
+        return out
+
+    return features
+
+
+def write_output(result: dict, options) -> str:
+    text = json.dumps(result, indent=2)
+    if options["output"]:
+        options["output"].write_text(text + "\n")
+    return text
 
 
 def default_backbone() -> Path:
