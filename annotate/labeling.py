@@ -347,7 +347,7 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
 
 def heartbeat_allowed(*, user_id: int) -> bool:
     """Whether the user is within STEPWISE_HEARTBEATS_PER_MINUTE, site-wide (config/throttling.py)."""
-    return throttling.check("heartbeat", user_id, f"{settings.STEPWISE_HEARTBEATS_PER_MINUTE}/minute").allowed
+    return throttling.check("heartbeat", user_id, (settings.STEPWISE_HEARTBEATS_PER_MINUTE, 60)).allowed
 
 
 def record_time(*, annotation: Annotation, times: ActiveTime) -> None:

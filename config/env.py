@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
+from typing import NamedTuple
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -62,16 +63,31 @@ def env_choice(name: str, default: str, choices: Collection[str]) -> str:
     return value
 
 
-RATE_PERIODS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+# A rate's periods and their length in seconds; a rate may spell its period short ("5/m", "5/min").
+RATE_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+class Rate(NamedTuple):
+    count: int  # requests allowed per window
+    seconds: int  # the window's length
+
+
+def parse_rate(text: str) -> Rate:
+    """'20/minute' -> Rate(20, 60), as DRF's throttles read a rate; names the text when it is not one."""
+    count, _, period = text.partition("/")
+    seconds = next((s for name, s in RATE_PERIODS.items() if period and name.startswith(period)), None)
+    if not (count.isdigit() and int(count) > 0 and seconds):
+        raise ValueError(f"{text!r} is not a rate (use N/second, N/minute, N/hour or N/day)")
+    return Rate(int(count), seconds)
 
 
 def env_rate(name: str, default: str) -> str:
     """A request rate as DRF's throttles read it: "N/second", "N/minute", "N/hour" or "N/day"."""
     value = env_str(name, default) or ""
-    count, _, period = value.partition("/")
-    if not (count.isdigit() and int(count) > 0 and period[:1] in RATE_PERIODS
-            and RATE_PERIODS[period[:1]].startswith(period)):
-        raise ImproperlyConfigured(f"{name}={value!r} is not a rate (use N/second, N/minute, N/hour or N/day)")
+    try:
+        parse_rate(value)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}={error}") from None
     return value
 
 

@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from django.core.cache import caches
 from rest_framework.throttling import BaseThrottle
 
-from config.env import RATE_PERIODS
-
-PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+from config.env import Rate, parse_rate
 
 
 @dataclass(frozen=True)
@@ -26,17 +24,9 @@ class Verdict:
     retry_after: float  # seconds until the window ends
 
 
-def parse_rate(rate: str) -> tuple[int, int]:
-    """'20/minute' -> (20, 60); the setting was checked by config.env.env_rate."""
-    count, _, period = rate.partition("/")
-    if not count.isdigit() or period[:1] not in RATE_PERIODS:
-        raise ValueError(f"{rate!r} is not a rate (N/second, N/minute, N/hour or N/day)")
-    return int(count), PERIOD_SECONDS[period[:1]]
-
-
-def check(scope: str, ident: object, rate: str) -> Verdict:
-    """Count one request of `ident` (a user id) in `scope` against `rate`."""
-    limit, period = parse_rate(rate)
+def check(scope: str, ident: object, rate: Rate | tuple[int, int]) -> Verdict:
+    """Count one request of `ident` (a user id) in `scope` against `rate` (count, seconds)."""
+    limit, period = rate
     now = time.time()
     window = int(now // period)
     key = f"stepwise:{scope}:{ident}:{window}"
@@ -60,7 +50,7 @@ class UserRate(BaseThrottle):
 
     def allow_request(self, request, view) -> bool:
         ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
-        self.verdict = check(self.scope, ident, self.rate())
+        self.verdict = check(self.scope, ident, parse_rate(self.rate()))
         return self.verdict.allowed
 
     def wait(self) -> float | None:

@@ -5,6 +5,7 @@ import uuid
 import pytest
 
 from config import throttling
+from config.env import parse_rate
 
 
 def fresh_user() -> str:
@@ -14,7 +15,7 @@ def fresh_user() -> str:
 @pytest.mark.embedded
 def test_a_rate_allows_its_count_per_window_then_says_how_long_to_wait():
     user = fresh_user()
-    verdicts = [throttling.check("test", user, "3/minute") for _ in range(4)]
+    verdicts = [throttling.check("test", user, (3, 60)) for _ in range(4)]
     assert [v.allowed for v in verdicts] == [True, True, True, False]
     assert 0 < verdicts[-1].retry_after <= 60
 
@@ -22,10 +23,10 @@ def test_a_rate_allows_its_count_per_window_then_says_how_long_to_wait():
 @pytest.mark.embedded
 def test_users_and_scopes_are_counted_apart():
     user, other = fresh_user(), fresh_user()
-    assert throttling.check("test", user, "1/hour").allowed
-    assert not throttling.check("test", user, "1/hour").allowed
-    assert throttling.check("test", other, "1/hour").allowed
-    assert throttling.check("other-scope", user, "1/hour").allowed
+    assert throttling.check("test", user, (1, 3600)).allowed
+    assert not throttling.check("test", user, (1, 3600)).allowed
+    assert throttling.check("test", other, (1, 3600)).allowed
+    assert throttling.check("other-scope", user, (1, 3600)).allowed
 
 
 def test_concurrent_requests_are_all_counted():
@@ -35,7 +36,7 @@ def test_concurrent_requests_are_all_counted():
 
     def one():
         barrier.wait()
-        allowed.append(throttling.check("test", user, "5/minute").allowed)
+        allowed.append(throttling.check("test", user, (5, 60)).allowed)
 
     threads = [threading.Thread(target=one) for _ in range(20)]
     for thread in threads:
@@ -45,6 +46,12 @@ def test_concurrent_requests_are_all_counted():
     assert allowed.count(True) == 5 and len(allowed) == 20
 
 
-def test_a_rate_that_is_not_one_is_refused_by_name():
-    with pytest.raises(ValueError, match="'ten/minute' is not a rate"):
-        throttling.parse_rate("ten/minute")
+def test_a_rate_is_read_once_for_settings_and_throttles():
+    assert [parse_rate(text) for text in ("20/minute", "5/m", "5/min", "1/s", "100/day")] == [
+        (20, 60), (5, 60), (5, 60), (1, 1), (100, 86400)]
+
+
+@pytest.mark.parametrize("text", ["ten/minute", "0/minute", "10/fortnight", "10", "10/", "10/minutes"])
+def test_a_rate_that_is_not_one_is_refused_by_name(text):
+    with pytest.raises(ValueError, match=f"{text!r} is not a rate"):
+        parse_rate(text)
