@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from annotate import queueing, verdicts
 from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, StepLabel
-from config import throttling
+from config import statements, throttling
 
 RATINGS = (-1, 0, 1)
 MAX_COMPLETION_CHARS = 5000
@@ -58,11 +58,17 @@ class StepRow:
     time_ms: int
     human_completion: str | None
     state: str  # rated | current | locked | after_error
+    submitted: bool = False  # the task's
 
     @property
     def inactive(self) -> bool:
         """Greyed out: waiting for earlier steps, or past the first error."""
         return self.state in ("locked", "after_error")
+
+    @property
+    def disabled(self) -> bool:
+        """Its buttons are off: inactive, or the task is submitted."""
+        return self.inactive or self.submitted
 
 
 @dataclass
@@ -136,12 +142,15 @@ def task_view(annotation: Annotation, config: LabelingConfig | None = None) -> T
 _Row = tuple[int, str, int | None, bool, int | None, dict | None]
 
 
+_ROWS = statements.Compiled(lambda annotation_id: (
+    Completion.objects.filter(step_label__annotation_id=annotation_id, index=0).order_by("step_label__index")
+    .values_list("step_label__index", "text", "rating", "flagged", "step_label__time_ms",
+                 "step_label__human_completion")
+))
+
+
 def _rows(annotation: Annotation) -> list[_Row]:
-    return list(
-        Completion.objects.filter(step_label__annotation=annotation, index=0).order_by("step_label__index")
-        .values_list("step_label__index", "text", "rating", "flagged", "step_label__time_ms",
-                     "step_label__human_completion")
-    )
+    return _ROWS.rows(annotation_id=annotation.pk)
 
 
 def _task(annotation: Annotation, rows: list[_Row], config: LabelingConfig) -> Task:
@@ -156,7 +165,8 @@ def _task(annotation: Annotation, rows: list[_Row], config: LabelingConfig) -> T
             state = "rated"
         else:
             state = "current" if index == next_index else "locked"
-        steps.append(StepRow(index, text, rating, bool(flagged), time_ms or 0, (human or {}).get("text"), state))
+        steps.append(StepRow(index, text, rating, bool(flagged), time_ms or 0, (human or {}).get("text"), state,
+                             annotation.is_submitted))
     return Task(annotation, steps, next_index, first_error, _finish_reason(ratings, config), config)
 
 
@@ -213,15 +223,20 @@ class _Locked:
         return {row[0]: (pk, row[4] or 0) for row, pk in zip(self.rows, self.step_label_ids)}
 
 
+# The hot path's read: the annotation (its owner's only), its queue item's lease and each step's row,
+# locked; built once per connection (config/statements.py).
+_LOCKED_READ = statements.Compiled(lambda pk, annotator_id: (
+    Annotation.objects.select_for_update(of=("self",))
+    .filter(pk=pk, annotator_id=annotator_id, step_labels__completions__index=0)
+    .order_by("step_labels__index").values_list(*_LOCKED_FIELDS, *_STEP_FIELDS, *_IDS)
+))
+
+
 def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> _Locked:
     """`_open` and `_rows` in one statement, for the rating (the hot path): the annotation is
     locked and its owner checked by the same read that brings its steps and its lease, and the
     lease is written only when it needs renewing (queueing.keep_lease)."""
-    found = list(
-        Annotation.objects.select_for_update(of=("self",))
-        .filter(pk=annotation.pk, annotator_id=annotation.annotator_id, step_labels__completions__index=0)
-        .order_by("step_labels__index").values_list(*_LOCKED_FIELDS, *_STEP_FIELDS, *_IDS)
-    )
+    found = _LOCKED_READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
     if not found:  # Not theirs (DoesNotExist from _open), or no steps to rate.
         locked = _open(annotation, config)
         return _Locked(locked, _rows(locked), [], [])
@@ -276,11 +291,11 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         read = _open_with_rows(annotation, config)
         locked, rows = read.annotation, read.rows
         _check_reachable([row[2] for row in rows], index, config)
-        Completion.objects.filter(pk=read.completion_ids[index]).update(rating=rating)
+        statements.update_row(Completion, read.completion_ids[index], rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
-        clear_rewrite = rating != -1 and config.allow_human_completion
+        clear_rewrite = rating != -1 and config.allow_human_completion and rows[index][5] is not None
         if clear_rewrite:
-            StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=None)
+            statements.update_row(StepLabel, read.step_label_ids[index], human_completion=None)
         step_times = _record_time(locked, times, read.stored_times())
     changed = []
     for i, text, old_rating, flagged, time_ms, human in rows:
@@ -372,7 +387,7 @@ def _record_time(annotation: Annotation, times: ActiveTime | None,
     total = min(times.total_ms, ceiling)
     if total > (annotation.total_time_ms or 0):
         if save_total:
-            Annotation.objects.filter(pk=annotation.pk).update(total_time_ms=total)
+            statements.update_row(Annotation, annotation.pk, total_time_ms=total)
         annotation.total_time_ms = total
     if not times.steps:
         return {}
@@ -383,7 +398,7 @@ def _record_time(annotation: Annotation, times: ActiveTime | None,
         for index, ms in offered.items():
             pk, before = stored[index]
             if ms > before:
-                StepLabel.objects.filter(pk=pk).update(time_ms=ms)
+                statements.update_row(StepLabel, pk, time_ms=ms)
         return offered
     # One statement for every step, whatever the number of pairs (they are bounded anyway).
     reported = Case(*(When(index=index, then=Value(ms)) for index, ms in offered.items()),
@@ -416,21 +431,26 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
         # Every kept step but the last is chosen; the last too unless it is the error found.
         chosen_below = last if reason != FinishReason.FOUND_ERROR and last > 0 and ratings[last - 1] is not None \
             else last - 1
-        StepLabel.objects.filter(annotation=locked).update(
-            chosen_completion=Case(When(index__lt=chosen_below, then=Value(0)), default=None,
-                                   output_field=IntegerField())
-        )
-        locked.status = Annotation.Status.SUBMITTED
-        locked.finish_reason = reason
-        locked.finish_note = note.strip() if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else ""
-        locked.timestamp = timezone.now()
-        locked.save(update_fields=["status", "finish_reason", "finish_note", "timestamp", "updated_at",
-                                   "total_time_ms"])
+        _CHOOSE.execute(annotation_id=locked.pk, below=chosen_below)
+        now = timezone.now()
+        finished = {
+            "status": Annotation.Status.SUBMITTED, "finish_reason": reason, "timestamp": now, "updated_at": now,
+            "finish_note": note.strip() if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else "",
+            "total_time_ms": locked.total_time_ms,
+        }
+        statements.update_row(Annotation, locked.pk, **finished)
         queueing.finish_item(annotation=locked)
     # The caller's object as it now stands, without reading it back.
-    for name in ("status", "finish_reason", "finish_note", "timestamp", "updated_at", "total_time_ms"):
-        setattr(annotation, name, getattr(locked, name))
+    for name, value in finished.items():
+        setattr(annotation, name, value)
     return reason
+
+
+# Every kept step below `below` is chosen (PRM800K's chosen_completion 0), the rest not.
+_CHOOSE = statements.Compiled(lambda annotation_id, below: statements.updating(
+    StepLabel.objects.filter(annotation_id=annotation_id),
+    chosen_completion=Case(When(index__lt=below, then=Value(0)), default=None, output_field=IntegerField()),
+))
 
 
 def check_note(note: str) -> str:

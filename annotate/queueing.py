@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -23,6 +24,7 @@ from django.utils import timezone
 
 from annotate import quality
 from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step, StepLabel
+from config import statements
 
 DEFAULT_REASON = "default order"
 IMPORTED_REASON = "imported, not scored yet"
@@ -209,12 +211,47 @@ def withdraw(*, solution: Solution) -> int:
     )
 
 
+# The statements every claim runs, built once per connection (config/statements.py).
+_OPEN_TASK = statements.Compiled(lambda annotator_id: (
+    Annotation.objects.in_progress().filter(annotator_id=annotator_id).order_by("-created_at").values_list("pk")[:1]
+))
+_EXPIRE = statements.Compiled(lambda now: statements.updating(
+    QueueItem.objects.filter(status=QueueItem.Status.LEASED, lease_expires_at__lt=now),
+    status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None,
+), datetimes=("now",))
+
+
+def _candidates(annotator_id: int):
+    return (
+        QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, generation__gte=0)
+        .exclude(_not_seen_by(annotator_id)).order_by("-priority", "id")
+    )
+
+
+_NEXT_ITEM = statements.Compiled(lambda annotator_id: (
+    _candidates(annotator_id).values_list("pk", "solution_id", "generation")[:1]
+))
+# PostgreSQL: concurrent claimers each lock a different row instead of racing for one.
+_NEXT_ITEM_LOCKED = statements.Compiled(lambda annotator_id: (
+    _candidates(annotator_id).select_for_update(skip_locked=True, of=("self",))
+    .values_list("pk", "solution_id", "generation")[:1]
+))
+_LEASE = statements.Compiled(lambda pk, annotator_id, expires_at: statements.updating(
+    QueueItem.objects.filter(pk=pk, status=QueueItem.Status.AVAILABLE),
+    status=QueueItem.Status.LEASED, leased_to=annotator_id, lease_expires_at=expires_at,
+), datetimes=("expires_at",))
+_STEPS = statements.Compiled(lambda solution_id: (
+    Step.objects.filter(solution_id=solution_id).order_by("index").values_list("index", "text")
+))
+_FINISH = statements.Compiled(lambda pk, annotator_id: statements.updating(
+    QueueItem.objects.filter(pk=pk, leased_to=annotator_id), status=QueueItem.Status.DONE, lease_expires_at=None,
+))
+
+
 def current_task(*, annotator) -> Annotation | None:
     """The annotator's open task, if any (coming back resumes it)."""
-    return (
-        Annotation.objects.in_progress().filter(annotator=annotator)
-        .select_related("queue_item").order_by("-created_at").first()
-    )
+    found = _OPEN_TASK.rows(annotator_id=annotator.pk)
+    return Annotation.objects.select_related("queue_item").get(pk=found[0][0]) if found else None
 
 
 def claim_next(*, annotator, now: dt.datetime | None = None) -> Annotation | None:
@@ -254,7 +291,7 @@ def _new_task(annotator, now: dt.datetime) -> Annotation | None:
         if status == quality.Screening.PENDING:
             item = _next_screening_item(annotator)
             if item is not None:
-                return _start(annotator, item.solution_id, Generation.SCREENING, queue_item=item, screening=True)
+                return _start(annotator, item.solution_id, Generation.SCREENING, queue_item_id=item.pk, screening=True)
     if config.qc_rate > 0:  # Else the generation (gold is counted per generation) is not needed.
         generation = Generation.objects.current_number()
         if _qc_due(annotator, generation, config.qc_rate) and (gold := _next_gold(annotator)) is not None:
@@ -262,10 +299,11 @@ def _new_task(annotator, now: dt.datetime) -> Annotation | None:
     item = _lease_next(annotator, now, config.lease_duration)
     if item is None:
         return None
-    return _start(annotator, item.solution_id, item.generation, queue_item=item)
+    return _start(annotator, item.solution_id, item.generation, queue_item_id=item.pk)
 
 
 def _not_seen_by(annotator) -> Exists:
+    """Items the annotator (a user or a user's id) has not labeled."""
     return Exists(Annotation.objects.filter(annotator=annotator, solution=OuterRef("solution_id")))
 
 
@@ -290,40 +328,36 @@ def _next_gold(annotator) -> Solution | None:
     return Solution.objects.filter(is_gold=True).exclude(Exists(seen)).order_by("?").first()
 
 
-def _lease_next(annotator, now: dt.datetime, seconds: int) -> QueueItem | None:
+class Leased(NamedTuple):
+    pk: int
+    solution_id: int
+    generation: int
+
+
+def _lease_next(annotator, now: dt.datetime, seconds: int) -> Leased | None:
     """Lease the highest-priority available item this annotator has not labeled."""
     expire_leases(now=now)
-    candidates = (
-        QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, generation__gte=0)
-        .exclude(_not_seen_by(annotator)).order_by("-priority", "id")
-    )
-    lease = {
-        "status": QueueItem.Status.LEASED, "leased_to": annotator,
-        "lease_expires_at": now + dt.timedelta(seconds=seconds),
-    }
-    if connection.features.has_select_for_update_skip_locked:
-        # PostgreSQL: concurrent claimers each lock a different row instead of racing for one.
-        item = candidates.select_for_update(skip_locked=True, of=("self",)).first()
-        if item is not None:
-            QueueItem.objects.filter(pk=item.pk).update(**lease)
-        return item
-    for _ in range(_CLAIM_ATTEMPTS):
-        item = candidates.first()
-        if item is None:
+    expires_at = now + dt.timedelta(seconds=seconds)
+    skip_locked = connection.features.has_select_for_update_skip_locked
+    # The guard (still available) only matters without SKIP LOCKED: a claimer that lost the
+    # race tries the next item.
+    for _ in range(1 if skip_locked else _CLAIM_ATTEMPTS):
+        found = (_NEXT_ITEM_LOCKED if skip_locked else _NEXT_ITEM).rows(annotator_id=annotator.pk)
+        if not found:
             return None
-        # The guard: only the claimer that still sees it available changes the row.
-        if QueueItem.objects.filter(pk=item.pk, status=QueueItem.Status.AVAILABLE).update(**lease) == 1:
+        item = Leased(*found[0])
+        if _LEASE.execute(pk=item.pk, annotator_id=annotator.pk, expires_at=expires_at) == 1:
             return item
     return None
 
 
-def _start(annotator, solution_id: int, generation: int, *, queue_item: QueueItem | None = None,
+def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int | None = None,
            quality_control: bool = False, screening: bool = False) -> Annotation:
     annotation = Annotation.objects.create(
         solution_id=solution_id, annotator=annotator, labeler=labeler_id(annotator), generation=generation,
-        queue_item=queue_item, is_quality_control=quality_control, is_initial_screening=screening,
+        queue_item_id=queue_item_id, is_quality_control=quality_control, is_initial_screening=screening,
     )
-    steps = list(Step.objects.filter(solution_id=solution_id).order_by("index").values_list("index", "text"))
+    steps = _STEPS.rows(solution_id=solution_id)
     labels = StepLabel.objects.bulk_create(StepLabel(annotation=annotation, index=i) for i, _ in steps)
     Completion.objects.bulk_create(
         Completion(step_label=label, index=0, text=text) for label, (_, text) in zip(labels, steps)
@@ -370,9 +404,7 @@ def keep_lease(*, annotation: Annotation, seconds: int, item_status: str | None,
 def finish_item(*, annotation: Annotation) -> None:
     """Mark the task's item done (inside the submit transaction)."""
     if _is_leased(annotation):
-        QueueItem.objects.filter(pk=annotation.queue_item_id, leased_to=annotation.annotator_id).update(
-            status=QueueItem.Status.DONE, lease_expires_at=None
-        )
+        _FINISH.execute(pk=annotation.queue_item_id, annotator_id=annotation.annotator_id)
 
 
 def release(*, annotation: Annotation) -> None:
@@ -387,9 +419,7 @@ def release(*, annotation: Annotation) -> None:
 
 def expire_leases(*, now: dt.datetime | None = None) -> int:
     """Put items whose lease lapsed back in the queue; their annotator can still take them back."""
-    return QueueItem.objects.filter(status=QueueItem.Status.LEASED, lease_expires_at__lt=now or timezone.now()).update(
-        status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None
-    )
+    return _EXPIRE.execute(now=now or timezone.now())
 
 
 def available_count() -> int:

@@ -120,7 +120,8 @@
   document.body.addEventListener("htmx:afterSettle", (event) => {
     // Once per answer: on #task, swapped whole or (a rating) left in place around its parts.
     if (event.target.id === "task") { dirty.clear(); afterSwap(); }
-    else if (event.target === document.body) startTask(); // the next task, answered by the submit
+    // The next task, answered by the submit: it opens at the top, as a loaded page does.
+    else if (event.target === document.body) { window.scrollTo(0, 0); startTask(); }
     busySince = 0;
     setTimeout(drain, 0);
   });

@@ -126,8 +126,6 @@ def test_three_real_tasks_in_a_row_by_keyboard(watched_page, live_server, real_p
     assert any("CSP violation" in error for error in page.errors), page.errors
 
 
-@pytest.mark.xfail(strict=True, reason="the submit's body swap keeps the last task's scroll: the next task's "
-                   "problem opens scrolled out of view (annotate/label_views.py submit, static/js/label.js)")
 def test_the_next_task_opens_at_the_top_as_a_loaded_one_does(watched_page, live_server, real_pool):
     page = watched_page
     page.set_viewport_size({"width": 1280, "height": 600})  # every real task is taller than this
