@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
 from django.db.models.sql import UpdateQuery
@@ -88,7 +89,11 @@ class Compiled:
         built = self.build(**placeholders)
         query = built.query if isinstance(built, QuerySet) else built
         compiler = query.get_compiler(connection=connection)
-        sql, params = compiler.as_sql()
+        try:
+            sql, params = compiler.as_sql()
+        except EmptyResultSet:  # The ORM judged the whole query empty for the placeholders.
+            raise ValueError(f"{self.build.__qualname__}: arguments {self.names} are not parameters of its SQL") \
+                from None
         adapt = connection.ops.adapt_datetimefield_value
         by_value = {(adapt(value) if name in self.datetimes else value): _Name(name)
                     for name, value in placeholders.items()}

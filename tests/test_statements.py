@@ -1,0 +1,105 @@
+"""Statements built once per connection (config/statements.py) answer as their QuerySets do."""
+import datetime as dt
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from annotate.models import Annotation, Completion, QueueItem, StepLabel
+from config import statements
+from tests.factories import SolutionFactory, user_with_role
+
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
+
+
+@pytest.fixture
+def labeled():
+    """An annotation of a 3-step solution with a rating, a flag, a rewrite and a leased item."""
+    user = user_with_role("statements-annotator", "annotator")
+    solution = SolutionFactory(steps=["one", "two", "three"])
+    item = QueueItem.objects.create(solution=solution, generation=0, status=QueueItem.Status.LEASED, leased_to=user,
+                                    lease_expires_at=timezone.now() + dt.timedelta(minutes=5))
+    annotation = Annotation.objects.create(solution=solution, annotator=user, labeler=user.username, queue_item=item)
+    for index, text in enumerate(["one", "two", "three"]):
+        label = StepLabel.objects.create(annotation=annotation, index=index,
+                                         human_completion={"text": "fixed"} if index == 1 else None)
+        Completion.objects.create(step_label=label, index=0, text=text, rating=1 - index if index < 2 else None,
+                                  flagged=index == 0)
+    return annotation
+
+
+def steps_of(annotation_id):
+    return (Completion.objects.filter(step_label__annotation_id=annotation_id, index=0)
+            .order_by("step_label__index")
+            .values_list("step_label__index", "text", "rating", "flagged", "step_label__human_completion"))
+
+
+STEPS = statements.Compiled(steps_of)
+LEASE = statements.Compiled(lambda pk: QueueItem.objects.filter(pk=pk).values_list("status", "lease_expires_at"))
+
+
+def test_a_compiled_query_gives_the_querysets_rows_with_its_conversions(labeled):
+    assert STEPS.rows(annotation_id=labeled.pk) == list(steps_of(labeled.pk))
+    assert STEPS.rows(annotation_id=labeled.pk)[1] == (1, "two", 0, False, {"text": "fixed"})  # JSON, booleans
+    (status, expires_at), = LEASE.rows(pk=labeled.queue_item_id)
+    assert status == "leased" and expires_at == QueueItem.objects.get().lease_expires_at  # an aware datetime
+    assert STEPS.rows(annotation_id=labeled.pk + 1000) == []
+
+
+def test_each_call_runs_the_same_sql_text_with_its_own_arguments(labeled):
+    other = SolutionFactory(steps=["x"])
+    second = Annotation.objects.create(solution=other, annotator=labeled.annotator, labeler="second")
+    Completion.objects.create(step_label=StepLabel.objects.create(annotation=second, index=0), index=0, text="x")
+    with CaptureQueriesContext(connection) as queries:
+        first_rows, second_rows = STEPS.rows(annotation_id=labeled.pk), STEPS.rows(annotation_id=second.pk)
+    assert [row[1] for row in first_rows] == ["one", "two", "three"] and [row[1] for row in second_rows] == ["x"]
+    first_sql, second_sql = (q["sql"] for q in queries.captured_queries)
+    assert first_sql.replace(f"= {labeled.pk}", "= ?") == second_sql.replace(f"= {second.pk}", "= ?")
+
+
+def test_the_orm_builds_a_statement_once_per_connection(labeled):
+    built = []
+
+    def build(pk):
+        built.append(pk)
+        return QueueItem.objects.filter(pk=pk).values_list("status")
+
+    counted = statements.Compiled(build)
+    for _ in range(3):
+        assert counted.rows(pk=labeled.queue_item_id) == [("leased",)]
+    assert len(built) == 1
+
+
+def test_a_compiled_update_changes_its_rows_and_counts_them(labeled):
+    expire = statements.Compiled(lambda now: statements.updating(
+        QueueItem.objects.filter(status=QueueItem.Status.LEASED, lease_expires_at__lt=now),
+        status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None,
+    ), datetimes=("now",))
+    assert expire.execute(now=timezone.now()) == 0  # the lease runs five more minutes
+    assert expire.execute(now=timezone.now() + dt.timedelta(minutes=6)) == 1
+    item = QueueItem.objects.get()
+    assert (item.status, item.leased_to, item.lease_expires_at) == (QueueItem.Status.AVAILABLE, None, None)
+
+
+def test_an_argument_the_orm_folds_out_of_the_sql_is_refused_when_built():
+    # A positive integer column is never below a negative number: the ORM leaves no parameter.
+    with pytest.raises(ValueError, match="not parameters of its SQL"):
+        statements.Compiled(lambda below: StepLabel.objects.filter(index__lt=-below).values_list("pk")).rows(below=1)
+
+
+def test_arguments_must_be_the_ones_the_statement_takes(labeled):
+    with pytest.raises(TypeError, match="takes annotation_id"):
+        STEPS.rows(pk=labeled.pk)
+
+
+def test_a_row_is_updated_by_primary_key_with_values_prepared_by_their_fields(labeled):
+    label = labeled.step_labels.get(index=2)
+    when = timezone.now()
+    with transaction.atomic():
+        assert statements.update_row(StepLabel, label.pk, human_completion={"text": "écrit"}, time_ms=1234) == 1
+        assert statements.update_row(Annotation, labeled.pk, timestamp=when) == 1
+    label.refresh_from_db()
+    labeled.refresh_from_db()
+    assert (label.human_completion, label.time_ms, labeled.timestamp) == ({"text": "écrit"}, 1234, when)
+    assert statements.update_row(StepLabel, label.pk + 1000, time_ms=1) == 0
