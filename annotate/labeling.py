@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
-from django.db.models import Case, F, IntegerField, Value, When
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Case, IntegerField, Value, When
 from django.utils import timezone
 
 from annotate import queueing, verdicts
@@ -190,16 +189,7 @@ def _finish_reason(ratings: list[int | None], config: LabelingConfig) -> str | N
     return FinishReason.FOUND_ERROR if first_error is not None else FinishReason.SOLUTION
 
 
-def _open(annotation: Annotation, config: LabelingConfig | None = None) -> Annotation:
-    """Lock the annotation for a change (its owner's only); refuse if submitted; renew its lease."""
-    locked = Annotation.objects.select_for_update().get(pk=annotation.pk, annotator_id=annotation.annotator_id)
-    if locked.is_submitted:
-        raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
-    queueing.renew_lease(annotation=locked, seconds=config.lease_duration if config else None)
-    return locked
-
-
-# What the hot path reads of the annotation and its queue item, beside each step's row.
+# What every action reads of the annotation and its queue item, beside each step's row.
 _LOCKED_FIELDS = ("status", "created_at", "total_time_ms", "queue_item_id", "is_quality_control",
                   "is_initial_screening", "queue_item__status", "queue_item__leased_to_id",
                   "queue_item__lease_expires_at")
@@ -211,20 +201,24 @@ _IDS = ("step_labels__completions__id", "step_labels__id")
 
 @dataclass
 class _Locked:
-    """An annotation read under its lock with its steps, for the actions on the hot path."""
+    """An annotation read under its lock with its steps, for an action to check and change."""
 
     annotation: Annotation
     rows: list[_Row]
     completion_ids: list[int]
     step_label_ids: list[int]
 
+    @property
+    def ratings(self) -> list[int | None]:
+        return [row[2] for row in self.rows]
+
     def stored_times(self) -> dict[int, tuple[int, int]]:
         """Step index -> (its StepLabel's id, the active ms stored for it)."""
         return {row[0]: (pk, row[4] or 0) for row, pk in zip(self.rows, self.step_label_ids)}
 
 
-# The hot path's read: the annotation (its owner's only), its queue item's lease and each step's row,
-# locked; built once per connection (config/statements.py).
+# The annotation (its owner's only), its queue item's lease and each step's row, locked; built
+# once per connection (config/statements.py).
 _LOCKED_READ = statements.Compiled(lambda pk, annotator_id: (
     Annotation.objects.select_for_update(of=("self",))
     .filter(pk=pk, annotator_id=annotator_id, step_labels__completions__index=0)
@@ -232,14 +226,18 @@ _LOCKED_READ = statements.Compiled(lambda pk, annotator_id: (
 ))
 
 
-def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> _Locked:
-    """`_open` and `_rows` in one statement, for the rating (the hot path): the annotation is
-    locked and its owner checked by the same read that brings its steps and its lease, and the
-    lease is written only when it needs renewing (queueing.keep_lease)."""
+def _open(annotation: Annotation, config: LabelingConfig) -> _Locked:
+    """Lock the annotation for a change (its owner's only; Annotation.DoesNotExist otherwise) and
+    read its steps; refuse if submitted; keep its lease. One statement: the same read checks the
+    owner and brings the steps and the lease, which is written only when it needs renewing
+    (queueing.keep_lease)."""
     found = _LOCKED_READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
-    if not found:  # Not theirs (DoesNotExist from _open), or no steps to rate.
-        locked = _open(annotation, config)
-        return _Locked(locked, _rows(locked), [], [])
+    if not found:  # Not theirs, or a solution without steps.
+        locked = Annotation.objects.select_for_update().get(pk=annotation.pk, annotator_id=annotation.annotator_id)
+        if locked.is_submitted:
+            raise AlreadySubmitted(f"annotation {locked.pk} was already submitted")
+        queueing.renew_lease(annotation=locked, seconds=config.lease_duration)
+        return _Locked(locked, [], [], [])
     head = dict(zip(_LOCKED_FIELDS, found[0]))
     own = {"id": annotation.pk, "annotator_id": annotation.annotator_id,
            **{name: head[name] for name in _LOCKED_FIELDS if not name.startswith("queue_item__")}}
@@ -255,13 +253,6 @@ def _open_with_rows(annotation: Annotation, config: LabelingConfig) -> _Locked:
                    [row[end + 1] for row in found])
 
 
-def _ratings(annotation: Annotation) -> list[int | None]:
-    return list(
-        Completion.objects.filter(step_label__annotation=annotation, index=0)
-        .order_by("step_label__index").values_list("rating", flat=True)
-    )
-
-
 def _check_reachable(ratings: list[int | None], index: int, config: LabelingConfig) -> None:
     """Steps are rated in order: step `index` must be rated already or be the next one."""
     if not 0 <= index < len(ratings):
@@ -274,10 +265,6 @@ def _check_reachable(ratings: list[int | None], index: int, config: LabelingConf
         raise LabelingError(f"rate step {(next_index or 0) + 1} first: steps are rated in order")
 
 
-def _completion(annotation: Annotation, index: int):
-    return Completion.objects.filter(step_label__annotation=annotation, step_label__index=index, index=0)
-
-
 def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime | None = None) -> Task:
     """Rate step `index` -1, 0 or +1 (a rated step may be corrected in place); returns the task now.
 
@@ -288,15 +275,15 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     config = LabelingConfig.get()
     with transaction.atomic():
-        read = _open_with_rows(annotation, config)
+        read = _open(annotation, config)
         locked, rows = read.annotation, read.rows
-        _check_reachable([row[2] for row in rows], index, config)
+        _check_reachable(read.ratings, index, config)
         statements.update_row(Completion, read.completion_ids[index], rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
         clear_rewrite = rating != -1 and config.allow_human_completion and rows[index][5] is not None
         if clear_rewrite:
             statements.update_row(StepLabel, read.step_label_ids[index], human_completion=None)
-        step_times = _record_time(locked, times, read.stored_times())
+        step_times = _record_time(read, times)
     changed = []
     for i, text, old_rating, flagged, time_ms, human in rows:
         if i in step_times:
@@ -322,24 +309,24 @@ def flag(*, annotation: Annotation, index: int, flagged: bool, times: ActiveTime
     """Mark step `index` as unsure (or not)."""
     config = LabelingConfig.get()
     with transaction.atomic():
-        locked = _open(annotation, config)
-        _check_reachable(_ratings(locked), index, config)
-        _completion(locked, index).update(flagged=flagged)
-        _record_time(locked, times)
+        read = _open(annotation, config)
+        _check_reachable(read.ratings, index, config)
+        statements.update_row(Completion, read.completion_ids[index], flagged=flagged)
+        _record_time(read, times)
 
 
 def undo(*, annotation: Annotation, index: int, times: ActiveTime | None = None) -> None:
     """Clear the rating of step `index`, the last rated one (no-op if already clear)."""
     with transaction.atomic():
-        locked = _open(annotation)
-        ratings = _ratings(locked)
+        read = _open(annotation, LabelingConfig.get())
+        ratings = read.ratings
         if not 0 <= index < len(ratings):
             raise LabelingError(f"step {index + 1} does not exist")
         if any(r is not None for r in ratings[index + 1:]):
             raise LabelingError(f"only the last rated step can be undone, and step {index + 1} is not it")
-        _completion(locked, index).update(rating=None)
-        StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=None)
-        _record_time(locked, times)
+        statements.update_row(Completion, read.completion_ids[index], rating=None)
+        statements.update_row(StepLabel, read.step_label_ids[index], human_completion=None)
+        _record_time(read, times)
 
 
 def write_completion(*, annotation: Annotation, index: int, text: str, times: ActiveTime | None = None) -> None:
@@ -351,13 +338,13 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
     if not text or len(text) > MAX_COMPLETION_CHARS:
         raise LabelingError(f"text: write the corrected step (1 to {MAX_COMPLETION_CHARS} characters)")
     with transaction.atomic():
-        locked = _open(annotation, config)
-        ratings = _ratings(locked)
+        read = _open(annotation, config)
+        ratings = read.ratings
         if not 0 <= index < len(ratings) or ratings[index] != -1:
             raise LabelingError(f"step {index + 1} is not rated -1: only a wrong step can be rewritten")
         human = {"text": text, "rating": None, "flagged": False, "source": "human", "corrected_rating": None}
-        StepLabel.objects.filter(annotation=locked, index=index).update(human_completion=human)
-        _record_time(locked, times)
+        statements.update_row(StepLabel, read.step_label_ids[index], human_completion=human)
+        _record_time(read, times)
 
 
 def heartbeat_allowed(*, user_id: int) -> bool:
@@ -368,20 +355,18 @@ def heartbeat_allowed(*, user_id: int) -> bool:
 def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
     """Store a report of active time (heartbeats) and keep the lease."""
     with transaction.atomic():
-        _record_time(_open(annotation), times)
+        _record_time(_open(annotation, LabelingConfig.get()), times)
 
 
-def _record_time(annotation: Annotation, times: ActiveTime | None,
-                 stored: dict[int, tuple[int, int]] | None = None, save_total: bool = True) -> dict[int, int]:
-    """Store a time report; returns the per-step times it offered (a stored time only grows).
-
-    `stored` (step index -> (StepLabel id, stored ms), read under the caller's lock) lets the
-    hot path write only the steps whose time grew, each by primary key; without it one guarded
-    statement covers every step reported. With `save_total` False the grown total is only set
-    on `annotation`, for the caller to save with its own changes.
+def _record_time(read: _Locked, times: ActiveTime | None, save_total: bool = True) -> dict[int, int]:
+    """Store a time report on the annotation read under the caller's lock; returns the per-step
+    times it offered. A stored time only grows, so only the total and the steps whose time grew
+    are written, each by primary key. With `save_total` False the grown total is only set on
+    the annotation, for the caller to save with its own changes.
     """
     if times is None:
         return {}
+    annotation = read.annotation
     # Never more than the wall-clock time since the task was served.
     ceiling = int((timezone.now() - annotation.created_at) / dt.timedelta(milliseconds=1)) + _TIME_SLACK_MS
     total = min(times.total_ms, ceiling)
@@ -389,27 +374,24 @@ def _record_time(annotation: Annotation, times: ActiveTime | None,
         if save_total:
             statements.update_row(Annotation, annotation.pk, total_time_ms=total)
         annotation.total_time_ms = total
-    if not times.steps:
-        return {}
     offered = {index: min(ms, ceiling) for index, ms in times.steps.items()}
-    if stored is not None:
-        if not offered.keys() <= stored.keys():
-            raise LabelingError("step_ms: every index must be a step of this solution")
-        for index, ms in offered.items():
-            pk, before = stored[index]
-            if ms > before:
-                statements.update_row(StepLabel, pk, time_ms=ms)
-        return offered
-    # One statement for every step, whatever the number of pairs (they are bounded anyway).
-    reported = Case(*(When(index=index, then=Value(ms)) for index, ms in offered.items()),
-                    output_field=IntegerField())
-    updated = StepLabel.objects.filter(annotation=annotation, index__in=times.steps).update(
-        time_ms=Greatest(Coalesce(F("time_ms"), Value(0)), reported)
-    )
-    if updated != len(times.steps):
+    stored = read.stored_times()
+    if not offered.keys() <= stored.keys():
         # Raised inside the caller's transaction, so nothing of this report is kept.
         raise LabelingError("step_ms: every index must be a step of this solution")
+    _write_step_times({stored[index][0]: ms for index, ms in offered.items() if ms > stored[index][1]})
     return offered
+
+
+def _write_step_times(grown: dict[int, int]) -> None:
+    """StepLabel id -> its new time, in one statement whatever the number of steps a report
+    names (a heartbeat after a pause may name many)."""
+    if len(grown) == 1:
+        statements.update_row(StepLabel, *grown, time_ms=next(iter(grown.values())))
+    elif grown:
+        StepLabel.objects.filter(pk__in=grown).update(time_ms=Case(
+            *(When(pk=pk, then=Value(ms)) for pk, ms in grown.items()), output_field=IntegerField()
+        ))
 
 
 def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
@@ -421,12 +403,12 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
     """
     config = LabelingConfig.get()
     with transaction.atomic():
-        read = _open_with_rows(annotation, config)
-        locked, ratings = read.annotation, [row[2] for row in read.rows]
+        read = _open(annotation, config)
+        locked, ratings = read.annotation, read.ratings
         reason = _decide(ratings, config, finish_reason, note)
         # Before steps past the end are dropped (the page reports them too); the total is saved
         # with the status below, in the same statement.
-        _record_time(locked, times, read.stored_times(), save_total=False)
+        _record_time(read, times, save_total=False)
         last = _keep_steps(locked, ratings, reason, config)
         # Every kept step but the last is chosen; the last too unless it is the error found.
         chosen_below = last if reason != FinishReason.FOUND_ERROR and last > 0 and ratings[last - 1] is not None \
