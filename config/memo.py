@@ -9,6 +9,7 @@ what it got changes nobody else's.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -18,7 +19,7 @@ from django.db.models import Model
 from django.db.models.base import ModelState
 
 T = TypeVar("T")
-_ALL: list[ProcessMemo] = []
+_ALL: list[ProcessMemo | Pacer] = []
 
 
 class ProcessMemo(Generic[T]):
@@ -49,6 +50,29 @@ class ProcessMemo(Generic[T]):
                 self._entries.clear()
             else:
                 self._entries.pop(key, None)
+
+
+class Pacer:
+    """Whether a chore done at most once per `seconds` of the caller's clock is due, in this
+    process; emptied by `forget_all` like the memos."""
+
+    def __init__(self, seconds: float):
+        self.every = dt.timedelta(seconds=seconds)
+        self._last: dt.datetime | None = None
+        self._lock = threading.Lock()
+        _ALL.append(self)
+
+    def due(self, now: dt.datetime) -> bool:
+        """True (and counted as done at `now`) unless it was done less than `seconds` before
+        `now`; a clock that went back makes it due."""
+        with self._lock:
+            if self._last is not None and dt.timedelta(0) <= now - self._last < self.every:
+                return False
+            self._last = now
+            return True
+
+    def forget(self, key: Hashable | None = None) -> None:
+        self._last = None
 
 
 def _copy(value):

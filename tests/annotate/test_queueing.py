@@ -92,6 +92,17 @@ def test_a_lapsed_lease_goes_to_the_next_annotator_and_the_first_gets_new_work()
     assert not Annotation.objects.filter(pk=lost.pk).exists()
 
 
+def test_claims_put_lapsed_leases_back_at_most_every_five_seconds():
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    first, second = annotators(2)
+    queueing.claim_next(annotator=first)  # Lapsed leases are put back here, then not for 5 s.
+    lapsed = timezone.now() + dt.timedelta(seconds=LabelingConfig.get().lease_duration + 1)
+    QueueItem.objects.update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
+    assert queueing.claim_next(annotator=second) is None  # Within 5 s of the last: it waits.
+    assert queueing.claim_next(annotator=second, now=lapsed).annotator == second
+
+
 def test_a_lapsed_lease_nobody_took_is_resumed_with_its_ratings():
     SolutionFactory()
     queueing.ensure_default_queue()
