@@ -12,13 +12,15 @@ from collections.abc import Callable
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, push_url, reswap, retarget
 
 from annotate import labeling, queueing
-from annotate.htmx import page_or_partial
+from annotate.htmx import is_partial
 from annotate.models import Annotation
 from annotate.params import int_param, plain_text
 from annotate.roles import annotator_required
@@ -51,19 +53,25 @@ def label_next(request: HttpRequest) -> HttpResponse:
     if task is None:
         messages.info(request, "Nothing left to label right now. Thank you!")
         return redirect("annotate:home")
-    return _task_page(request, _own(request, task.pk), "annotate/label.html")
+    return _task_page(request, _own(request, task.pk))
 
 
 @require_GET
 @annotator_required
 @vary_on_headers("HX-Request")
 def label_task(request: HttpRequest, pk: int) -> HttpResponse:
-    return _task_page(request, _own(request, pk), page_or_partial(request, "annotate/label.html", "task"))
+    return _task_page(request, _own(request, pk), whole=not is_partial(request))
 
 
-def _task_page(request: HttpRequest, annotation: Annotation, template: str) -> HttpResponse:
-    task = labeling.task_view(annotation)
-    return render(request, template, {"task": task, "annotation": annotation, "problem": annotation.solution.problem})
+def _task_page(request: HttpRequest, annotation: Annotation, whole: bool = True) -> HttpResponse:
+    """The task (templates/jinja2/annotate/task.jinja), alone or in its page (annotate/label.html)."""
+    context = {"task": labeling.task_view(annotation), "annotation": annotation}
+    if not whole:
+        return render(request, "annotate/task.jinja", context)
+    # safe: Jinja2 escaped every value in it (autoescape, config/jinja.py)
+    task_html = mark_safe(render_to_string("annotate/task.jinja", context, request=request))
+    return render(request, "annotate/label.html", {**context, "task_html": task_html,
+                                                   "problem": annotation.solution.problem})
 
 
 @require_POST
@@ -140,7 +148,7 @@ def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("annotate:label-task", pk=task.pk)
     # htmx: the answer is the next task's page, swapped in as the whole body under its own URL
     # (static/js/label.js starts the new task): one request per task fewer than a redirect.
-    page = _task_page(request, _own(request, task.pk), "annotate/label.html")
+    page = _task_page(request, _own(request, task.pk))
     return push_url(retarget(reswap(page, "innerHTML"), "body"), reverse("annotate:label-task", args=[task.pk]))
 
 
@@ -161,9 +169,9 @@ def _act(request: HttpRequest, annotation: Annotation, action: Callable[..., obj
             # A rating (the hot path) answers with only the steps it changed, the head and the
             # submit form, each swapped in by its id; the rest of the task stays as it is.
             context = {"task": outcome, "annotation": outcome.annotation, "changed": outcome.changed}
-            return reswap(render(request, "annotate/label.html#rated", context), "none")
+            return reswap(render(request, "annotate/rated.jinja", context), "none")
         task = labeling.task_view(annotation if annotation.solution_id else _own(request, annotation.pk))
-        return render(request, "annotate/label.html#task", {"task": task, "annotation": task.annotation})
+        return render(request, "annotate/task.jinja", {"task": task, "annotation": task.annotation})
     return redirect("annotate:label-task", pk=annotation.pk)
 
 

@@ -89,6 +89,14 @@ TEMPLATES = [
             ],
         },
     },
+    {
+        # The labeling workspace's hot parts only (config/jinja.py says why).
+        "NAME": "jinja2",
+        "BACKEND": "django.template.backends.jinja2.Jinja2",
+        "DIRS": [BASE_DIR / "templates" / "jinja2"],
+        "APP_DIRS": False,
+        "OPTIONS": {"environment": "config.jinja.environment"},
+    },
 ]
 
 WSGI_APPLICATION = "config.wsgi.application"
