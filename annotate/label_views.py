@@ -13,8 +13,8 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.utils.safestring import mark_safe
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, push_url, reswap, retarget
@@ -53,7 +53,7 @@ def label_next(request: HttpRequest) -> HttpResponse:
     if task is None:
         messages.info(request, "Nothing left to label right now. Thank you!")
         return redirect("annotate:home")
-    return _task_page(request, _own(request, task.pk))
+    return _task_page(request, task)  # the claim's, so the user's own
 
 
 @require_GET
@@ -71,7 +71,7 @@ def _task_page(request: HttpRequest, annotation: Annotation, whole: bool = True)
     # safe: Jinja2 escaped every value in it (autoescape, config/jinja.py)
     task_html = mark_safe(render_to_string("annotate/task.jinja", context, request=request))
     return render(request, "annotate/label.html", {**context, "task_html": task_html,
-                                                   "problem": annotation.solution.problem})
+                                                   "problem": labeling.problem_of(annotation)})
 
 
 @require_POST
@@ -148,7 +148,7 @@ def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("annotate:label-task", pk=task.pk)
     # htmx: the answer is the next task's page, swapped in as the whole body under its own URL
     # (static/js/label.js starts the new task): one request per task fewer than a redirect.
-    page = _task_page(request, _own(request, task.pk))
+    page = _task_page(request, task)  # the claim's, so the user's own
     return push_url(retarget(reswap(page, "innerHTML"), "body"), reverse("annotate:label-task", args=[task.pk]))
 
 

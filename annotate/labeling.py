@@ -17,7 +17,7 @@ from django.db.models import Case, IntegerField, Value, When
 from django.utils import timezone
 
 from annotate import queueing, verdicts
-from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, StepLabel
+from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, Problem, StepLabel
 from config import statements, throttling
 
 RATINGS = (-1, 0, 1)
@@ -98,7 +98,18 @@ class Task:
 
 def annotation_for(*, user, pk: int) -> Annotation:
     """The user's own annotation `pk`; anyone else's does not exist for them."""
-    return Annotation.objects.select_related("solution__problem").get(pk=pk, annotator=user)
+    return Annotation.objects.get(pk=pk, annotator=user)
+
+
+_PROBLEM = statements.Compiled(lambda solution_id: (
+    Problem.objects.filter(solutions__pk=solution_id).values_list("pk", "statement", "ground_truth_answer")
+))
+
+
+def problem_of(annotation: Annotation) -> Problem:
+    """What the task's page shows of its problem: the statement and the answer."""
+    (values,) = _PROBLEM.rows(solution_id=annotation.solution_id)
+    return Problem.from_db(DEFAULT_DB_ALIAS, ["id", "statement", "ground_truth_answer"], values)
 
 
 def handle_for(*, user, pk: int) -> Annotation:

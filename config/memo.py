@@ -53,20 +53,19 @@ class ProcessMemo(Generic[T]):
 
 
 class Pacer:
-    """Whether a chore done at most once per `seconds` of the caller's clock is due, in this
+    """Whether a chore done at most once per some seconds of the caller's clock is due, in this
     process; emptied by `forget_all` like the memos."""
 
-    def __init__(self, seconds: float):
-        self.every = dt.timedelta(seconds=seconds)
+    def __init__(self):
         self._last: dt.datetime | None = None
         self._lock = threading.Lock()
         _ALL.append(self)
 
-    def due(self, now: dt.datetime) -> bool:
+    def due(self, now: dt.datetime, seconds: float) -> bool:
         """True (and counted as done at `now`) unless it was done less than `seconds` before
         `now`; a clock that went back makes it due."""
         with self._lock:
-            if self._last is not None and dt.timedelta(0) <= now - self._last < self.every:
+            if self._last is not None and dt.timedelta(0) <= now - self._last < dt.timedelta(seconds=seconds):
                 return False
             self._last = now
             return True

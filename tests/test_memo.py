@@ -18,17 +18,17 @@ def test_a_memo_loads_once_within_its_time_and_hands_out_copies():
 
 
 def test_a_paced_chore_is_due_once_per_period_of_the_callers_clock():
-    pacer = Pacer(seconds=5)
-    assert pacer.due(T0)
-    assert not pacer.due(T0 + dt.timedelta(seconds=4.9))
-    assert pacer.due(T0 + dt.timedelta(seconds=5))
-    assert not pacer.due(T0 + dt.timedelta(seconds=6))
+    pacer = Pacer()
+    assert pacer.due(T0, 5)
+    assert not pacer.due(T0 + dt.timedelta(seconds=4.9), 5)
+    assert pacer.due(T0 + dt.timedelta(seconds=5), 5)
+    assert not pacer.due(T0 + dt.timedelta(seconds=6), 5)
 
 
 def test_a_clock_that_went_back_or_a_forget_makes_it_due():
-    pacer = Pacer(seconds=5)
-    assert pacer.due(T0)
-    assert pacer.due(T0 - dt.timedelta(hours=1))  # a test's clock, or a caller passing an earlier time
-    assert not pacer.due(T0 - dt.timedelta(hours=1))
+    pacer = Pacer()
+    assert pacer.due(T0, 5)
+    assert pacer.due(T0 - dt.timedelta(hours=1), 5)  # a test's clock, or a caller passing an earlier time
+    assert not pacer.due(T0 - dt.timedelta(hours=1), 5)
     forget_all()
-    assert pacer.due(T0 - dt.timedelta(hours=1))
+    assert pacer.due(T0 - dt.timedelta(hours=1), 5)

@@ -92,6 +92,16 @@ def test_a_lapsed_lease_goes_to_the_next_annotator_and_the_first_gets_new_work()
     assert not Annotation.objects.filter(pk=lost.pk).exists()
 
 
+def test_with_a_short_lease_a_lapsed_one_comes_back_within_a_tenth_of_it():
+    configure(lease_seconds=2)
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    first, second = annotators(2)
+    start = timezone.now()
+    queueing.claim_next(annotator=first, now=start)
+    assert queueing.claim_next(annotator=second, now=start + dt.timedelta(seconds=2.1)).annotator == second
+
+
 def test_claims_put_lapsed_leases_back_at_most_every_five_seconds():
     SolutionFactory()
     queueing.ensure_default_queue()
