@@ -103,3 +103,15 @@ def test_a_row_is_updated_by_primary_key_with_values_prepared_by_their_fields(la
     labeled.refresh_from_db()
     assert (label.human_completion, label.time_ms, labeled.timestamp) == ({"text": "écrit"}, 1234, when)
     assert statements.update_row(StepLabel, label.pk + 1000, time_ms=1) == 0
+
+
+@pytest.mark.postgresql
+def test_postgresql_prepares_a_statement_a_connection_runs_again_and_again(labeled):
+    """The server parses and plans the labeling path's statements once per connection (settings:
+    Django leaves psycopg's preparing off unless asked)."""
+    for _ in range(6):
+        STEPS.rows(annotation_id=labeled.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any('"annotate_completion"."text"' in sql and "ORDER BY" in sql for sql in prepared), prepared
