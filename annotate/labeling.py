@@ -152,10 +152,12 @@ def task_view(annotation: Annotation, config: LabelingConfig | None = None) -> T
 _Row = tuple[int, str, int | None, bool, int | None, dict | None]
 
 
+# A _Row's fields, read from the annotation: the task's view and every action's locked read.
+_STEP_FIELDS = ("step_labels__index", "step_labels__completions__text", "step_labels__completions__rating",
+                "step_labels__completions__flagged", "step_labels__time_ms", "step_labels__human_completion")
 _ROWS = statements.Compiled(lambda annotation_id: (
-    Completion.objects.filter(step_label__annotation_id=annotation_id, index=0).order_by("step_label__index")
-    .values_list("step_label__index", "text", "rating", "flagged", "step_label__time_ms",
-                 "step_label__human_completion")
+    Annotation.objects.filter(pk=annotation_id, step_labels__completions__index=0)
+    .order_by("step_labels__index").values_list(*_STEP_FIELDS)
 ))
 
 
@@ -204,8 +206,6 @@ def _finish_reason(ratings: list[int | None], config: LabelingConfig) -> str | N
 _LOCKED_FIELDS = ("status", "created_at", "total_time_ms", "queue_item_id", "is_quality_control",
                   "is_initial_screening", "queue_item__status", "queue_item__leased_to_id",
                   "queue_item__lease_expires_at")
-_STEP_FIELDS = ("step_labels__index", "step_labels__completions__text", "step_labels__completions__rating",
-                "step_labels__completions__flagged", "step_labels__time_ms", "step_labels__human_completion")
 # So the writes are by primary key, not through a join.
 _IDS = ("step_labels__completions__id", "step_labels__id")
 
@@ -371,9 +371,9 @@ def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
 
 def _record_time(read: _Locked, times: ActiveTime | None, save_total: bool = True) -> dict[int, int]:
     """Store a time report on the annotation read under the caller's lock; returns the per-step
-    times it offered. A stored time only grows, so only the total and the steps whose time grew
-    are written, each by primary key. With `save_total` False the grown total is only set on
-    the annotation, for the caller to save with its own changes.
+    times it offered. A stored time only grows, so only a grown total and the steps whose time
+    grew are written. With `save_total` False the grown total is only set on the annotation,
+    for the caller to save with its own changes.
     """
     if times is None:
         return {}
@@ -396,7 +396,8 @@ def _record_time(read: _Locked, times: ActiveTime | None, save_total: bool = Tru
 
 def _write_step_times(grown: dict[int, int]) -> None:
     """StepLabel id -> its new time, in one statement whatever the number of steps a report
-    names (a heartbeat after a pause may name many)."""
+    names (a heartbeat after a pause may name many). One step, a rating's usual case, is
+    written by primary key without the ORM building a CASE."""
     if len(grown) == 1:
         statements.update_row(StepLabel, *grown, time_ms=next(iter(grown.values())))
     elif grown:

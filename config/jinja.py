@@ -6,7 +6,6 @@ in Django's template language that was the largest CPU cost of a request left (1
 Django templates. Autoescaping is on (Django's Jinja2 backend sets it); the filters are the
 ones the Django templates use (annotate/templatetags/workspace.py), so text renders the same.
 """
-from django.templatetags.static import static
 from django.urls import reverse
 from jinja2 import Environment
 
@@ -19,7 +18,6 @@ def url(name: str, *args) -> str:
 
 def environment(**options) -> Environment:
     env = Environment(**options)
-    env.globals.update(url=url, static=static)
-    env.filters.update(rendered=workspace.rendered, answer_math=workspace.answer_math,
-                       rating_word=workspace.rating_word)
+    env.globals.update(url=url)
+    env.filters.update(rendered=workspace.rendered, rating_word=workspace.rating_word)
     return env
