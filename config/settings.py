@@ -118,6 +118,8 @@ def database_from_url(url: str) -> dict:
         # DB_PREPARED_STATEMENTS=false behind one.
         prepared = env_bool("DB_PREPARED_STATEMENTS", True)
         config["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5 if prepared else None}
+        # Django's backend, but a connection's health is checked without a query (config/postgresql).
+        config["ENGINE"] = "config.postgresql"
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Web, worker and beat write at once: without WAL, a busy timeout and IMMEDIATE
         # transactions SQLite answers "database is locked" under a handful of writers.
