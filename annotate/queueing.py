@@ -366,15 +366,15 @@ def _lease_next(annotator, now: dt.datetime, seconds: int) -> Leased | None:
 
 def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int | None = None,
            quality_control: bool = False, screening: bool = False) -> Annotation:
-    annotation = Annotation.objects.create(
+    annotation = Annotation(
         solution_id=solution_id, annotator=annotator, labeler=labeler_id(annotator), generation=generation,
         queue_item_id=queue_item_id, is_quality_control=quality_control, is_initial_screening=screening,
     )
+    statements.insert([annotation])
     steps = _STEPS.rows(solution_id=solution_id)
-    labels = StepLabel.objects.bulk_create(StepLabel(annotation=annotation, index=i) for i, _ in steps)
-    Completion.objects.bulk_create(
-        Completion(step_label=label, index=0, text=text) for label, (_, text) in zip(labels, steps)
-    )
+    labels = [StepLabel(annotation=annotation, index=i) for i, _ in steps]
+    statements.insert(labels)
+    statements.insert([Completion(step_label=label, index=0, text=text) for label, (_, text) in zip(labels, steps)])
     return annotation
 
 

@@ -129,3 +129,43 @@ def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> str:
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
     columns = ", ".join(f"{quote(model._meta.get_field(name).column)} = %s" for name in names)
     return f"UPDATE {quote(model._meta.db_table)} SET {columns} WHERE {quote(model._meta.pk.column)} = %s"
+
+
+# Rows per INSERT at most: SQLite allows 32,766 parameters a statement.
+_INSERT_BATCH = 1000
+
+
+def insert(objs: list[Model]) -> None:
+    """INSERT new objects of one model and set their primary keys: what `bulk_create` does (each
+    field's default and pre_save, as auto_now_add; no signals), with the SQL built once per
+    model and row count instead of by the ORM on every call (a claim inserts its annotation and
+    one row per step twice: 1.4 of the 2 ms a claim spent in Python)."""
+    if not objs:
+        return
+    connection = connections[DEFAULT_DB_ALIAS]
+    model = type(objs[0])
+    fields = _insert_fields(model)
+    for start in range(0, len(objs), _INSERT_BATCH):
+        batch = objs[start : start + _INSERT_BATCH]
+        params = [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in batch for field in fields]
+        with connection.cursor() as cursor:
+            cursor.execute(_insert_sql(model, len(batch), connection.vendor), params)
+            # Keys are drawn in the order the rows are inserted; RETURNING's order is not promised.
+            keys = sorted(row[0] for row in cursor.fetchall())
+        for obj, pk in zip(batch, keys, strict=True):
+            obj.pk = pk
+            obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+
+
+@lru_cache(maxsize=64)
+def _insert_fields(model: type[Model]) -> list:
+    return [field for field in model._meta.local_concrete_fields if field is not model._meta.pk]
+
+
+@lru_cache(maxsize=256)
+def _insert_sql(model: type[Model], count: int, vendor: str) -> str:
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    fields = _insert_fields(model)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    return (f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+            f"VALUES {', '.join([row] * count)} RETURNING {quote(model._meta.pk.column)}")

@@ -115,3 +115,24 @@ def test_postgresql_prepares_a_statement_a_connection_runs_again_and_again(label
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
     assert any('"annotate_completion"."text"' in sql and "ORDER BY" in sql for sql in prepared), prepared
+
+
+def test_insert_writes_new_objects_as_bulk_create_would_and_gives_them_their_keys(labeled, monkeypatch):
+    solution = SolutionFactory(steps=["a", "b"])
+    annotation = Annotation(solution=solution, annotator=labeled.annotator, labeler="inserted")
+    statements.insert([annotation])
+    stored = Annotation.objects.get(pk=annotation.pk)
+    # Each field's default and pre_save, as the ORM's create() gives them.
+    assert stored.labeler == "inserted" and stored.status == Annotation.Status.IN_PROGRESS
+    assert stored.question_extra == {} and stored.created_at is not None and stored.is_quality_control is False
+    assert not annotation._state.adding
+    monkeypatch.setattr(statements, "_INSERT_BATCH", 2)  # more rows than one statement takes
+    labels = [StepLabel(annotation=annotation, index=i) for i in range(5)]
+    statements.insert(labels)
+    assert [(label.pk, label.index) for label in labels] == list(
+        StepLabel.objects.filter(annotation=annotation).order_by("pk").values_list("pk", "index"))
+    completions = [Completion(step_label=label, index=0, text=f"step {label.index}") for label in labels]
+    statements.insert(completions)
+    assert {c.pk: c.text for c in completions} == dict(
+        Completion.objects.filter(step_label__annotation=annotation).values_list("pk", "text"))
+    assert Completion.objects.get(pk=completions[0].pk).extra == {}
