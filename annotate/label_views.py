@@ -25,6 +25,11 @@ from annotate.models import Annotation
 from annotate.params import int_param, plain_text
 from annotate.roles import annotator_required
 
+# The engine of the workspace's hot templates (config/jinja.py), named: a template looked up
+# by name alone is first searched for, and missed, by Django's engine, which doubled the cost
+# of rendering a rating's answer (0.50 -> 0.25 ms).
+JINJA2 = "jinja2"
+
 
 @require_GET
 @annotator_required
@@ -67,9 +72,9 @@ def _task_page(request: HttpRequest, annotation: Annotation, whole: bool = True)
     """The task (templates/jinja2/annotate/task.jinja), alone or in its page (annotate/label.html)."""
     context = {"task": labeling.task_view(annotation), "annotation": annotation}
     if not whole:
-        return render(request, "annotate/task.jinja", context)
+        return render(request, "annotate/task.jinja", context, using=JINJA2)
     # safe: Jinja2 escaped every value in it (autoescape, config/jinja.py)
-    task_html = mark_safe(render_to_string("annotate/task.jinja", context, request=request))
+    task_html = mark_safe(render_to_string("annotate/task.jinja", context, request=request, using=JINJA2))
     return render(request, "annotate/label.html", {**context, "task_html": task_html,
                                                    "problem": labeling.problem_of(annotation)})
 
@@ -169,9 +174,9 @@ def _act(request: HttpRequest, annotation: Annotation, action: Callable[..., obj
             # A rating (the hot path) answers with only the steps it changed, the head and the
             # submit form, each swapped in by its id; the rest of the task stays as it is.
             context = {"task": outcome, "annotation": outcome.annotation, "changed": outcome.changed}
-            return reswap(render(request, "annotate/rated.jinja", context), "none")
+            return reswap(render(request, "annotate/rated.jinja", context, using=JINJA2), "none")
         task = labeling.task_view(annotation if annotation.solution_id else _own(request, annotation.pk))
-        return render(request, "annotate/task.jinja", {"task": task, "annotation": task.annotation})
+        return render(request, "annotate/task.jinja", {"task": task, "annotation": task.annotation}, using=JINJA2)
     return redirect("annotate:label-task", pk=annotation.pk)
 
 
