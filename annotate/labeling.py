@@ -289,12 +289,14 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
         read = _open(annotation, config)
         locked, rows = read.annotation, read.rows
         _check_reachable(read.ratings, index, config)
-        statements.update_row(Completion, read.completion_ids[index], rating=rating)
+        writes = statements.RowWrites()
+        writes.update(Completion, read.completion_ids[index], rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
         clear_rewrite = rating != -1 and config.allow_human_completion and rows[index][5] is not None
         if clear_rewrite:
-            statements.update_row(StepLabel, read.step_label_ids[index], human_completion=None)
-        step_times = _record_time(read, times)
+            writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
+        step_times = _record_time(read, times, writes)
+        writes.write()
     changed = []
     for i, text, old_rating, flagged, time_ms, human in rows:
         if i in step_times:
@@ -322,8 +324,10 @@ def flag(*, annotation: Annotation, index: int, flagged: bool, times: ActiveTime
     with transaction.atomic():
         read = _open(annotation, config)
         _check_reachable(read.ratings, index, config)
-        statements.update_row(Completion, read.completion_ids[index], flagged=flagged)
-        _record_time(read, times)
+        writes = statements.RowWrites()
+        writes.update(Completion, read.completion_ids[index], flagged=flagged)
+        _record_time(read, times, writes)
+        writes.write()
 
 
 def undo(*, annotation: Annotation, index: int, times: ActiveTime | None = None) -> None:
@@ -335,9 +339,11 @@ def undo(*, annotation: Annotation, index: int, times: ActiveTime | None = None)
             raise LabelingError(f"step {index + 1} does not exist")
         if any(r is not None for r in ratings[index + 1:]):
             raise LabelingError(f"only the last rated step can be undone, and step {index + 1} is not it")
-        statements.update_row(Completion, read.completion_ids[index], rating=None)
-        statements.update_row(StepLabel, read.step_label_ids[index], human_completion=None)
-        _record_time(read, times)
+        writes = statements.RowWrites()
+        writes.update(Completion, read.completion_ids[index], rating=None)
+        writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
+        _record_time(read, times, writes)
+        writes.write()
 
 
 def write_completion(*, annotation: Annotation, index: int, text: str, times: ActiveTime | None = None) -> None:
@@ -354,8 +360,10 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
         if not 0 <= index < len(ratings) or ratings[index] != -1:
             raise LabelingError(f"step {index + 1} is not rated -1: only a wrong step can be rewritten")
         human = {"text": text, "rating": None, "flagged": False, "source": "human", "corrected_rating": None}
-        statements.update_row(StepLabel, read.step_label_ids[index], human_completion=human)
-        _record_time(read, times)
+        writes = statements.RowWrites()
+        writes.update(StepLabel, read.step_label_ids[index], human_completion=human)
+        _record_time(read, times, writes)
+        writes.write()
 
 
 def heartbeat_allowed(*, user_id: int) -> bool:
@@ -366,14 +374,15 @@ def heartbeat_allowed(*, user_id: int) -> bool:
 def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
     """Store a report of active time (heartbeats) and keep the lease."""
     with transaction.atomic():
-        _record_time(_open(annotation, LabelingConfig.get()), times)
+        writes = statements.RowWrites()
+        _record_time(_open(annotation, LabelingConfig.get()), times, writes)
+        writes.write()
 
 
-def _record_time(read: _Locked, times: ActiveTime | None, save_total: bool = True) -> dict[int, int]:
-    """Store a time report on the annotation read under the caller's lock; returns the per-step
-    times it offered. A stored time only grows, so only a grown total and the steps whose time
-    grew are written. With `save_total` False the grown total is only set on the annotation,
-    for the caller to save with its own changes.
+def _record_time(read: _Locked, times: ActiveTime | None, writes: statements.RowWrites) -> dict[int, int]:
+    """Store a time report on the annotation read under the caller's lock, among the caller's
+    writes; returns the per-step times it offered. A stored time only grows, so only a grown
+    total and the steps whose time grew are written.
     """
     if times is None:
         return {}
@@ -382,24 +391,23 @@ def _record_time(read: _Locked, times: ActiveTime | None, save_total: bool = Tru
     ceiling = int((timezone.now() - annotation.created_at) / dt.timedelta(milliseconds=1)) + _TIME_SLACK_MS
     total = min(times.total_ms, ceiling)
     if total > (annotation.total_time_ms or 0):
-        if save_total:
-            statements.update_row(Annotation, annotation.pk, total_time_ms=total)
+        writes.update(Annotation, annotation.pk, total_time_ms=total)
         annotation.total_time_ms = total
     offered = {index: min(ms, ceiling) for index, ms in times.steps.items()}
     stored = read.stored_times()
     if not offered.keys() <= stored.keys():
         # Raised inside the caller's transaction, so nothing of this report is kept.
         raise LabelingError("step_ms: every index must be a step of this solution")
-    _write_step_times({stored[index][0]: ms for index, ms in offered.items() if ms > stored[index][1]})
+    _write_step_times({stored[index][0]: ms for index, ms in offered.items() if ms > stored[index][1]}, writes)
     return offered
 
 
-def _write_step_times(grown: dict[int, int]) -> None:
+def _write_step_times(grown: dict[int, int], writes: statements.RowWrites) -> None:
     """StepLabel id -> its new time, in one statement whatever the number of steps a report
-    names (a heartbeat after a pause may name many). One step, a rating's usual case, is
-    written by primary key without the ORM building a CASE."""
+    names (a heartbeat after a pause may name many). One step, a rating's usual case, goes
+    with the caller's writes, without the ORM building a CASE."""
     if len(grown) == 1:
-        statements.update_row(StepLabel, *grown, time_ms=next(iter(grown.values())))
+        writes.update(StepLabel, *grown, time_ms=next(iter(grown.values())))
     elif grown:
         StepLabel.objects.filter(pk__in=grown).update(time_ms=Case(
             *(When(pk=pk, then=Value(ms)) for pk, ms in grown.items()), output_field=IntegerField()
@@ -418,9 +426,10 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
         read = _open(annotation, config)
         locked, ratings = read.annotation, read.ratings
         reason = _decide(ratings, config, finish_reason, note)
-        # Before steps past the end are dropped (the page reports them too); the total is saved
-        # with the status below, in the same statement.
-        _record_time(read, times, save_total=False)
+        # Checked against the steps as read (the page reports those about to be dropped too);
+        # the times are written with the status below, in the same statement on PostgreSQL.
+        writes = statements.RowWrites()
+        _record_time(read, times, writes)
         last = _keep_steps(locked, ratings, reason, config)
         # Every kept step but the last is chosen; the last too unless it is the error found.
         chosen_below = last if reason != FinishReason.FOUND_ERROR and last > 0 and ratings[last - 1] is not None \
@@ -432,7 +441,8 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
             "finish_note": note.strip() if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else "",
             "total_time_ms": locked.total_time_ms,
         }
-        statements.update_row(Annotation, locked.pk, **finished)
+        writes.update(Annotation, locked.pk, **finished)
+        writes.write()
         queueing.finish_item(annotation=locked)
     # The caller's object as it now stands, without reading it back.
     for name, value in finished.items():

@@ -117,11 +117,40 @@ class _Name(str):
 def update_row(model: type[Model], pk: int, **values) -> int:
     """`UPDATE` one row by primary key; values are prepared by their fields as the ORM does."""
     connection = connections[DEFAULT_DB_ALIAS]
-    fields = [model._meta.get_field(name) for name in values]
-    params = [field.get_db_prep_save(value, connection) for field, value in zip(fields, values.values())]
     with connection.cursor() as cursor:
-        cursor.execute(_update_sql(model, tuple(values), connection.vendor), [*params, pk])
+        params = [*_prepared(model, values, connection), pk]
+        cursor.execute(_update_sql(model, tuple(values), connection.vendor), params)
         return cursor.rowcount
+
+
+def _prepared(model: type[Model], values: dict, connection) -> list:
+    return [model._meta.get_field(name).get_db_prep_save(value, connection) for name, value in values.items()]
+
+
+class RowWrites:
+    """UPDATEs of rows by primary key, gathered, then written together: on PostgreSQL as one
+    statement (all but the last in a data-modifying WITH), elsewhere one statement each. A
+    rating writes three rows of three tables (the rating, the step's time, the task's time):
+    one round trip instead of three. Values for one row are merged into one UPDATE (PostgreSQL
+    leaves two updates of a row in one statement unpredictable)."""
+
+    def __init__(self):
+        self._rows: dict[tuple[type[Model], int], dict] = {}
+
+    def update(self, model: type[Model], pk: int, **values) -> None:
+        self._rows.setdefault((model, pk), {}).update(values)
+
+    def write(self) -> None:
+        rows, self._rows = self._rows, {}
+        connection = connections[DEFAULT_DB_ALIAS]
+        if connection.vendor != "postgresql" or len(rows) < 2:
+            for (model, pk), values in rows.items():
+                update_row(model, pk, **values)
+            return
+        shape = tuple((model, tuple(values)) for (model, _), values in rows.items())
+        params = [p for (model, pk), values in rows.items() for p in (*_prepared(model, values, connection), pk)]
+        with connection.cursor() as cursor:
+            cursor.execute(_updates_sql(shape), params)
 
 
 @lru_cache(maxsize=256)
@@ -169,3 +198,9 @@ def _insert_sql(model: type[Model], count: int, vendor: str) -> str:
     row = f"({', '.join(['%s'] * len(fields))})"
     return (f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
             f"VALUES {', '.join([row] * count)} RETURNING {quote(model._meta.pk.column)}")
+
+
+@lru_cache(maxsize=64)
+def _updates_sql(shape: tuple[tuple[type[Model], tuple[str, ...]], ...]) -> str:
+    *first, last = (_update_sql(model, names, "postgresql") for model, names in shape)
+    return "WITH " + ", ".join(f"w{i} AS ({sql})" for i, sql in enumerate(first)) + " " + last

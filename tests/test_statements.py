@@ -136,3 +136,22 @@ def test_insert_writes_new_objects_as_bulk_create_would_and_gives_them_their_key
     assert {c.pk: c.text for c in completions} == dict(
         Completion.objects.filter(step_label__annotation=annotation).values_list("pk", "text"))
     assert Completion.objects.get(pk=completions[0].pk).extra == {}
+
+
+def test_row_writes_change_rows_of_several_tables_together_merging_those_of_one_row(labeled):
+    first, second = StepLabel.objects.filter(annotation=labeled).order_by("index")[:2]
+    completion = Completion.objects.get(step_label=first)
+    writes = statements.RowWrites()
+    writes.update(Completion, completion.pk, rating=-1)
+    writes.update(StepLabel, second.pk, human_completion=None)
+    writes.update(StepLabel, second.pk, time_ms=1500)  # the same row: one UPDATE of both
+    writes.update(Annotation, labeled.pk, total_time_ms=4000)
+    with CaptureQueriesContext(connection) as queries:
+        writes.write()
+    assert len(queries) == (1 if connection.vendor == "postgresql" else 3)
+    assert Completion.objects.get(pk=completion.pk).rating == -1
+    assert StepLabel.objects.filter(pk=second.pk).values_list("human_completion", "time_ms").get() == (None, 1500)
+    assert Annotation.objects.get(pk=labeled.pk).total_time_ms == 4000
+    with CaptureQueriesContext(connection) as queries:
+        writes.write()  # written once: nothing is left to write
+    assert len(queries) == 0
