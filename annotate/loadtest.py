@@ -46,6 +46,7 @@ class ClientResult:
     claimed: list[int] = field(default_factory=list)  # annotation ids served
     requests: int = 0
     error: str = ""
+    cpu_s: float = 0.0  # the client's own CPU while labeling: on one machine it competes with the server
 
     def time(self, name: str, ms: float) -> None:
         self.timings.setdefault(name, []).append(ms)
@@ -177,7 +178,9 @@ def client_process(base_url: str, username: str, password: str, seconds: float, 
         _log_in_patiently(annotator)
         barrier.wait(timeout=120)
         annotator.deadline = time.monotonic() + seconds
+        started = time.process_time()
         annotator.label_until_done()
+        annotator.result.cpu_s = time.process_time() - started
     except Exception as error:  # noqa: BLE001 - reported by the parent
         annotator.result.error = f"{username}: {error!r}"
         barrier.abort()

@@ -28,6 +28,8 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
         row = re.search(rf"^\s+{endpoint}\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", report, re.MULTILINE)
         assert row and int(row.group(1)) > 0, f"{endpoint} missing from:\n{report}"
     assert re.search(r"CPU per labeled task: server [\d.]+ ms", report), report
+    clients = re.search(r"the clients' own CPU: ([\d.]+) ms per labeled task, (\d+) % of the machine's CPUs", report)
+    assert clients and float(clients.group(1)) > 0, report  # they ran, so they spent some
     # What the clients were told was submitted is what the database holds.
     assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == labeled
     assert LabelingConfig.get().qc_rate == 0.3  # The project's settings are restored.

@@ -150,6 +150,11 @@ class Command(BaseCommand):
         self.stdout.write(f"  CPU per labeled task: server {per_task(server_s)}, database {per_task(database_s)}, "
                           f"together {per_task(both if server_s is not None else None)}; "
                           f"load average {os.getloadavg()[0]:.1f}")
+        # The simulated annotators run on the same CPUs as the server: what they took is time the
+        # server's requests waited for a CPU, so latencies under many clients are an upper bound.
+        clients_s = sum(r.cpu_s for r in results)
+        self.stdout.write(f"  the clients' own CPU: {per_task(clients_s)} per labeled task, "
+                          f"{100 * clients_s / (elapsed * (os.cpu_count() or 1)):.0f} % of the machine's CPUs")
 
 
 def _postgres() -> bool:
