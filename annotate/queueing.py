@@ -19,7 +19,7 @@ from typing import NamedTuple
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from annotate import quality
@@ -31,8 +31,6 @@ IMPORTED_REASON = "imported, not scored yet"
 IMPORTED_WRONG_REASON = "imported, wrong answer, not scored yet"
 QC_REASON = "quality control"
 SCREENING_REASON = "screening"
-# A guarded UPDATE that loses a race just tries the next item; this bounds the retries.
-_CLAIM_ATTEMPTS = 20
 
 
 class ScreeningFailed(Exception):
@@ -228,18 +226,15 @@ def _candidates(annotator_id: int):
     )
 
 
-_NEXT_ITEM = statements.Compiled(lambda annotator_id: (
-    _candidates(annotator_id).values_list("pk", "solution_id", "generation")[:1]
-))
-# PostgreSQL: concurrent claimers each lock a different row instead of racing for one.
-_NEXT_ITEM_LOCKED = statements.Compiled(lambda annotator_id: (
-    _candidates(annotator_id).select_for_update(skip_locked=True, of=("self",))
-    .values_list("pk", "solution_id", "generation")[:1]
-))
-_LEASE = statements.Compiled(lambda pk, annotator_id, expires_at: statements.updating(
-    QueueItem.objects.filter(pk=pk, status=QueueItem.Status.AVAILABLE),
+# Lease the highest-priority available item this annotator has not labeled, in one statement:
+# on PostgreSQL concurrent claimers each lock a different row (SKIP LOCKED) instead of racing
+# for one; SQLite runs one writer at a time.
+_LEASE_NEXT = statements.Compiled(lambda annotator_id, expires_at: statements.updating(
+    QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, pk=Subquery(
+        _candidates(annotator_id).select_for_update(skip_locked=True, of=("self",)).values("pk")[:1]
+    )),
     status=QueueItem.Status.LEASED, leased_to=annotator_id, lease_expires_at=expires_at,
-), datetimes=("expires_at",))
+), datetimes=("expires_at",), returning=("id", "solution", "generation"))
 _STEPS = statements.Compiled(lambda solution_id: (
     Step.objects.filter(solution_id=solution_id).order_by("index").values_list("index", "text")
 ))
@@ -350,18 +345,8 @@ def _lease_next(annotator, now: dt.datetime, seconds: int) -> Leased | None:
     """Lease the highest-priority available item this annotator has not labeled."""
     if _EXPIRY.due(now, _expiry_pace(seconds)):
         expire_leases(now=now)
-    expires_at = now + dt.timedelta(seconds=seconds)
-    skip_locked = connection.features.has_select_for_update_skip_locked
-    # The guard (still available) only matters without SKIP LOCKED: a claimer that lost the
-    # race tries the next item.
-    for _ in range(1 if skip_locked else _CLAIM_ATTEMPTS):
-        found = (_NEXT_ITEM_LOCKED if skip_locked else _NEXT_ITEM).rows(annotator_id=annotator.pk)
-        if not found:
-            return None
-        item = Leased(*found[0])
-        if _LEASE.execute(pk=item.pk, annotator_id=annotator.pk, expires_at=expires_at) == 1:
-            return item
-    return None
+    found = _LEASE_NEXT.rows(annotator_id=annotator.pk, expires_at=now + dt.timedelta(seconds=seconds))
+    return Leased(*found[0]) if found else None
 
 
 def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int | None = None,

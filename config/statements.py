@@ -50,13 +50,16 @@ class _Plan:
 
 class Compiled:
     """A statement built by the ORM once per connection: `rows(**arguments)` for a query,
-    `execute(**arguments)` (the rows changed) for an update. The arguments are integers, but
-    for those named in `datetimes`."""
+    `execute(**arguments)` (the rows changed) for an update, or `rows(...)` for an update
+    with `returning` fields (plain column values of the rows it changed, PostgreSQL and
+    SQLite's RETURNING). The arguments are integers, but for those named in `datetimes`."""
 
-    def __init__(self, build: Callable[..., QuerySet | UpdateQuery], datetimes: tuple[str, ...] = ()):
+    def __init__(self, build: Callable[..., QuerySet | UpdateQuery], datetimes: tuple[str, ...] = (),
+                 returning: tuple[str, ...] = ()):
         self.build = build
         self.names = list(inspect.signature(build).parameters)
         self.datetimes = frozenset(datetimes)
+        self.returning = returning
         self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
@@ -104,6 +107,10 @@ class Compiled:
         converters = {}
         if not isinstance(built, UpdateQuery):
             converters = compiler.get_converters([s[0] for s in compiler.select[: compiler.col_count]])
+        elif self.returning:
+            quote, table = connection.ops.quote_name, query.model._meta.db_table
+            columns = (query.model._meta.get_field(name).column for name in self.returning)
+            sql += " RETURNING " + ", ".join(f"{quote(table)}.{quote(column)}" for column in columns)
         plan = _Plan(sql, mapped, compiler, converters)
         with self._lock:
             self._plans[connection] = plan

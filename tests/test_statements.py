@@ -155,3 +155,15 @@ def test_row_writes_change_rows_of_several_tables_together_merging_those_of_one_
     with CaptureQueriesContext(connection) as queries:
         writes.write()  # written once: nothing is left to write
     assert len(queries) == 0
+
+
+RELEASE = statements.Compiled(lambda pk: statements.updating(
+    QueueItem.objects.filter(pk=pk, status=QueueItem.Status.LEASED), status=QueueItem.Status.AVAILABLE, leased_to=None,
+), returning=("id", "solution"))
+
+
+def test_a_compiled_update_returning_fields_gives_the_rows_it_changed(labeled):
+    item = labeled.queue_item
+    assert RELEASE.rows(pk=item.pk) == [(item.pk, item.solution_id)]
+    assert QueueItem.objects.get(pk=item.pk).status == QueueItem.Status.AVAILABLE
+    assert RELEASE.rows(pk=item.pk) == []  # no longer leased: nothing changed, nothing returned
