@@ -47,6 +47,7 @@ class ClientResult:
     requests: int = 0
     error: str = ""
     cpu_s: float = 0.0  # the client's own CPU while labeling: on one machine it competes with the server
+    no_answers: list[str] = field(default_factory=list)  # why a request got no answer (the first few)
 
     def time(self, name: str, ms: float) -> None:
         self.timings.setdefault(name, []).append(ms)
@@ -93,6 +94,8 @@ class Annotator:
             response = self.http.request(method, self.base + path, timeout=30, **kwargs)
         except requests.RequestException as error:
             self.result.statuses[0] += 1
+            if len(self.result.no_answers) < 5:
+                self.result.no_answers.append(f"{method} {path}: {error!r}"[:300])
             raise _NoAnswer(str(error)) from error
         self.result.statuses[response.status_code] += 1
         return response

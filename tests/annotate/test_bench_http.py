@@ -5,6 +5,7 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
+from annotate import loadtest
 from annotate.models import Annotation, LabelingConfig
 from tests.factories import SolutionFactory
 
@@ -51,3 +52,12 @@ def test_in_process_mode_prints_the_cost_of_each_request_of_the_workflow():
     for endpoint in ("claim POST", "rating save", "submit \\+ next task"):
         assert re.search(rf"^\s+{endpoint}\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d,]+$", report, re.MULTILINE), report
     assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == 3
+
+
+def test_a_request_without_an_answer_is_counted_with_its_reason():
+    nobody = loadtest.Annotator(f"http://127.0.0.1:{loadtest.free_port()}", "u", "p", deadline=float("inf"),
+                                max_requests=5)
+    with pytest.raises(loadtest._NoAnswer):
+        nobody._send("GET", "/label/")
+    assert nobody.result.statuses[0] == 1
+    assert nobody.result.no_answers[0].startswith("GET /label/: ConnectionError")

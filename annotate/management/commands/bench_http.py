@@ -141,6 +141,8 @@ class Command(BaseCommand):
             values = timings.get(name, [])
             self.stdout.write(f"  {name:<14} {len(values):>6} {loadtest.percentile(values, 50):>7.1f} "
                               f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
+        for reason in [reason for r in results for reason in r.no_answers][:5]:
+            self.stdout.write(f"  without an answer: {reason}")
         duplicates, lost = _check(results, usernames)
         self.stdout.write(f"  duplicate assignments: {duplicates}; lost labels: {lost}")
         def per_task(seconds: float | None) -> str:
