@@ -9,6 +9,8 @@ builds it once per connection with a distinct placeholder number for each argume
 call runs the same SQL text with the real arguments in their places. The rows pass through
 the ORM's own converters (dates, JSON, booleans), so a caller gets what the QuerySet would have
 given, and PostgreSQL, which sees one text, prepares it once (server-side binding, settings).
+Rows by primary key are written with SQL built once per model and columns: `update_row` one,
+`RowWrites` several together (one round trip on PostgreSQL), and `insert` new objects.
 """
 from __future__ import annotations
 
