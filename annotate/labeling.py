@@ -285,18 +285,16 @@ def rate(*, annotation: Annotation, index: int, rating: int, times: ActiveTime |
     if rating not in RATINGS:
         raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
     config = LabelingConfig.get()
-    with transaction.atomic():
+    with transaction.atomic(), statements.RowWrites() as writes:
         read = _open(annotation, config)
         locked, rows = read.annotation, read.rows
         _check_reachable(read.ratings, index, config)
-        writes = statements.RowWrites()
         writes.update(Completion, read.completion_ids[index], rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
         clear_rewrite = rating != -1 and config.allow_human_completion and rows[index][5] is not None
         if clear_rewrite:
             writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
         step_times = _record_time(read, times, writes)
-        writes.write()
     changed = []
     for i, text, old_rating, flagged, time_ms, human in rows:
         if i in step_times:
@@ -321,29 +319,25 @@ def _changed_steps(before: Task, after: Task) -> set[int]:
 def flag(*, annotation: Annotation, index: int, flagged: bool, times: ActiveTime | None = None) -> None:
     """Mark step `index` as unsure (or not)."""
     config = LabelingConfig.get()
-    with transaction.atomic():
+    with transaction.atomic(), statements.RowWrites() as writes:
         read = _open(annotation, config)
         _check_reachable(read.ratings, index, config)
-        writes = statements.RowWrites()
         writes.update(Completion, read.completion_ids[index], flagged=flagged)
         _record_time(read, times, writes)
-        writes.write()
 
 
 def undo(*, annotation: Annotation, index: int, times: ActiveTime | None = None) -> None:
     """Clear the rating of step `index`, the last rated one (no-op if already clear)."""
-    with transaction.atomic():
+    with transaction.atomic(), statements.RowWrites() as writes:
         read = _open(annotation, LabelingConfig.get())
         ratings = read.ratings
         if not 0 <= index < len(ratings):
             raise LabelingError(f"step {index + 1} does not exist")
         if any(r is not None for r in ratings[index + 1:]):
             raise LabelingError(f"only the last rated step can be undone, and step {index + 1} is not it")
-        writes = statements.RowWrites()
         writes.update(Completion, read.completion_ids[index], rating=None)
         writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
         _record_time(read, times, writes)
-        writes.write()
 
 
 def write_completion(*, annotation: Annotation, index: int, text: str, times: ActiveTime | None = None) -> None:
@@ -354,16 +348,14 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
         raise LabelingError("this project does not collect human completions")
     if not text or len(text) > MAX_COMPLETION_CHARS:
         raise LabelingError(f"text: write the corrected step (1 to {MAX_COMPLETION_CHARS} characters)")
-    with transaction.atomic():
+    with transaction.atomic(), statements.RowWrites() as writes:
         read = _open(annotation, config)
         ratings = read.ratings
         if not 0 <= index < len(ratings) or ratings[index] != -1:
             raise LabelingError(f"step {index + 1} is not rated -1: only a wrong step can be rewritten")
         human = {"text": text, "rating": None, "flagged": False, "source": "human", "corrected_rating": None}
-        writes = statements.RowWrites()
         writes.update(StepLabel, read.step_label_ids[index], human_completion=human)
         _record_time(read, times, writes)
-        writes.write()
 
 
 def heartbeat_allowed(*, user_id: int) -> bool:
@@ -373,10 +365,8 @@ def heartbeat_allowed(*, user_id: int) -> bool:
 
 def record_time(*, annotation: Annotation, times: ActiveTime) -> None:
     """Store a report of active time (heartbeats) and keep the lease."""
-    with transaction.atomic():
-        writes = statements.RowWrites()
+    with transaction.atomic(), statements.RowWrites() as writes:
         _record_time(_open(annotation, LabelingConfig.get()), times, writes)
-        writes.write()
 
 
 def _record_time(read: _Locked, times: ActiveTime | None, writes: statements.RowWrites) -> dict[int, int]:
@@ -422,13 +412,12 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
     error), solution when every step is rated. give_up and bad_problem need a `note`.
     """
     config = LabelingConfig.get()
-    with transaction.atomic():
+    with transaction.atomic(), statements.RowWrites() as writes:
         read = _open(annotation, config)
         locked, ratings = read.annotation, read.ratings
         reason = _decide(ratings, config, finish_reason, note)
         # Checked against the steps as read (the page reports those about to be dropped too);
         # the times are written with the status below, in the same statement on PostgreSQL.
-        writes = statements.RowWrites()
         _record_time(read, times, writes)
         last = _keep_steps(locked, ratings, reason, config)
         # Every kept step but the last is chosen; the last too unless it is the error found.
@@ -442,7 +431,6 @@ def submit(*, annotation: Annotation, finish_reason: str = "", note: str = "",
             "total_time_ms": locked.total_time_ms,
         }
         writes.update(Annotation, locked.pk, **finished)
-        writes.write()
         queueing.finish_item(annotation=locked)
     # The caller's object as it now stands, without reading it back.
     for name, value in finished.items():

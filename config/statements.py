@@ -141,10 +141,18 @@ class RowWrites:
     statement (all but the last in a data-modifying WITH), elsewhere one statement each. A
     rating writes three rows of three tables (the rating, the step's time, the task's time):
     one round trip instead of three. Values for one row are merged into one UPDATE (PostgreSQL
-    leaves two updates of a row in one statement unpredictable)."""
+    leaves two updates of a row in one statement unpredictable). As a context manager it writes
+    what it gathered when its block ends without an error."""
 
     def __init__(self):
         self._rows: dict[tuple[type[Model], int], dict] = {}
+
+    def __enter__(self) -> RowWrites:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is None:
+            self.write()
 
     def update(self, model: type[Model], pk: int, **values) -> None:
         self._rows.setdefault((model, pk), {}).update(values)

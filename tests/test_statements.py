@@ -167,3 +167,14 @@ def test_a_compiled_update_returning_fields_gives_the_rows_it_changed(labeled):
     assert RELEASE.rows(pk=item.pk) == [(item.pk, item.solution_id)]
     assert QueueItem.objects.get(pk=item.pk).status == QueueItem.Status.AVAILABLE
     assert RELEASE.rows(pk=item.pk) == []  # no longer leased: nothing changed, nothing returned
+
+
+def test_row_writes_as_a_block_write_when_it_ends_and_not_after_an_error(labeled):
+    completion = Completion.objects.get(step_label__annotation=labeled, step_label__index=2)
+    with pytest.raises(ValueError), statements.RowWrites() as writes:
+        writes.update(Completion, completion.pk, rating=1)
+        raise ValueError("the action was refused")
+    assert Completion.objects.get(pk=completion.pk).rating is None
+    with statements.RowWrites() as writes:
+        writes.update(Completion, completion.pk, rating=1)
+    assert Completion.objects.get(pk=completion.pk).rating == 1
