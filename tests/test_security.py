@@ -147,7 +147,10 @@ def test_the_lockout_holds_under_50_parallel_wrong_passwords(live_server):
     for thread in threads:
         thread.join()
     assert sorted(set(statuses)) in ([200, 429], [200], [429]) and len(statuses) == 50
-    assert statuses.count(200) >= settings.AXES_FAILURE_LIMIT - 1  # the first few are plain failures
+    # The first few are plain failures, and never more than the limit allows: axes counts a failure
+    # (F() + 1), then reads the total, which can already hold concurrent failures, so a request
+    # below the limit may be answered 429 too (3 of 5 were seen), but none at or past it gets 200.
+    assert 1 <= statuses.count(200) <= settings.AXES_FAILURE_LIMIT - 1
     # Every failure was counted (no lost increments), and the right password is refused now.
     assert AccessAttempt.objects.get(username="kim").failures_since_start == 50
     assert attempt(PASSWORD) == 429
