@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,7 +245,7 @@ class Server:
     """gunicorn `config.wsgi`, 2 workers x 4 threads on loopback, as `./stepwise run` starts it."""
 
     def __init__(self, *, database_url: str, workers: int = 2, threads: int = 4, extra_env: dict | None = None):
-        self.port = free_port()
+        self.port, self.workers, self.threads = free_port(), workers, threads
         self.url = f"http://127.0.0.1:{self.port}"
         gunicorn = Path(sys.executable).with_name("gunicorn")
         env = {**os.environ, "DATABASE_URL": database_url, **(extra_env or {})}
@@ -263,10 +264,20 @@ class Server:
                 raise RuntimeError(f"gunicorn exited: {self.process.stderr.read()[-2000:]}")
             try:
                 requests.get(self.url + "/accounts/login/", timeout=5)
-                return
             except requests.RequestException:
                 time.sleep(0.2)
+                continue
+            self._warm()
+            return
         raise RuntimeError(f"gunicorn did not answer within {seconds} s")
+
+    def _warm(self) -> None:
+        """A page from every worker before anything is measured: a worker's first request loads
+        what a long-running one holds (templates, URL patterns, its database connection), over a
+        second on a small machine, and the first answer came from one worker only."""
+        with ThreadPoolExecutor(max_workers=self.workers * self.threads) as pool:
+            list(pool.map(lambda _: requests.get(self.url + "/accounts/login/", timeout=30),
+                          range(4 * self.workers * self.threads)))
 
     def pids(self) -> list[int]:
         return [self.process.pid, *_children(self.process.pid)]
