@@ -58,7 +58,7 @@ def label_next(request: HttpRequest) -> HttpResponse:
     if task is None:
         messages.info(request, "Nothing left to label right now. Thank you!")
         return redirect("annotate:home")
-    return _task_page(request, task)  # the claim's, so the user's own
+    return _task_page(request, task, claimed=True)  # the claim's, so the user's own
 
 
 @require_GET
@@ -68,9 +68,11 @@ def label_task(request: HttpRequest, pk: int) -> HttpResponse:
     return _task_page(request, _own(request, pk), whole=not is_partial(request))
 
 
-def _task_page(request: HttpRequest, annotation: Annotation, whole: bool = True) -> HttpResponse:
-    """The task (templates/jinja2/annotate/task.jinja), alone or in its page (annotate/label.html)."""
-    context = {"task": labeling.task_view(annotation), "annotation": annotation}
+def _task_page(request: HttpRequest, annotation: Annotation, whole: bool = True, claimed: bool = False) -> HttpResponse:
+    """The task (templates/jinja2/annotate/task.jinja), alone or in its page (annotate/label.html);
+    `claimed`: the annotation is what a claim just returned."""
+    task = labeling.claimed_view(annotation) if claimed else labeling.task_view(annotation)
+    context = {"task": task, "annotation": annotation}
     if not whole:
         return render(request, "annotate/task.jinja", context, using=JINJA2)
     # safe: Jinja2 escaped every value in it (autoescape, config/jinja.py)
@@ -135,17 +137,23 @@ def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
 def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
     """Submit, then go straight on to the next task (or home, if asked)."""
     annotation = labeling.handle_for(user=request.user, pk=pk)
-    outcome = _perform(request, annotation, lambda a, t: labeling.submit(
-        annotation=a, finish_reason=request.POST.get("finish_reason", ""), note=request.POST.get("note", ""), times=t
-    ))
+    finish = {"finish_reason": request.POST.get("finish_reason", ""), "note": request.POST.get("note", "")}
+    home = request.POST.get("then") == "home"
+
+    def submit(a: Annotation, times: labeling.ActiveTime | None) -> tuple[str, Annotation | None]:
+        if home:
+            return labeling.submit(annotation=a, times=times, **finish), None
+        return labeling.submit_and_claim_next(annotator=request.user, annotation=a, times=times, **finish)
+
+    outcome = _perform(request, annotation, submit)
     if isinstance(outcome, HttpResponse):
         return outcome
+    _, task = outcome
     # Shown on the next page, so a submit is seen even when the next task has the same problem.
     messages.success(request, f"Submitted as {annotation.finish_reason}.", extra_tags="toast")
-    if request.POST.get("then") == "home":
+    if home:
         target = reverse("annotate:home")
         return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
-    task = _claim_after_submit(request)
     if task is None:
         target = reverse("annotate:label-start")  # The page between tasks says why there is none.
         return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
@@ -153,7 +161,7 @@ def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("annotate:label-task", pk=task.pk)
     # htmx: the answer is the next task's page, swapped in as the whole body under its own URL
     # (static/js/label.js starts the new task): one request per task fewer than a redirect.
-    page = _task_page(request, task)  # the claim's, so the user's own
+    page = _task_page(request, task, claimed=True)  # the claim's, so the user's own
     return push_url(retarget(reswap(page, "innerHTML"), "body"), reverse("annotate:label-task", args=[task.pk]))
 
 
@@ -199,10 +207,3 @@ def _refuse(request: HttpRequest, annotation: Annotation, status: int, message: 
     messages.error(request, message)
     return redirect("annotate:label-task", pk=annotation.pk)
 
-
-def _claim_after_submit(request: HttpRequest) -> Annotation | None:
-    """Straight on to the next task; None when there is none (or screening was failed)."""
-    try:
-        return queueing.claim_next(annotator=request.user)
-    except queueing.ScreeningFailed:
-        return None

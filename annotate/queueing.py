@@ -238,9 +238,6 @@ _LEASE_NEXT = statements.Compiled(lambda annotator_id, expires_at: statements.up
 _STEPS = statements.Compiled(lambda solution_id: (
     Step.objects.filter(solution_id=solution_id).order_by("index").values_list("index", "text")
 ))
-_FINISH = statements.Compiled(lambda pk, annotator_id: statements.updating(
-    QueueItem.objects.filter(pk=pk, leased_to=annotator_id), status=QueueItem.Status.DONE, lease_expires_at=None,
-))
 
 
 def current_task(*, annotator) -> Annotation | None:
@@ -254,18 +251,28 @@ def claim_next(*, annotator, now: dt.datetime | None = None) -> Annotation | Non
 
     Raises ScreeningFailed when the screening set was labeled but not passed.
     """
-    now = now or timezone.now()
     with transaction.atomic():
-        # One claim at a time per annotator (a double click must not open two tasks).
-        # SQLite's IMMEDIATE transactions already serialize every writer.
-        if connection.features.has_select_for_update:
-            _lock_row(get_user_model(), annotator.pk)
-        task = current_task(annotator=annotator)
-        if task is not None:
-            if _renew(task, now) == 1:
-                return task
-            task.delete()  # Its lease lapsed and someone else holds the item now.
-        return _new_task(annotator, now)
+        lock_claims(annotator=annotator)
+        return claim_locked(annotator=annotator, now=now)
+
+
+def lock_claims(*, annotator) -> None:
+    """Hold the annotator's claims until the transaction ends: one claim at a time per annotator
+    (a double click must not open two tasks). SQLite's IMMEDIATE transactions already serialize
+    every writer."""
+    if connection.features.has_select_for_update:
+        _lock_row(get_user_model(), annotator.pk)
+
+
+def claim_locked(*, annotator, now: dt.datetime | None = None) -> Annotation | None:
+    """claim_next in the caller's transaction, which holds lock_claims(annotator=annotator)."""
+    now = now or timezone.now()
+    task = current_task(annotator=annotator)
+    if task is not None:
+        if _renew(task, now) == 1:
+            return task
+        task.delete()  # Its lease lapsed and someone else holds the item now.
+    return _new_task(annotator, now)
 
 
 def _lock_row(model, pk) -> None:
@@ -360,6 +367,9 @@ def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int |
     labels = [StepLabel(annotation=annotation, index=i) for i, _ in steps]
     statements.insert(labels)
     statements.insert([Completion(step_label=label, index=0, text=text) for label, (_, text) in zip(labels, steps)])
+    # The steps as just written, none rated: the claim's answer is built from them instead of
+    # reading them back (labeling.claimed_view).
+    annotation.started_steps = steps
     return annotation
 
 
@@ -399,10 +409,15 @@ def keep_lease(*, annotation: Annotation, seconds: int, item_status: str | None,
     renew_lease(annotation=annotation, now=now, seconds=seconds)
 
 
-def finish_item(*, annotation: Annotation) -> None:
-    """Mark the task's item done (inside the submit transaction)."""
+def finish_item(*, annotation: Annotation, writes: statements.RowWrites) -> None:
+    """Mark the task's item done, with the submit's other writes (one statement on PostgreSQL).
+
+    By its key alone: the submit kept the lease (keep_lease) under the annotation's lock in
+    this transaction, so the item is this annotator's until it commits (a lease is taken over
+    only after it lapsed, and keep_lease leaves it at least half its time).
+    """
     if _is_leased(annotation):
-        _FINISH.execute(pk=annotation.queue_item_id, annotator_id=annotation.annotator_id)
+        writes.update(QueueItem, annotation.queue_item_id, status=QueueItem.Status.DONE, lease_expires_at=None)
 
 
 def release(*, annotation: Annotation) -> None:

@@ -1,9 +1,10 @@
 """Many annotators claiming at the same instant on PostgreSQL: never one solution twice."""
 import threading
+import time
 from collections import Counter
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 
 from annotate import labeling, queueing
 from annotate.models import Annotation, LabelingConfig, QueueItem
@@ -81,3 +82,49 @@ def test_one_annotator_double_clicking_start_opens_one_task():
     run_clients([user] * 8, lambda u: queueing.claim_next(annotator=u))
     assert Annotation.objects.filter(annotator=user).count() == 1
     assert QueueItem.objects.filter(status=QueueItem.Status.LEASED).count() == 1
+
+
+def test_a_claim_from_another_tab_during_a_submit_and_claim_neither_deadlocks_nor_opens_two_tasks():
+    """The submit takes the annotator's claim lock before it locks its task: a claim holding that
+    lock (another tab) renews the open task's item while the submit waits, instead of waiting
+    for an item the submit has already finished while the submit waits for the lock."""
+    SolutionFactory.create_batch(3, steps=["a"])
+    queueing.ensure_default_queue()
+    user = user_with_role("two-tabs", "annotator")
+    task = queueing.claim_next(annotator=user)
+    labeling.rate(annotation=task, index=0, rating=1)
+    tab_holds_lock, submit_started = threading.Event(), threading.Event()
+    seen = {}
+
+    def other_tab(u):
+        with transaction.atomic():
+            queueing.lock_claims(annotator=u)
+            tab_holds_lock.set()
+            submit_started.wait(timeout=10)
+            time.sleep(0.5)  # The submit is now waiting, or (before the fix) holding the task.
+            seen["tab"] = queueing.claim_locked(annotator=u)
+
+    def submit(u):
+        tab_holds_lock.wait(timeout=10)
+        submit_started.set()
+        seen["submit"] = labeling.submit_and_claim_next(annotator=u, annotation=task)
+
+    threads = [threading.Thread(target=lambda f=f: _closing(f, user, seen)) for f in (other_tab, submit)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert "error" not in seen, seen["error"]
+    assert seen["tab"] == task  # The tab resumed the open task, then the submit went on.
+    reason, following = seen["submit"]
+    assert reason == "solution" and following is not None and following != task
+    assert list(Annotation.objects.in_progress().filter(annotator=user)) == [following]
+
+
+def _closing(work, user, seen):
+    try:
+        work(user)
+    except Exception as error:  # noqa: BLE001 - reported by the test
+        seen["error"] = error
+    finally:
+        connections.close_all()

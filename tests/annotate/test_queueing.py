@@ -203,18 +203,47 @@ def test_screening_comes_before_real_work_and_passing_opens_the_queue():
     assert queueing.claim_next(annotator=ann).solution == real
 
 
-def test_failing_screening_blocks_real_work():
+def a_screening_task_rated_wrong():
+    """An annotator whose only screening task has its first step rated against the gold."""
     screening_set([[1, 1, 1]])
     SolutionFactory()
     queueing.ensure_default_queue()
     (ann,) = annotators(1)
     task = queueing.claim_next(annotator=ann)
     labeling.rate(annotation=task, index=0, rating=-1)
+    return ann, task
+
+
+def test_failing_screening_blocks_real_work():
+    ann, task = a_screening_task_rated_wrong()
     labeling.submit(annotation=task)
     with pytest.raises(queueing.ScreeningFailed):
         queueing.claim_next(annotator=ann)
     quality.reset_screening(annotator=ann)
     assert queueing.claim_next(annotator=ann).is_initial_screening
+
+
+def test_submitting_and_claiming_next_in_one_go_submits_and_opens_the_next_task():
+    first, second = SolutionFactory(steps=["a", "b"]), SolutionFactory(steps=["c"])
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    task = queueing.claim_next(annotator=ann)
+    for index in range(2):
+        labeling.rate(annotation=task, index=index, rating=1)
+    reason, following = labeling.submit_and_claim_next(annotator=ann, annotation=task)
+    assert reason == "solution" and Annotation.objects.get(pk=task.pk).is_submitted
+    assert QueueItem.objects.get(solution=first).status == QueueItem.Status.DONE
+    assert following.solution_id == second.pk and not following.is_submitted
+    assert queueing.current_task(annotator=ann) == following
+    assert labeling.submit_and_claim_next(annotator=ann, annotation=following, finish_reason="give_up",
+                                          note="cannot tell") == ("give_up", None)  # Nothing left.
+
+
+def test_failing_screening_on_the_last_screening_task_still_submits_it():
+    ann, task = a_screening_task_rated_wrong()
+    assert labeling.submit_and_claim_next(annotator=ann, annotation=task) == ("found_error", None)
+    assert Annotation.objects.get(pk=task.pk).is_submitted
+    assert quality.screening_status(annotator=ann) == quality.Screening.FAILED
 
 
 def test_screening_solutions_are_not_queued_as_ordinary_work():

@@ -1,5 +1,6 @@
 """The pages: who may see what, htmx answers, 409 after submit, escaping and CSRF."""
 import datetime as dt
+import re
 
 import pytest
 from django.conf import settings
@@ -10,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotate import labeling, queueing, roles
-from annotate.models import Annotation, QueueItem, RatingOverride, Solution
+from annotate.models import Annotation, LabelingConfig, QueueItem, RatingOverride, Solution
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -191,6 +192,40 @@ def test_submit_with_htmx_answers_with_the_next_task_page(annotator, task):
     assert response["HX-Retarget"] == "body" and response["HX-Reswap"] == "innerHTML"
     body = response.content.decode()
     assert f'data-annotation="{following.pk}"' in body and "Submitted as found_error" in body
+
+
+def test_the_next_task_page_built_from_the_claim_is_the_page_read_back(annotator, task):
+    client = client_for(annotator)
+    for index in range(3):
+        client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": index, "rating": 1}, **HTMX)
+    answered = client.post(reverse("annotate:label-submit", args=[task.pk]), **HTMX).content.decode()
+    following = Annotation.objects.get(annotator=annotator, status="in_progress")
+    read_back = client.get(reverse("annotate:label-task", args=[following.pk])).content.decode()
+    assert _task_section(answered) == _task_section(read_back) and 'id="step-2"' in _task_section(read_back)
+
+
+def _task_section(page):
+    """The task's section of a page, its CSRF tokens (masked anew on each page) left out."""
+    section = page[page.index('<section id="task"'):page.index("</section>", page.index('<section id="task"'))]
+    return re.sub(r'name="csrfmiddlewaretoken" value="[^"]*"', "", section)
+
+
+def test_a_submit_with_the_next_task_page_costs_a_bounded_number_of_sql_statements(annotator, task):
+    """A spec of the step between tasks: one transaction that submits (the task locked and read,
+    its steps chosen, its times, status and item written in one statement) and claims (the
+    annotator's claim lock, their open task, the lease, the new task's three inserts after its
+    steps are read), then the problem for the page; the steps come from the claim. (Gold and
+    screening, off here, add their own checks to a claim.)"""
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0, "screening_required": False})
+    client = client_for(annotator)
+    for index in range(3):
+        client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": index, "rating": 1}, **HTMX)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(reverse("annotate:label-submit", args=[task.pk]), **HTMX)
+    assert response.status_code == 200 and 'data-annotation="' in response.content.decode()
+    session_reads = 0 if settings.SESSION_ENGINE.endswith("cached_db") else 1
+    # Inside a test's transaction its BEGIN/COMMIT are a SAVEPOINT and its RELEASE.
+    assert len(queries) <= 13 + session_reads, "\n".join(q["sql"][:120] for q in queries.captured_queries)
 
 
 def test_submit_with_htmx_after_the_last_task_goes_to_the_page_between_tasks(annotator, task):
