@@ -181,6 +181,9 @@ def client_process(base_url: str, username: str, password: str, seconds: float, 
     try:
         _log_in_patiently(annotator)
         barrier.wait(timeout=120)
+        # The login's connection sat idle while the others logged in, past gunicorn's 2 s
+        # keep-alive: the first claim sent on it met a reset (once in a 30-client soak).
+        annotator.http.close()
         annotator.deadline = time.monotonic() + seconds
         started = time.process_time()
         annotator.label_until_done()
