@@ -17,18 +17,27 @@ CLIENTS = 20
 def run_clients(users, work):
     """Run work(user) in one thread per user, all released at once; re-raise any error."""
     barrier = threading.Barrier(len(users))
-    errors = []
 
     def client(user):
+        barrier.wait()
+        work(user)
+
+    run_threads([lambda user=user: client(user) for user in users])
+
+
+def run_threads(works):
+    """Run each of `works` in a thread of its own with its own connection; fail on any error."""
+    errors = []
+
+    def run(work):
         try:
-            barrier.wait()
-            work(user)
+            work()
         except Exception as error:  # noqa: BLE001 - reported below
             errors.append(error)
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=client, args=(user,)) for user in users]
+    threads = [threading.Thread(target=run, args=(work,)) for work in works]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -96,35 +105,22 @@ def test_a_claim_from_another_tab_during_a_submit_and_claim_neither_deadlocks_no
     tab_holds_lock, submit_started = threading.Event(), threading.Event()
     seen = {}
 
-    def other_tab(u):
+    def other_tab():
         with transaction.atomic():
-            queueing.lock_claims(annotator=u)
+            queueing.lock_claims(annotator=user)
             tab_holds_lock.set()
             submit_started.wait(timeout=10)
             time.sleep(0.5)  # The submit is now waiting, or (before the fix) holding the task.
-            seen["tab"] = queueing.claim_locked(annotator=u)
+            seen["tab"] = queueing.claim_locked(annotator=user)
 
-    def submit(u):
+    def submit():
         tab_holds_lock.wait(timeout=10)
         submit_started.set()
-        seen["submit"] = labeling.submit_and_claim_next(annotator=u, annotation=task)
+        seen["submit"] = labeling.submit_and_claim_next(annotator=user, annotation=task)
 
-    threads = [threading.Thread(target=lambda f=f: _closing(f, user, seen)) for f in (other_tab, submit)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert "error" not in seen, seen["error"]
+    run_threads([other_tab, submit])
     assert seen["tab"] == task  # The tab resumed the open task, then the submit went on.
     reason, following = seen["submit"]
     assert reason == "solution" and following is not None and following != task
     assert list(Annotation.objects.in_progress().filter(annotator=user)) == [following]
 
-
-def _closing(work, user, seen):
-    try:
-        work(user)
-    except Exception as error:  # noqa: BLE001 - reported by the test
-        seen["error"] = error
-    finally:
-        connections.close_all()
