@@ -18,7 +18,8 @@ from django.db import transaction
 from django.db.models import Count, QuerySet
 
 from annotate import queueing, verdicts
-from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, Solution, Step
+from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution, Step
+from config import statements
 
 Ratings = list[int | None]
 
@@ -138,8 +139,22 @@ def screening_solution_ids() -> set[int]:
     )
 
 
+# Asked at every claim while screening is required: built once per connection.
+_DECIDED = statements.Compiled(lambda annotator_id: (
+    ScreeningResult.objects.filter(annotator_id=annotator_id).values_list("passed")
+))
+
+
 def screening_status(*, annotator) -> Screening:
-    """Whether the annotator has passed the screening set (generation -1)."""
+    """Whether the annotator has passed the screening set (generation -1).
+
+    Decided once they have submitted the whole set, and recorded (ScreeningResult): from then
+    on their claims read that one row, however the set or its gold labels change, until an
+    admin resets their screening.
+    """
+    decided = _DECIDED.rows(annotator_id=annotator.pk)
+    if decided:
+        return Screening.PASSED if decided[0][0] else Screening.FAILED
     wanted = screening_solution_ids()
     if not wanted:
         return Screening.NONE
@@ -151,14 +166,18 @@ def screening_status(*, annotator) -> Screening:
     if len({a.solution_id for a in done}) < len(wanted):
         return Screening.PENDING
     accuracy = gold_agreement(done).step_accuracy
-    if accuracy is None or accuracy >= LabelingConfig.get().screening_pass_accuracy:
-        return Screening.PASSED
-    return Screening.FAILED
+    passed = accuracy is None or accuracy >= LabelingConfig.get().screening_pass_accuracy
+    ScreeningResult.objects.get_or_create(
+        annotator=annotator, defaults={"passed": passed, "step_accuracy": accuracy, "items": len(wanted)}
+    )
+    return Screening.PASSED if passed else Screening.FAILED
 
 
 def reset_screening(*, annotator) -> int:
     """Let an annotator take the screening set again (an admin's decision)."""
-    deleted, _ = Annotation.objects.filter(annotator=annotator, is_initial_screening=True).delete()
+    with transaction.atomic():
+        ScreeningResult.objects.filter(annotator=annotator).delete()
+        deleted, _ = Annotation.objects.filter(annotator=annotator, is_initial_screening=True).delete()
     return deleted
 
 

@@ -1,7 +1,7 @@
 """The labeling side's data: the pool, annotations, the queue and background jobs."""
 from .auto_labels import AutoLabelRun, AutoStepLabel
 from .jobs import ExportJob, ImportJob, JobState
-from .labels import Annotation, Completion, FinishReason, StepLabel
+from .labels import Annotation, Completion, FinishReason, ScreeningResult, StepLabel
 from .pool import Problem, SampleLine, Solution, Step
 from .project import LabelingConfig
 from .queue import Generation, QueueItem
@@ -22,6 +22,7 @@ __all__ = [
     "QueueItem",
     "RatingOverride",
     "SampleLine",
+    "ScreeningResult",
     "Solution",
     "Step",
     "StepLabel",

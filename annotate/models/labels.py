@@ -76,6 +76,25 @@ class Annotation(models.Model):
         return self.status == Annotation.Status.SUBMITTED
 
 
+class ScreeningResult(models.Model):
+    """An annotator's screening set, decided once they had submitted all of it: passed or failed.
+
+    A decision, like a test's mark: it stands while the set or its gold labels change later,
+    until an admin resets the annotator's screening (annotate.quality.reset_screening). Every
+    claim asks for it, so it is one row read, not the set's agreement computed again.
+    """
+
+    annotator = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                     related_name="screening_result")
+    passed = models.BooleanField()
+    step_accuracy = models.FloatField(null=True, blank=True, help_text="Agreement with gold when decided")
+    items = models.PositiveIntegerField(help_text="Screening items the decision was made on")
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Screening of user {self.annotator_id}: {'passed' if self.passed else 'failed'}"
+
+
 class StepLabel(models.Model):
     """PRM800K `label.steps[i]`: the completions shown at step i and which was continued."""
 

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from annotate import labeling, quality, queueing
-from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, Solution
+from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -244,6 +244,47 @@ def test_failing_screening_on_the_last_screening_task_still_submits_it():
     assert labeling.submit_and_claim_next(annotator=ann, annotation=task) == ("found_error", None)
     assert Annotation.objects.get(pk=task.pk).is_submitted
     assert quality.screening_status(annotator=ann) == quality.Screening.FAILED
+
+
+def pass_screening(annotator):
+    """Label every screening task the way its gold says."""
+    while (task := queueing.claim_next(annotator=annotator)).is_initial_screening:
+        for step in task.solution.steps.order_by("index"):
+            labeling.rate(annotation=task, index=step.index, rating=step.gold_rating)
+        labeling.submit(annotation=task)
+    labeling.submit(annotation=task, finish_reason="give_up", note="not now")  # The first real task.
+
+
+def test_passing_screening_is_a_decision_that_a_later_screening_item_does_not_reopen():
+    screening_set([[1, -1]])
+    SolutionFactory.create_batch(3)
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    pass_screening(ann)
+    decided = ScreeningResult.objects.get(annotator=ann)
+    assert decided.passed and decided.step_accuracy == 1.0 and decided.items == 1
+    (added,) = screening_set([[1]])
+    assert quality.screening_status(annotator=ann) == quality.Screening.PASSED
+    assert not queueing.claim_next(annotator=ann).is_initial_screening
+    newcomer = user_with_role("newcomer", "annotator")  # Not decided: takes the set as it is now.
+    assert queueing.claim_next(annotator=newcomer).is_initial_screening
+    assert added.pk in quality.screening_solution_ids()
+
+
+def test_a_failed_screening_stands_when_its_gold_changes_until_an_admin_resets_it():
+    ann, task = a_screening_task_rated_wrong()
+    labeling.submit(annotation=task)
+    assert quality.screening_status(annotator=ann) == quality.Screening.FAILED
+    task.solution.steps.filter(index=0).update(gold_rating=-1)  # Gold now agrees with the annotator.
+    with pytest.raises(queueing.ScreeningFailed):
+        queueing.claim_next(annotator=ann)
+    quality.reset_screening(annotator=ann)
+    assert not ScreeningResult.objects.filter(annotator=ann).exists()
+    retake = queueing.claim_next(annotator=ann)
+    assert retake.is_initial_screening
+    labeling.rate(annotation=retake, index=0, rating=-1)
+    labeling.submit(annotation=retake)
+    assert quality.screening_status(annotator=ann) == quality.Screening.PASSED
 
 
 def test_screening_solutions_are_not_queued_as_ordinary_work():

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotate import labeling, queueing, roles
-from annotate.models import Annotation, LabelingConfig, QueueItem, RatingOverride, Solution
+from annotate.models import Annotation, LabelingConfig, QueueItem, RatingOverride, ScreeningResult, Solution
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -210,13 +210,20 @@ def _task_section(page):
     return re.sub(r'name="csrfmiddlewaretoken" value="[^"]*"', "", section)
 
 
-def test_a_submit_with_the_next_task_page_costs_a_bounded_number_of_sql_statements(annotator, task):
+@pytest.mark.parametrize("screening", [False, True], ids=["no screening", "screening passed"])
+def test_a_submit_with_the_next_task_page_costs_a_bounded_number_of_sql_statements(annotator, task, screening):
     """A spec of the step between tasks: one transaction that submits (the task locked and read,
     its steps chosen, its times, status and item written in one statement) and claims (the
     annotator's claim lock, their open task, the lease, the new task's three inserts after its
-    steps are read), then the problem for the page; the steps come from the claim. (Gold and
-    screening, off here, add their own checks to a claim.)"""
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0, "screening_required": False})
+    steps are read), then the problem for the page; the steps come from the claim. Screening
+    adds one read, the annotator's recorded decision, however large the set. (Gold, off here,
+    adds its own checks.)"""
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0, "screening_required": screening})
+    if screening:
+        gold = SolutionFactory(is_gold=True, steps=["a"])
+        gold.steps.update(gold_rating=1)
+        queueing.add_to_screening(solution=gold)
+        ScreeningResult.objects.create(annotator=annotator, passed=True, step_accuracy=1.0, items=1)
     client = client_for(annotator)
     for index in range(3):
         client.post(reverse("annotate:label-rate", args=[task.pk]), {"index": index, "rating": 1}, **HTMX)
@@ -225,7 +232,8 @@ def test_a_submit_with_the_next_task_page_costs_a_bounded_number_of_sql_statemen
     assert response.status_code == 200 and 'data-annotation="' in response.content.decode()
     session_reads = 0 if settings.SESSION_ENGINE.endswith("cached_db") else 1
     # Inside a test's transaction its BEGIN/COMMIT are a SAVEPOINT and its RELEASE.
-    assert len(queries) <= 13 + session_reads, "\n".join(q["sql"][:120] for q in queries.captured_queries)
+    bound = 13 + session_reads + screening
+    assert len(queries) <= bound, "\n".join(q["sql"][:120] for q in queries.captured_queries)
 
 
 def test_submit_with_htmx_after_the_last_task_goes_to_the_page_between_tasks(annotator, task):
@@ -444,3 +452,17 @@ def test_admin_puts_a_gold_solution_in_the_screening_set(admin_user, annotator, 
     newcomer = user_with_role("newcomer", "annotator")
     assert queueing.claim_next(annotator=newcomer).is_initial_screening
     assert client_for(annotator).post(reverse("annotate:review-add-to-screening", args=[task.pk])).status_code == 403
+
+
+def test_an_admin_lets_an_annotator_who_passed_screening_take_the_set_again(admin_user, annotator):
+    gold = SolutionFactory(is_gold=True, steps=["a"])
+    gold.steps.update(gold_rating=1)
+    queueing.add_to_screening(solution=gold)
+    ScreeningResult.objects.create(annotator=annotator, passed=True, step_accuracy=1.0, items=1)
+    Annotation.objects.create(solution=gold, annotator=annotator, labeler="x", is_initial_screening=True,
+                              status=Annotation.Status.SUBMITTED)
+    page = client_for(admin_user).get(reverse("annotate:quality")).content.decode()
+    assert reverse("annotate:quality-reset-screening", args=[annotator.pk]) in page
+    client_for(admin_user).post(reverse("annotate:quality-reset-screening", args=[annotator.pk]))
+    assert not ScreeningResult.objects.filter(annotator=annotator).exists()
+    assert queueing.claim_next(annotator=annotator).solution_id == gold.pk
