@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from annotate import loadtest
-from annotate.models import Annotation, LabelingConfig
+from annotate.models import Annotation, LabelingConfig, ScreeningResult
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
@@ -34,6 +34,21 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
     # What the clients were told was submitted is what the database holds.
     assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == labeled
     assert LabelingConfig.get().qc_rate == 0.3  # The project's settings are restored.
+
+
+def test_under_the_product_defaults_annotators_pass_screening_get_gold_and_share_no_ordinary_item():
+    out = io.StringIO()
+    call_command("bench_http", pool=80, clients="2", seconds=4, product_defaults=True, stdout=out)
+    report = out.getvalue()
+
+    assert "gold at 10%, screening required (5 items)" in report
+    # Gold and screening items go to both annotators; those are not duplicate assignments.
+    assert "duplicate assignments: 0; lost labels: 0" in report
+    clients = Annotation.objects.filter(annotator__username__startswith="bench-http-")
+    assert clients.filter(is_initial_screening=True, status="submitted").count() == 2 * 5
+    assert ScreeningResult.objects.filter(annotator__username__startswith="bench-http-", passed=True).count() == 2
+    assert clients.filter(is_quality_control=True).exists()
+    assert LabelingConfig.get().qc_rate == 0.1 and LabelingConfig.get().screening_required
 
 
 def test_refuses_a_database_with_real_solutions():

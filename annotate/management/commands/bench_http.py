@@ -28,10 +28,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.test.utils import override_settings
 
-from annotate import loadtest, queueing, request_costs, roles
+from annotate import loadtest, quality, queueing, request_costs, roles
 from annotate.management.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
 from annotate.management.commands.bench_workspace import Command as WorkspaceBench
-from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, StepLabel
+from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, Step, StepLabel
 
 ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.RATE, loadtest.SUBMIT)
 
@@ -49,12 +49,15 @@ class Command(BaseCommand):
         parser.add_argument("--server-pid", type=int, default=0,
                             help="With --url: the gunicorn master's pid, to measure its CPU")
         parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
+        parser.add_argument("--product-defaults", action="store_true",
+                            help="Label under the product's default settings (gold at 10 %%, screening required) "
+                                 "with a screening set and gold items drawn from the pool, instead of plain tasks only")
         parser.add_argument("--in-process", type=int, default=0, metavar="TASKS",
                             help="Instead: label TASKS tasks through Django's test client and print SQL "
                                  "statements, CPU ms and bytes per request (figures the load does not change)")
 
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
-               force: bool, in_process: int, **options):
+               force: bool, in_process: int, product_defaults: bool, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
@@ -65,7 +68,11 @@ class Command(BaseCommand):
         config = LabelingConfig.get()
         saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
                  "overlap_k": config.overlap_k}
-        LabelingConfig.objects.update_or_create(pk=config.pk, defaults=BENCH_SETTINGS)
+        LabelingConfig.objects.update_or_create(
+            pk=config.pk, defaults=_product_defaults() if product_defaults else BENCH_SETTINGS
+        )
+        if product_defaults:
+            _gold_and_screening()
         if in_process:
             try:
                 self.measure_in_process(in_process)
@@ -83,7 +90,7 @@ class Command(BaseCommand):
                 f"Stepwise HTTP benchmark on {connection.vendor} ({size:,} solutions in the pool"
                 f"{f', built in {built:.1f} s' if built else ''}); "
                 f"{url or 'gunicorn 2 workers x 4 threads'}; "
-                f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+                f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; {_settings_named()}"
             )
             for n in runs:
                 self.run_once(n, seconds, max_requests, url or server.url, server)
@@ -96,7 +103,8 @@ class Command(BaseCommand):
         _queue_whole_pool()
         username, _ = _annotators(1)[0]
         costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks)
-        self.stdout.write(f"Stepwise labeling requests in-process on {connection.vendor}, {tasks} tasks:")
+        self.stdout.write(f"Stepwise labeling requests in-process on {connection.vendor}, {tasks} tasks; "
+                          f"{_settings_named()}:")
         self.stdout.write("\n".join(request_costs.report(costs)))
 
     def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> None:
@@ -182,6 +190,36 @@ def _queue_whole_pool() -> None:
     ).update(priority=BENCH_PRIORITY)
 
 
+# Bench solutions made gold (their gold labels the +1 every simulated annotator gives, so each
+# passes screening), the first few of them the screening set. They stay so: gold and screening
+# items are served only when the settings ask for them, and never queued as ordinary work.
+GOLD_ITEMS, SCREENING_ITEMS = 25, 5
+
+
+def _product_defaults() -> dict:
+    return {name: LabelingConfig._meta.get_field(name).default for name in BENCH_SETTINGS}
+
+
+def _settings_named() -> str:
+    config = LabelingConfig.get()
+    if not config.qc_rate and not config.screening_required:
+        return "plain tasks (no gold, no screening)"
+    return (f"gold at {config.qc_rate:.0%}, screening {'required' if config.screening_required else 'off'} "
+            f"({len(quality.screening_solution_ids())} items)")
+
+
+def _gold_and_screening() -> None:
+    """Make the bench's gold items and screening set, once."""
+    gold = list(Solution.objects.filter(source=SOURCE).order_by("-pk")[:GOLD_ITEMS])
+    for i, solution in enumerate(gold):
+        if not solution.is_gold:
+            Step.objects.filter(solution=solution).update(gold_rating=1)
+            Solution.objects.filter(pk=solution.pk).update(is_gold=True)
+            queueing.withdraw(solution=solution)
+        if i < SCREENING_ITEMS:
+            queueing.add_to_screening(solution=solution)
+
+
 def _vacuum() -> None:
     """PostgreSQL: vacuum and analyze the labeling tables before a run. Queueing the whole pool
     again leaves a dead row per queue item, which autovacuum would clear on a production server
@@ -209,9 +247,10 @@ def _annotators(n: int) -> list[tuple[str, str]]:
 
 def _check(results: list[loadtest.ClientResult], usernames: list[str]) -> tuple[int, int]:
     """(solutions served to more than one annotator, acknowledged writes the database lacks)."""
-    per_solution = Counter(
-        Annotation.objects.filter(annotator__username__in=usernames).values_list("solution_id", flat=True)
-    )
+    # Gold and screening items are everyone's; an ordinary item goes to one annotator.
+    ordinary = Annotation.objects.filter(annotator__username__in=usernames, is_quality_control=False,
+                                         is_initial_screening=False)
+    per_solution = Counter(ordinary.values_list("solution_id", flat=True))
     duplicates = sum(1 for count in per_solution.values() if count > 1)
     acknowledged = {(pk, index): rating for r in results for pk, index, rating in r.ratings}
     stored = {
