@@ -5,8 +5,10 @@ import re
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotate import loadtest
-from annotate.models import Annotation, LabelingConfig, ScreeningResult
+from annotate import loadtest, quality
+from annotate.management.commands import bench_http
+from annotate.management.commands.bench_workspace import Command as WorkspaceBench
+from annotate.models import Annotation, LabelingConfig, ScreeningResult, Solution
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
@@ -49,6 +51,18 @@ def test_under_the_product_defaults_annotators_pass_screening_get_gold_and_share
     assert ScreeningResult.objects.filter(annotator__username__startswith="bench-http-", passed=True).count() == 2
     assert clients.filter(is_quality_control=True).exists()
     assert LabelingConfig.get().qc_rate == 0.1 and LabelingConfig.get().screening_required
+
+
+def test_the_gold_items_and_screening_set_are_made_once_however_the_pool_grows():
+    WorkspaceBench().build_pool(40)
+    bench_http._gold_and_screening()
+    first = set(Solution.objects.filter(is_gold=True).values_list("pk", flat=True))
+    WorkspaceBench().build_pool(60)
+    bench_http._gold_and_screening()
+    assert set(Solution.objects.filter(is_gold=True).values_list("pk", flat=True)) == first
+    assert len(first) == bench_http.GOLD_ITEMS
+    assert len(quality.screening_solution_ids()) == bench_http.SCREENING_ITEMS
+    assert quality.screening_solution_ids() <= first
 
 
 def test_refuses_a_database_with_real_solutions():
