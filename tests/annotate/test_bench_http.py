@@ -1,6 +1,9 @@
 """bench_http drives real gunicorn over HTTP and reports clean figures (not timed)."""
+import http.server
 import io
 import re
+import threading
+import time
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -89,4 +92,39 @@ def test_a_request_without_an_answer_is_counted_with_its_reason():
     with pytest.raises(loadtest._NoAnswer):
         nobody._send("GET", "/label/")
     assert nobody.result.statuses[0] == 1
-    assert nobody.result.no_answers[0].startswith("GET /label/: ConnectionError")
+    assert nobody.result.no_answers[0].startswith("GET /label/: ConnectionRefusedError")
+
+
+class _Site(http.server.BaseHTTPRequestHandler):
+    """Sets a cookie, deletes it as Django does, echoes the cookies sent; closes every
+    connection after its answer without saying so, as a server whose keep-alive ran out."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        cookies = {"/set": "csrftoken=abc; Path=/", "/delete": 'csrftoken=""; Max-Age=0; Path=/'}
+        body = (self.headers.get("Cookie") or "").encode()
+        self.send_response(200)
+        if self.path in cookies:
+            self.send_header("Set-Cookie", cookies[self.path])
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_client_connection_keeps_cookies_and_reconnects_when_the_server_closed_it_idle():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        tab = loadtest.Connection(f"http://127.0.0.1:{server.server_port}")
+        assert tab.request("GET", "/set").status_code == 200 and tab.cookies == {"csrftoken": "abc"}
+        time.sleep(0.2)  # The server has closed the kept connection by now.
+        assert tab.request("GET", "/echo").text == "csrftoken=abc"
+        tab.request("GET", "/delete")
+        assert tab.cookies == {} and tab.request("GET", "/echo").text == ""
+    finally:
+        server.shutdown()
