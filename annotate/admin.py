@@ -21,6 +21,7 @@ from .models import (
     QueueItem,
     RatingOverride,
     SampleLine,
+    ScreeningResult,
     Solution,
     Step,
     StepLabel,
@@ -160,6 +161,22 @@ class AnnotationAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [StepLabelInline]
     show_full_result_count = False
+
+
+@admin.register(ScreeningResult)
+class ScreeningResultAdmin(admin.ModelAdmin):
+    """Decisions are made by the screening gate, never typed in. Deleting one has it made again
+    from the annotator's screening labels against the set and its gold as they are now (a
+    regrade); "let retake" on /quality/ also removes those labels, so the set is taken again."""
+
+    list_display = ("annotator", "passed", "step_accuracy", "items", "decided_at")
+    list_filter = ("passed",)
+    search_fields = ("annotator__username",)
+    list_select_related = ("annotator",)
+    readonly_fields = ("annotator", "passed", "step_accuracy", "items", "decided_at")
+
+    def has_add_permission(self, request):
+        return False
 
 
 class CompletionInline(admin.TabularInline):
