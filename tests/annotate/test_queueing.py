@@ -287,6 +287,18 @@ def test_a_failed_screening_stands_when_its_gold_changes_until_an_admin_resets_i
     assert quality.screening_status(annotator=ann) == quality.Screening.PASSED
 
 
+def test_a_deleted_decision_is_made_again_from_the_screening_labels_as_gold_now_says():
+    (gold,) = screening_set([[1, 1]])
+    SolutionFactory()
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    pass_screening(ann)
+    gold.steps.update(gold_rating=-1)  # An admin corrects the gold labels, then regrades.
+    ScreeningResult.objects.filter(annotator=ann).delete()
+    assert quality.screening_status(annotator=ann) == quality.Screening.FAILED
+    assert ScreeningResult.objects.get(annotator=ann).step_accuracy == 0.0
+
+
 def test_screening_solutions_are_not_queued_as_ordinary_work():
     screening_set([[1]])
     assert queueing.ensure_default_queue() == 0
