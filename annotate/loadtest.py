@@ -112,11 +112,18 @@ class Connection:
             sent["Content-Type"] = "application/x-www-form-urlencoded"
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
-        connection = self._open()
+        connection, reused = self._open()
         try:
             connection.request(method, path, body=body, headers=sent)
             response = connection.getresponse()
             text = response.read().decode()
+        except (ConnectionResetError, BrokenPipeError):  # http.client.RemoteDisconnected among them
+            self.close()
+            if not reused:
+                raise
+            # A kept connection the server closed just as the request went out, unanswered: sent
+            # once more on a new one, as browsers do (the new one is not retried).
+            return self.request(method, path, form, headers)
         except (OSError, http.client.HTTPException):
             self.close()
             raise
@@ -125,16 +132,18 @@ class Connection:
             self.close()
         return Answer(response.status, text, response.headers)
 
-    def _open(self) -> http.client.HTTPConnection:
-        """The kept connection, unless the server has closed it while it sat idle (it is then
-        readable, at its end), as a browser finds out before reusing one."""
+    def _open(self) -> tuple[http.client.HTTPConnection, bool]:
+        """The kept connection (and True), unless the server has closed it while it sat idle
+        (it is then readable, at its end), as a browser finds out before reusing one."""
         connection = self._connection
         if connection is not None and connection.sock is not None \
                 and select.select([connection.sock], [], [], 0)[0]:
             self.close()
-        if self._connection is None:
-            self._connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        return self._connection
+        if self._connection is not None and self._connection.sock is not None:
+            return self._connection, True
+        self.close()
+        self._connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        return self._connection, False
 
     def _keep_cookies(self, headers: list[str]) -> None:
         for header in headers:
