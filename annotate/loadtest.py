@@ -137,10 +137,8 @@ class Connection:
         (it is then readable, at its end), as a browser finds out before reusing one."""
         connection = self._connection
         if connection is not None and connection.sock is not None \
-                and select.select([connection.sock], [], [], 0)[0]:
-            self.close()
-        if self._connection is not None and self._connection.sock is not None:
-            return self._connection, True
+                and not select.select([connection.sock], [], [], 0)[0]:
+            return connection, True
         self.close()
         self._connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         return self._connection, False
