@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import http.cookies
+import json
 import multiprocessing
 import os
 import re
@@ -104,12 +105,16 @@ class Connection:
         self.cookies: dict[str, str] = {}
         self._connection: http.client.HTTPConnection | None = None
 
-    def request(self, method: str, path: str, form: dict | None = None, headers: dict | None = None) -> Answer:
+    def request(self, method: str, path: str, form: dict | None = None, headers: dict | None = None,
+                json_body: object = None) -> Answer:
         sent = dict(headers or {})
         body = None
         if form is not None:
             body = urlencode(form)
             sent["Content-Type"] = "application/x-www-form-urlencoded"
+        elif json_body is not None:
+            body = json.dumps(json_body)
+            sent["Content-Type"] = "application/json"
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
         connection, reused = self._open()
@@ -123,7 +128,7 @@ class Connection:
                 raise
             # A kept connection the server closed just as the request went out, unanswered: sent
             # once more on a new one, as browsers do (the new one is not retried).
-            return self.request(method, path, form, headers)
+            return self.request(method, path, form, headers, json_body)
         except (OSError, http.client.HTTPException):
             self.close()
             raise
@@ -254,9 +259,9 @@ class Annotator:
 
 
 def client_process(base_url: str, username: str, password: str, seconds: float, max_requests: int,
-                   barrier, results) -> None:
+                   barrier, results, annotator_class: type[Annotator]) -> None:
     """Body of one client process: log in, wait for the others, label until the deadline."""
-    annotator = Annotator(base_url, username, password, deadline=float("inf"), max_requests=max_requests)
+    annotator = annotator_class(base_url, username, password, deadline=float("inf"), max_requests=max_requests)
     try:
         _log_in_patiently(annotator)
         barrier.wait(timeout=120)
@@ -287,8 +292,11 @@ def _log_in_patiently(annotator: Annotator, attempts: int = 3) -> None:
 
 
 def run_clients(*, base_url: str, users: list[tuple[str, str]], seconds: float, max_requests: int,
-                on_start=None) -> tuple[list[ClientResult], float]:
+                on_start=None, annotator_class: type[Annotator] = Annotator) -> tuple[list[ClientResult], float]:
     """Run one process per (username, password); returns their results and the labeling seconds.
+
+    `annotator_class`: what each client does (an Annotator, or another site's workflow with its
+    log_in and label_until_done, as scripts/bench_label_studio.py drives Label Studio).
 
     `on_start` is called once every client has logged in, just before they start labeling
     (the CPU counters are read there, so logins are not charged to labeling).
@@ -296,7 +304,8 @@ def run_clients(*, base_url: str, users: list[tuple[str, str]], seconds: float, 
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(len(users) + 1), ctx.Queue()
     processes = [
-        ctx.Process(target=client_process, args=(base_url, name, password, seconds, max_requests, barrier, results))
+        ctx.Process(target=client_process, args=(base_url, name, password, seconds, max_requests, barrier, results,
+                                                     annotator_class))
         for name, password in users
     ]
     for process in processes:

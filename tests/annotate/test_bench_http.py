@@ -112,6 +112,15 @@ class _Site(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
         self.close_connection = True
 
+    def do_POST(self):
+        """Echoes the body's type and the body."""
+        body = self.headers["Content-Type"].encode() + b" " + self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
     def log_message(self, *args):
         pass
 
@@ -130,5 +139,19 @@ def test_a_client_connection_keeps_cookies_and_reconnects_when_the_server_closed
         assert tab.request("GET", "/echo").text == "csrftoken=abc"
         tab.request("GET", "/delete")
         assert tab.cookies == {} and tab.request("GET", "/echo").text == ""
+    finally:
+        server.shutdown()
+
+
+def test_a_client_connection_sends_forms_url_encoded_and_json_as_json_on_a_new_connection_too():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        tab = loadtest.Connection(f"http://127.0.0.1:{server.server_port}")
+        assert tab.request("POST", "/", form={"index": 2, "rating": -1}).text == \
+            "application/x-www-form-urlencoded index=2&rating=-1"
+        for _ in range(5):  # Back to back: the server closed each connection after its answer.
+            assert tab.request("POST", "/", json_body={"result": [1, "+1"]}).text == \
+                'application/json {"result": [1, "+1"]}'
     finally:
         server.shutdown()
