@@ -316,17 +316,27 @@ def _next_screening_item(annotator) -> QueueItem | None:
     )
 
 
+# Where gold falls in an annotator's work is drawn, not every (1 / rate)th task: a fixed period
+# would tell them which task is gold. The threshold is drawn anew at each claim, so their gold
+# count stays within a task and a half of rate x their tasks (it corrects itself), while the gap
+# between two gold items varies from none to about twice the mean.
+_gold_draw = random.Random()
+
+
 def _qc_due(annotator, generation: int, rate: float) -> bool:
-    """Whether the next task should be gold, keeping gold at `rate` (> 0) of this generation's tasks."""
+    """Whether the next task should be gold, keeping gold at `rate` (> 0) of the annotator's tasks in
+    this generation. The counts come from the annotator and generation's index alone (an index-only
+    scan on PostgreSQL: the index carries the flag counted)."""
     counts = Annotation.objects.filter(annotator=annotator, generation=generation).aggregate(
-        qc=Count("pk", filter=Q(is_quality_control=True)), real=Count("pk", filter=Q(is_quality_control=False))
+        qc=Count("is_quality_control", filter=Q(is_quality_control=True)),
+        real=Count("is_quality_control", filter=Q(is_quality_control=False)),
     )
-    return (counts["qc"] + 1) * (1 - rate) <= counts["real"] * rate
+    return (counts["qc"] + _gold_draw.uniform(0.5, 1.5)) * (1 - rate) <= counts["real"] * rate
 
 
 def _next_gold(annotator) -> Solution | None:
     seen = Annotation.objects.filter(annotator=annotator, solution=OuterRef("pk"))
-    # Random order, so annotators cannot learn which item is gold by its position.
+    # Random order, so annotators cannot learn which item is gold by its order either.
     return Solution.objects.filter(is_gold=True).exclude(Exists(seen)).order_by("?").first()
 
 

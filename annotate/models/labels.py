@@ -66,7 +66,12 @@ class Annotation(models.Model):
         ]
         # "Has this annotator seen this solution?" is asked of every candidate at each claim:
         # one index probe, however many tasks the annotator has done.
-        indexes = [models.Index(fields=["annotator", "solution"], name="annotation_annotator_solution")]
+        indexes = [
+            models.Index(fields=["annotator", "solution"], name="annotation_annotator_solution"),
+            # "Is gold due?" counts the annotator's gold and other tasks in the generation at each
+            # claim under gold (queueing._qc_due): from this index alone, not the table's rows.
+            models.Index(fields=["annotator", "generation", "is_quality_control"], name="annotation_annotator_gen"),
+        ]
 
     def __str__(self) -> str:
         return f"Annotation {self.pk} by {self.labeler} of solution {self.solution_id}"

@@ -1,6 +1,7 @@
 """The leased queue: who gets what next, leases that lapse, overlap, gold and screening."""
 import datetime as dt
 import io
+import random
 
 import pytest
 from django.utils import timezone
@@ -156,8 +157,9 @@ def test_release_puts_the_item_back_and_drops_the_draft():
     assert not Annotation.objects.exists()
 
 
-def test_gold_items_are_interleaved_at_the_configured_rate_and_never_leased():
+def test_gold_items_are_interleaved_at_the_configured_rate_and_never_leased(monkeypatch):
     configure(qc_rate=0.5)
+    monkeypatch.setattr(queueing._gold_draw, "uniform", lambda low, high: 1.0)  # The draw's middle.
     gold = SolutionFactory(is_gold=True)
     SolutionFactory.create_batch(3)
     queueing.ensure_default_queue()
@@ -173,6 +175,25 @@ def test_gold_items_are_interleaved_at_the_configured_rate_and_never_leased():
     # The gold item is everyone's: the second annotator gets it too.
     label_all(queueing.claim_next(annotator=second))
     assert queueing.claim_next(annotator=second).solution == gold
+
+
+def test_where_gold_falls_is_drawn_while_its_share_stays_within_two_tasks_of_the_rate(monkeypatch):
+    """A fixed period (every fourth task at 25 %) would tell an annotator which task is gold."""
+    configure(qc_rate=0.25)
+    monkeypatch.setattr(queueing, "_gold_draw", random.Random(5))
+    SolutionFactory.create_batch(20, is_gold=True, steps=["a"])
+    SolutionFactory.create_batch(40, steps=["a"])
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    served = []
+    for _ in range(40):
+        task = queueing.claim_next(annotator=ann)
+        served.append(task.is_quality_control)
+        label_all(task)
+        gold, ordinary = sum(served), len(served) - sum(served)
+        assert abs(gold - ordinary * 0.25 / 0.75) < 2, served
+    positions = [i for i, is_gold in enumerate(served) if is_gold]
+    assert len({b - a for a, b in zip(positions, positions[1:])}) > 1, served
 
 
 def screening_set(ratings_per_solution):
