@@ -318,8 +318,8 @@ def _next_screening_item(annotator) -> QueueItem | None:
 
 # Where gold falls in an annotator's work is drawn, not every (1 / rate)th task: a fixed period
 # would tell them which task is gold. The threshold is drawn anew at each claim, so their gold
-# count stays within a task and a half of rate x their tasks (it corrects itself), while the gap
-# between two gold items varies from none to about twice the mean.
+# count stays within two tasks of rate x their tasks (it corrects itself), while the gap between
+# two gold items varies from none to about twice the mean.
 _gold_draw = random.Random()
 
 
