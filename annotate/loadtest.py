@@ -185,21 +185,22 @@ class Annotator:
         self.result.statuses[response.status_code] += 1
         return response
 
-    def _post(self, path: str, data: dict, htmx: bool = False) -> Answer:
+    def _post(self, path: str, data: dict | None = None, htmx: bool = False, json_body: object = None) -> Answer:
         headers = {"X-CSRFToken": self.http.cookies.get("csrftoken", ""), "Referer": self.base + "/"}
         if htmx:
             headers["HX-Request"] = "true"
-        return self._send("POST", path, form=data, headers=headers)
+        return self._send("POST", path, form=data, headers=headers, json_body=json_body)
 
     def log_in(self) -> None:
-        page = self._send("GET", "/accounts/login/")
+        self._log_in_form("/accounts/login/", {"username": self.username, "password": self.password})
+
+    def _log_in_form(self, path: str, fields: dict) -> None:
+        """Log in as a person does: the login page (its CSRF token), then the form, answered with a redirect."""
+        page = self._send("GET", path)
         token = _CSRF_INPUT.search(page.text)
-        response = self._post("/accounts/login/", {
-            "username": self.username, "password": self.password,
-            "csrfmiddlewaretoken": token.group(1) if token else "",
-        })
+        response = self._post(path, {**fields, "csrfmiddlewaretoken": token.group(1) if token else ""})
         if response.status_code != 302:
-            raise RuntimeError(f"{self.username} could not log in (HTTP {response.status_code})")
+            raise RuntimeError(f"{self.username} could not log in at {path} (HTTP {response.status_code})")
 
     def label_until_done(self) -> None:
         page = None
@@ -322,6 +323,43 @@ def run_clients(*, base_url: str, users: list[tuple[str, str]], seconds: float, 
     for process in processes:
         process.join(timeout=30)
     return collected, elapsed
+
+
+@dataclass
+class Measured:
+    """One run of the clients, with the CPU the server and its database spent while they labeled
+    (None where it was not measured: a server known only by its URL, a database not PostgreSQL)."""
+
+    results: list[ClientResult]
+    elapsed: float
+    server_s: float | None
+    database_s: float | None
+
+    @property
+    def labeled(self) -> int:
+        return sum(len(r.submitted) for r in self.results)
+
+
+def measure(*, base_url: str, users: list[tuple[str, str]], seconds: float, max_requests: int, server=None,
+            database: str | None = None, annotator_class: type[Annotator] = Annotator) -> Measured:
+    """run_clients, reading the CPU of `server` (anything with pids()) and of the PostgreSQL
+    backends of `database` from the moment every client has logged in; RuntimeError if a client failed."""
+    database_cpu = DatabaseCpu(database) if database else None
+    before: dict[str, float] = {}
+
+    def on_start() -> None:
+        before["server"] = server_cpu(server.pids()) if server else 0.0
+        if database_cpu:
+            database_cpu.start()
+
+    results, elapsed = run_clients(base_url=base_url, users=users, seconds=seconds, max_requests=max_requests,
+                                   on_start=on_start, annotator_class=annotator_class)
+    server_s = server_cpu(server.pids()) - before["server"] if server else None
+    database_s = database_cpu.stop() if database_cpu else None
+    errors = [r.error for r in results if r.error]
+    if errors:
+        raise RuntimeError("a client failed: " + "; ".join(errors))
+    return Measured(results, elapsed, server_s, database_s)
 
 
 # --- the server ---------------------------------------------------------------------
@@ -484,3 +522,41 @@ def percentile(values: list[float], p: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def report(run: Measured, endpoints: tuple[str, ...], checks: str) -> list[str]:
+    """The figures of one run as lines of text: requests and statuses, latency per endpoint, why
+    requests went unanswered, `checks` (what the caller verified afterwards), CPU per task."""
+    timings: dict[str, list[float]] = {}
+    statuses: Counter = Counter()
+    for r in run.results:
+        statuses.update(r.statuses)
+        for name, values in r.timings.items():
+            timings.setdefault(name, []).extend(values)
+    n, labeled, total = len(run.results), run.labeled, sum(statuses.values())
+    errors_5xx = sum(count for status, count in statuses.items() if status >= 500)
+    lines = [f"\n{n} client{'s' if n != 1 else ''}, {run.elapsed:.1f} s: {labeled} tasks labeled "
+             f"({labeled / run.elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx "
+             f"({100 * errors_5xx / max(1, total):.3f} %), "
+             f"{statuses[0]} without an answer (statuses {dict(sorted(statuses.items()))})",
+             f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)"]
+    for name in endpoints:
+        values = timings.get(name, [])
+        lines.append(f"  {name:<14} {len(values):>6} {percentile(values, 50):>7.1f} "
+                     f"{percentile(values, 95):>7.1f} {percentile(values, 99):>7.1f}")
+    lines += [f"  without an answer: {reason}" for reason in [x for r in run.results for x in r.no_answers][:5]]
+    lines.append(f"  {checks}")
+
+    def per_task(seconds: float | None) -> str:
+        return f"{seconds / labeled * 1000:.1f} ms" if seconds is not None and labeled else "n/a"
+
+    both = (run.server_s or 0) + (run.database_s or 0)
+    lines.append(f"  CPU per labeled task: server {per_task(run.server_s)}, database {per_task(run.database_s)}, "
+                 f"together {per_task(both if run.server_s is not None else None)}; "
+                 f"load average {os.getloadavg()[0]:.1f}")
+    # The simulated annotators run on the same CPUs as the server: what they took is time the
+    # server's requests waited for a CPU, so latencies under many clients are an upper bound.
+    clients_s = sum(r.cpu_s for r in run.results)
+    lines.append(f"  the clients' own CPU: {per_task(clients_s)} per labeled task, "
+                 f"{100 * clients_s / (run.elapsed * (os.cpu_count() or 1)):.0f} % of the machine's CPUs")
+    return lines

@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from annotate import loadtest  # noqa: E402 - after the path above
 
-NEXT, SUBMIT = "next task", "submit"
 PASSWORD = "bench-label-studio-1"
 STEPS = 4
 CONFIG = """<View>
@@ -66,7 +65,6 @@ Project.objects.filter(title="bench").delete()
 project = Project.objects.create(title="bench", created_by=owner, organization=org, label_config={config!r})
 print("PROJECT", project.pk)
 """
-_CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 
 
 class LabelStudioAnnotator(loadtest.Annotator):
@@ -74,24 +72,14 @@ class LabelStudioAnnotator(loadtest.Annotator):
 
     project = int(os.environ.get("BENCH_LS_PROJECT", "0"))
 
-    def _json(self, method: str, path: str, body: object = None) -> loadtest.Answer:
-        headers = {"X-CSRFToken": self.http.cookies.get("csrftoken", ""), "Referer": self.base + "/"}
-        return self._send(method, path, headers=headers, json_body=body)
-
     def log_in(self) -> None:
-        page = self._send("GET", "/user/login/")
-        token = _CSRF_INPUT.search(page.text)
-        response = self._post("/user/login/", {
-            "email": f"{self.username}@bench.local", "password": self.password, "persist_session": "on",
-            "csrfmiddlewaretoken": token.group(1) if token else "",
-        })
-        if response.status_code != 302:
-            raise RuntimeError(f"{self.username} could not log in to Label Studio (HTTP {response.status_code})")
+        self._log_in_form("/user/login/", {"email": f"{self.username}@bench.local", "password": self.password,
+                                           "persist_session": "on"})
 
     def label_one(self, page) -> bool | None:
         started = time.perf_counter()
-        response = self._json("GET", f"/api/projects/{self.project}/next/")
-        self.result.time(NEXT, (time.perf_counter() - started) * 1000)
+        response = self._send("GET", f"/api/projects/{self.project}/next/")
+        self.result.time(loadtest.NEXT, (time.perf_counter() - started) * 1000)
         if response.status_code == 404:
             return False  # Nothing left to label.
         if response.status_code != 200:
@@ -105,9 +93,9 @@ class LabelStudioAnnotator(loadtest.Annotator):
                       "endOffset": len(step["text"]), "paragraphlabels": ["+1"]},
         } for index, step in enumerate(steps)]
         started = time.perf_counter()
-        response = self._json("POST", f"/api/tasks/{task['id']}/annotations/?project={self.project}",
-                              {"result": result, "lead_time": 5.0, "was_cancelled": False, "ground_truth": False})
-        self.result.time(SUBMIT, (time.perf_counter() - started) * 1000)
+        response = self._post(f"/api/tasks/{task['id']}/annotations/?project={self.project}", json_body={
+            "result": result, "lead_time": 5.0, "was_cancelled": False, "ground_truth": False})
+        self.result.time(loadtest.SUBMIT, (time.perf_counter() - started) * 1000)
         if response.status_code == 201:
             self.result.submitted.append(task["id"])
         return None
@@ -183,7 +171,7 @@ def import_pool(url: str, project: int, pool: int) -> float:
     owner = LabelStudioAnnotator(url, "owner", PASSWORD, deadline=float("inf"), max_requests=10**9)
     owner.log_in()
     started = time.perf_counter()
-    answer = owner._json("POST", f"/api/projects/{project}/import", tasks(pool))
+    answer = owner._post(f"/api/projects/{project}/import", json_body=tasks(pool))
     if answer.status_code != 201:
         raise RuntimeError(f"import: HTTP {answer.status_code}: {answer.text[:500]}")
     return time.perf_counter() - started
@@ -196,55 +184,14 @@ def stored_annotations(database: str, project: int) -> int:
         return db.execute("SELECT count(*) FROM task_completion WHERE project_id = %s", [project]).fetchone()[0]
 
 
-def run(url: str, server, database: str, project: int, clients: int, seconds: float) -> None:
+def run(server: LabelStudioServer, database: str, project: int, clients: int, seconds: float) -> None:
     users = [(f"annotator{i}", PASSWORD) for i in range(clients)]
-    database_cpu = loadtest.DatabaseCpu(database)
-    before: dict[str, float] = {}
-
-    def on_start() -> None:
-        before["server"] = loadtest.server_cpu(server.pids())
-        database_cpu.start()
-
-    results, elapsed = loadtest.run_clients(base_url=url, users=users, seconds=seconds, max_requests=10**9,
-                                            on_start=on_start, annotator_class=LabelStudioAnnotator)
-    server_s = loadtest.server_cpu(server.pids()) - before["server"]
-    database_s = database_cpu.stop()
-    stored = stored_annotations(database, project)
-    errors = [r.error for r in results if r.error]
-    if errors:
-        raise RuntimeError("a client failed: " + "; ".join(errors))
-    report(clients, results, elapsed, server_s, database_s, stored)
-
-
-def report(n: int, results: list[loadtest.ClientResult], elapsed: float, server_s: float, database_s: float,
-           stored: int) -> None:
-    statuses: Counter = Counter()
-    timings: dict[str, list[float]] = {}
-    for r in results:
-        statuses.update(r.statuses)
-        for name, values in r.timings.items():
-            timings.setdefault(name, []).extend(values)
-    labeled = sum(len(r.submitted) for r in results)
-    served = Counter(task for r in results for task in r.claimed)
-    total = sum(statuses.values())
-    print(f"\n{n} client{'s' if n != 1 else ''}, {elapsed:.1f} s: {labeled} tasks labeled "
-          f"({labeled / elapsed:.2f} tasks/s), {total} requests, "
-          f"{sum(c for s, c in statuses.items() if s >= 500)} 5xx (statuses {dict(sorted(statuses.items()))})")
-    print(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
-    for name in (NEXT, SUBMIT):
-        values = timings.get(name, [])
-        print(f"  {name:<14} {len(values):>6} {loadtest.percentile(values, 50):>7.1f} "
-              f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
-    print(f"  tasks served to two annotators: {sum(1 for count in served.values() if count > 1)}; "
-          f"annotations stored in the project so far: {stored:,}")
-
-    def per_task(seconds: float) -> str:
-        return f"{seconds / labeled * 1000:.1f} ms" if labeled else "n/a"
-
-    print(f"  CPU per labeled task: server {per_task(server_s)}, database {per_task(database_s)}, "
-          f"together {per_task(server_s + database_s)}; load average {os.getloadavg()[0]:.1f}")
-    clients_s = sum(r.cpu_s for r in results)
-    print(f"  the clients' own CPU: {per_task(clients_s)} per labeled task")
+    run = loadtest.measure(base_url=server.url, users=users, seconds=seconds, max_requests=10**9, server=server,
+                           database=database, annotator_class=LabelStudioAnnotator)
+    served = Counter(task for r in run.results for task in r.claimed)
+    checks = (f"tasks served to two annotators: {sum(1 for count in served.values() if count > 1)}; "
+              f"annotations stored in the project so far: {stored_annotations(database, project):,}")
+    print("\n".join(loadtest.report(run, (loadtest.NEXT, loadtest.SUBMIT), checks)))
 
 
 def main() -> None:
@@ -266,7 +213,7 @@ def main() -> None:
         print(f"Label Studio 1.23 on PostgreSQL ({args.pool:,} tasks imported in {took:.1f} s); gunicorn 2 workers "
               f"x 4 threads; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
         for n in counts:
-            run(server.url, server, args.database, project, n, args.seconds)
+            run(server, args.database, project, n, args.seconds)
     finally:
         server.stop()
 

@@ -112,59 +112,14 @@ class Command(BaseCommand):
         _vacuum()
         users = _annotators(n)
         connections.close_all()  # Nothing of ours holds a connection while the clients run.
-        database_cpu = loadtest.DatabaseCpu(connection.settings_dict["NAME"]) if _postgres() else None
-        before: dict[str, float] = {}
-
-        def on_start() -> None:
-            before["server"] = loadtest.server_cpu(server.pids()) if server else 0.0
-            if database_cpu:
-                database_cpu.start()
-
-        results, elapsed = loadtest.run_clients(base_url=base_url, users=users, seconds=seconds,
-                                                max_requests=max_requests, on_start=on_start)
-        server_s = loadtest.server_cpu(server.pids()) - before["server"] if server else None
-        database_s = database_cpu.stop() if database_cpu else None
-        errors = [r.error for r in results if r.error]
-        if errors:
-            raise CommandError("a client failed: " + "; ".join(errors))
-        self.report(n, results, elapsed, [name for name, _ in users], server_s, database_s)
-
-    def report(self, n: int, results: list[loadtest.ClientResult], elapsed: float, usernames: list[str],
-               server_s: float | None, database_s: float | None) -> None:
-        timings: dict[str, list[float]] = {}
-        statuses: Counter = Counter()
-        for r in results:
-            statuses.update(r.statuses)
-            for name, values in r.timings.items():
-                timings.setdefault(name, []).extend(values)
-        labeled = sum(len(r.submitted) for r in results)
-        total = sum(statuses.values())
-        errors_5xx = sum(count for status, count in statuses.items() if status >= 500)
-        self.stdout.write(f"\n{n} client{'s' if n != 1 else ''}, {elapsed:.1f} s: {labeled} tasks labeled "
-                          f"({labeled / elapsed:.2f} tasks/s), {total} requests, {errors_5xx} 5xx "
-                          f"({100 * errors_5xx / max(1, total):.3f} %), "
-                          f"{statuses[0]} without an answer (statuses {dict(sorted(statuses.items()))})")
-        self.stdout.write(f"  {'endpoint':<14} {'count':>6} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
-        for name in ENDPOINTS:
-            values = timings.get(name, [])
-            self.stdout.write(f"  {name:<14} {len(values):>6} {loadtest.percentile(values, 50):>7.1f} "
-                              f"{loadtest.percentile(values, 95):>7.1f} {loadtest.percentile(values, 99):>7.1f}")
-        for reason in [reason for r in results for reason in r.no_answers][:5]:
-            self.stdout.write(f"  without an answer: {reason}")
-        duplicates, lost = _check(results, usernames)
-        self.stdout.write(f"  duplicate assignments: {duplicates}; lost labels: {lost}")
-        def per_task(seconds: float | None) -> str:
-            return f"{seconds / labeled * 1000:.1f} ms" if seconds is not None and labeled else "n/a"
-
-        both = (server_s or 0) + (database_s or 0)
-        self.stdout.write(f"  CPU per labeled task: server {per_task(server_s)}, database {per_task(database_s)}, "
-                          f"together {per_task(both if server_s is not None else None)}; "
-                          f"load average {os.getloadavg()[0]:.1f}")
-        # The simulated annotators run on the same CPUs as the server: what they took is time the
-        # server's requests waited for a CPU, so latencies under many clients are an upper bound.
-        clients_s = sum(r.cpu_s for r in results)
-        self.stdout.write(f"  the clients' own CPU: {per_task(clients_s)} per labeled task, "
-                          f"{100 * clients_s / (elapsed * (os.cpu_count() or 1)):.0f} % of the machine's CPUs")
+        try:
+            run = loadtest.measure(base_url=base_url, users=users, seconds=seconds, max_requests=max_requests,
+                                   server=server, database=connection.settings_dict["NAME"] if _postgres() else None)
+        except RuntimeError as error:
+            raise CommandError(str(error)) from None
+        duplicates, lost = _check(run.results, [name for name, _ in users])
+        checks = f"duplicate assignments: {duplicates}; lost labels: {lost}"
+        self.stdout.write("\n".join(loadtest.report(run, ENDPOINTS, checks)))
 
 
 def _postgres() -> bool:
