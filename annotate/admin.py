@@ -7,8 +7,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from .answers import strip_calculator_annotations
-from .models import (
+from annotate.models import (
     Annotation,
     AutoLabelRun,
     AutoStepLabel,
@@ -26,6 +25,7 @@ from .models import (
     Step,
     StepLabel,
 )
+from annotate.text.answers import strip_calculator_annotations
 
 
 def _shortened(field: str):

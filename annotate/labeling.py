@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from annotate import queueing, verdicts
 from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, Problem, StepLabel
-from config import statements, throttling
+from infra import statements, throttling
 
 RATINGS = (-1, 0, 1)
 MAX_COMPLETION_CHARS = 5000
@@ -239,7 +239,7 @@ class _Locked:
 
 
 # The annotation (its owner's only), its queue item's lease and each step's row, locked; built
-# once per connection (config/statements.py).
+# once per connection (infra/statements.py).
 _LOCKED_READ = statements.Compiled(lambda pk, annotator_id: (
     Annotation.objects.select_for_update(of=("self",))
     .filter(pk=pk, annotator_id=annotator_id, step_labels__completions__index=0)
@@ -369,7 +369,7 @@ def write_completion(*, annotation: Annotation, index: int, text: str, times: Ac
 
 
 def heartbeat_allowed(*, user_id: int) -> bool:
-    """Whether the user is within STEPWISE_HEARTBEATS_PER_MINUTE, site-wide (config/throttling.py)."""
+    """Whether the user is within STEPWISE_HEARTBEATS_PER_MINUTE, site-wide (infra/throttling.py)."""
     return throttling.check("heartbeat", user_id, (settings.STEPWISE_HEARTBEATS_PER_MINUTE, 60)).allowed
 
 

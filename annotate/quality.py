@@ -19,7 +19,7 @@ from django.db.models import Count, QuerySet
 
 from annotate import queueing, verdicts
 from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution, Step
-from config import statements
+from infra import statements
 
 Ratings = list[int | None]
 

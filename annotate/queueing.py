@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from annotate import quality
 from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step, StepLabel
-from config import memo, statements
+from infra import memo, statements
 
 DEFAULT_REASON = "default order"
 IMPORTED_REASON = "imported, not scored yet"
@@ -209,7 +209,7 @@ def withdraw(*, solution: Solution) -> int:
     )
 
 
-# The statements every claim runs, built once per connection (config/statements.py).
+# The statements every claim runs, built once per connection (infra/statements.py).
 _OPEN_TASK = statements.Compiled(lambda annotator_id: (
     Annotation.objects.in_progress().filter(annotator_id=annotator_id).order_by("-created_at").values_list("pk")[:1]
 ))

@@ -12,7 +12,7 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_choice, env_float, env_int, env_rate, env_shares, env_str
+from infra.env import env_bool, env_choice, env_float, env_int, env_rate, env_shares, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Before anything reads a body (sessions, CSRF, DRF): an oversize one is refused unread.
-    "config.limits.BodySizeLimitMiddleware",
+    "infra.limits.BodySizeLimitMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -118,8 +118,8 @@ def database_from_url(url: str) -> dict:
         # DB_PREPARED_STATEMENTS=false behind one.
         prepared = env_bool("DB_PREPARED_STATEMENTS", True)
         config["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5 if prepared else None}
-        # Django's backend, but a connection's health is checked without a query (config/postgresql).
-        config["ENGINE"] = "config.postgresql"
+        # Django's backend, but a connection's health is checked without a query (infra/postgresql).
+        config["ENGINE"] = "infra.postgresql"
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # Web, worker and beat write at once: without WAL, a busy timeout and IMMEDIATE
         # transactions SQLite answers "database is locked" under a handful of writers.
@@ -152,8 +152,8 @@ LOGOUT_REDIRECT_URL = "login"
 # per address alone, keeps one attacker from locking a whole office behind one NAT out.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    # ModelBackend with the per-request user read memoized for a few seconds (config/auth.py).
-    "config.auth.MemoizedModelBackend",
+    # ModelBackend with the per-request user read memoized for a few seconds (infra/auth.py).
+    "infra.auth.MemoizedModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("STEPWISE_LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
@@ -201,7 +201,7 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 MEDIA_ROOT = UPLOADS_DIR
-# Bounded input (config/limits.py): any request body but an upload, and an upload.
+# Bounded input (infra/limits.py): any request body but an upload, and an upload.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STEPWISE_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 STEPWISE_MAX_UPLOAD_BYTES = env_int("STEPWISE_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
@@ -245,7 +245,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "throttle": (
-        {"BACKEND": "config.redis_cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "throttle"}
+        {"BACKEND": "infra.redis_cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "throttle"}
         if REDIS_URL else
         {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "throttle")}
     ),
@@ -254,7 +254,7 @@ CACHES = {
 # through to the database too, so a Redis restart logs nobody out); without it, from the
 # database, since a per-process cache would not see a logout in another gunicorn worker.
 if REDIS_URL:
-    CACHES["sessions"] = {"BACKEND": "config.redis_cache.RedisCache", "LOCATION": REDIS_URL,
+    CACHES["sessions"] = {"BACKEND": "infra.redis_cache.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": "sessions"}
     SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
     SESSION_CACHE_ALIAS = "sessions"
@@ -271,7 +271,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PARSER_CLASSES": [
-        "config.limits.BoundedJSONParser",
+        "infra.limits.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],

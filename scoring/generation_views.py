@@ -15,10 +15,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate.htmx import page_or_partial
 from annotate.roles import admin_required
-
-from . import generation
-from .generators import DEFAULT_PROMPT_TEMPLATE
-from .models import GenerationRun
+from scoring import generation
+from scoring.generators import DEFAULT_PROMPT_TEMPLATE
+from scoring.models import GenerationRun
 
 
 class StartGenerationForm(forms.Form):

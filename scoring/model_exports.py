@@ -18,9 +18,8 @@ from django.conf import settings
 from django.utils.text import slugify
 
 from annotate.models import Annotation
-
-from .model_files import META_NAME
-from .models import ModelVersion
+from scoring.model_files import META_NAME
+from scoring.models import ModelVersion
 
 ARCHIVE_FOLDER = "models"
 
@@ -42,8 +41,8 @@ def version_facts(version: ModelVersion) -> dict:
 
 def export_version(*, version: ModelVersion, out: str | Path, as_kind: str):
     """Verify the version's files against its hash, then write the standard checkpoint to `out`."""
-    from . import registry
-    from .checkpoint_export import export_checkpoint
+    from scoring import registry
+    from scoring.checkpoint_export import export_checkpoint
 
     registry.verify(version)
     return export_checkpoint(version.path, out, as_kind=as_kind, facts=version_facts(version))

@@ -18,13 +18,12 @@ from django.db import transaction
 
 from annotate import verdicts
 from annotate.models import Solution
-
-from . import evaluation, retraining
-from .models import ModelVersion, TrainingRun
-from .training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
+from scoring import evaluation, retraining
+from scoring.models import ModelVersion, TrainingRun
+from scoring.training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
 
 if TYPE_CHECKING:
-    from . import prm
+    from scoring import prm
 
 
 @dataclass
@@ -85,7 +84,7 @@ def measure(
     loaded: prm.LoadedPRM, data: EvalSet, *, backbone_id: str, lam: float = 1.0, threshold: float = 0.5
 ) -> dict:
     """All evaluation metrics of one loaded model on one EvalSet."""
-    from . import training
+    from scoring import training
 
     cache = retraining.feature_cache()
     labeled_items = [(e.row.problem, list(e.row.steps)) for e in data.labeled]
@@ -118,7 +117,7 @@ def _candidate(solution: Solution, probs: list) -> evaluation.Candidate:
 
 
 def model_backbone_id(version: ModelVersion) -> str:
-    from . import prm, training  # noqa: F401
+    from scoring import prm, training  # noqa: F401
 
     config = prm.read_model_config(version.path)
     return training.backbone_fingerprint(prm.backbone_folder(version.path, config))
@@ -134,7 +133,7 @@ def evaluate_version(
     max_candidates: int = 8,
 ) -> dict:
     """Metrics of any registered version on today's held-out set (`eval_prm`)."""
-    from . import registry
+    from scoring import registry
 
     train, val = split_by_problem(build_examples(retraining.gather_rows()), val_fraction=val_fraction, seed=seed)
     data = eval_set(
@@ -163,7 +162,7 @@ def evaluate_and_gate(
     registered): `examples` of its validation problems, never a problem it trained on. So an
     attempt that resumes a run after its worker died measures what the first attempt would have.
     """
-    from . import registry
+    from scoring import registry
 
     config = TrainConfig.from_dict(options.train)
     split = version.metrics.get("split")
@@ -228,7 +227,7 @@ def gate(*, new: dict, current: dict | None, metric: str, tolerance: float = 0.0
 
 def promote(version: ModelVersion) -> None:
     """Make the version current; its rescore (and the new queue generation) follows on its own."""
-    from . import registry, scoring
+    from scoring import registry, scoring
 
     with transaction.atomic():
         registry.make_current_version(version)

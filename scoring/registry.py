@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db import transaction
 
-from .models import ModelVersion
+from scoring.models import ModelVersion
 
 if TYPE_CHECKING:
-    from .prm import LoadedPRM
-    from .remote_scorer import RemotePRM
+    from scoring.prm import LoadedPRM
+    from scoring.remote_scorer import RemotePRM
 
 
 class ModelIntegrityError(RuntimeError):
@@ -50,7 +50,7 @@ def register_model_version(
     make_current: bool = False, trust_remote_code: bool = False,
 ) -> ModelVersion:
     """Record a model folder under a name (validated and hashed now); optionally make it current."""
-    from . import prm
+    from scoring import prm
 
     folder = Path(path).resolve()
     config = prm.read_model_config(folder)
@@ -73,7 +73,7 @@ def register_remote_version(*, name: str, config: dict, make_current: bool = Fal
     served model, separator, read-out), so pointing a name at another server is a new version.
     Nothing is contacted here; a bad field raises ValueError naming it.
     """
-    from .remote_scorer import RemoteConfig
+    from scoring.remote_scorer import RemoteConfig
 
     remote = RemoteConfig.from_dict(config)
     version = ModelVersion.objects.create(
@@ -129,7 +129,7 @@ def version_for_command(name: str | None, *, option: str = "--model") -> ModelVe
 
 
 def _files_stamp(version: ModelVersion) -> tuple:
-    from .model_files import ModelFormatError, identity_files
+    from scoring.model_files import ModelFormatError, identity_files
 
     try:
         return tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in identity_files(version.path))
@@ -138,7 +138,7 @@ def _files_stamp(version: ModelVersion) -> tuple:
 
 
 def verify(version: ModelVersion) -> None:
-    from . import prm
+    from scoring import prm
 
     try:
         actual = prm.weights_sha256(version.path)
@@ -173,7 +173,7 @@ def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
                 cached.stamp = stamp
             _loaded.move_to_end(key)
             return cached.model
-        from . import prm
+        from scoring import prm
 
         verify(version)
         stamp = _files_stamp(version)
@@ -189,7 +189,7 @@ def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
 
 
 def _remote_client(version: ModelVersion) -> RemotePRM:
-    from .remote_scorer import RemoteConfig, RemotePRM
+    from scoring.remote_scorer import RemoteConfig, RemotePRM
 
     try:
         remote = RemoteConfig.from_dict(version.config)
@@ -204,8 +204,8 @@ def _remote_client(version: ModelVersion) -> RemotePRM:
 
 
 def _backbone_key(version: ModelVersion, options: dict) -> tuple:
-    from . import prm
-    from .training import backbone_fingerprint
+    from scoring import prm
+    from scoring.training import backbone_fingerprint
 
     folder = prm.backbone_folder(version.path, prm.read_model_config(version.path))
     return (version.kind, backbone_fingerprint(folder), settings.STEPWISE_SCORING_DTYPE, version.trust_remote_code,

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 
+from scoring.step_scores import StepProbability, build_input
+
 # The retry policy's owner is the standalone client package (standard library only, like this module).
 from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, post_json, urllib_retryable
-
-from .step_scores import StepProbability, build_input
 
 # The fields that decide what a remote version computes: its fingerprint (weights_sha256).
 IDENTITY_FIELDS = ("url", "served_model", "separator", "positive_index")

@@ -26,13 +26,12 @@ from django.utils import timezone
 
 from annotate import verdicts
 from annotate.models import Annotation, AutoStepLabel, Solution, Step
-
-from . import evaluation
-from .models import ModelVersion, TrainingRun
-from .training_data import LABEL_SOURCES, Example, LabeledRow, TrainConfig, build_examples, stratum_weights
+from scoring import evaluation
+from scoring.models import ModelVersion, TrainingRun
+from scoring.training_data import LABEL_SOURCES, Example, LabeledRow, TrainConfig, build_examples, stratum_weights
 
 if TYPE_CHECKING:
-    from . import prm, training  # noqa: F401
+    from scoring import prm, training  # noqa: F401
 
 SCHEDULE_NAME = "stepwise: retrain the PRM when enough new labels exist"
 SCHEDULE_TASK = "scoring.tasks.scheduled_retrain_task"
@@ -83,7 +82,7 @@ def start_training_run(*, options: dict | None = None, created_by=None,
 
     `enqueue=False` leaves the run for the caller to execute in-process (`train_prm --inline`).
     """
-    from .tasks import train_prm_task
+    from scoring.tasks import train_prm_task
 
     parsed = RunOptions.parse(options)
     fail_stale_runs()  # a run whose worker was killed must not hold the slot forever
@@ -215,7 +214,7 @@ def run_training(*, run_id: int) -> TrainingRun:
     Any exception, in training, evaluation or promotion, ends the run failed with its
     message and frees the slot (`Job.failure_recorded`); nothing half-written stays behind.
     """
-    from . import promotion
+    from scoring import promotion
 
     run = TrainingRun.objects.select_related("parent").get(pk=run_id)
     if not run.start(started_at=timezone.now()):
@@ -258,14 +257,14 @@ def _log(run: TrainingRun, line: str) -> None:
 
 def feature_cache() -> training.FeatureCache:
     """The app's feature cache, under the data dir (settings.FEATURE_CACHE_DIR)."""
-    from .training import FeatureCache
+    from scoring.training import FeatureCache
 
     return FeatureCache(settings.FEATURE_CACHE_DIR)
 
 
 def _parent_backbone(parent: ModelVersion | None) -> tuple[ModelVersion, Path, str, dict]:
     """(parent, backbone folder, separator, head config) training starts from: the current model's."""
-    from . import default_model, prm
+    from scoring import default_model, prm
 
     if parent is None:
         parent = default_model.ensure_default_model()
@@ -286,7 +285,7 @@ def _training_backbone(parent: ModelVersion, folder: Path, separator: str, confi
     """
     import torch
 
-    from . import registry, training
+    from scoring import registry, training
 
     if config.mode == "head" and parent.kind == ModelVersion.Kind.HEAD:
         return registry.load(parent)
@@ -311,7 +310,7 @@ def registered_version(run: TrainingRun) -> ModelVersion | None:
 
 def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[Example]) -> ModelVersion:
     """Train on the labeled examples, write the version's folder and register it with its split."""
-    from . import registry, training
+    from scoring import registry, training
 
     config = TrainConfig.from_dict(options.train)
     folder = version_folder(run)

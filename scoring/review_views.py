@@ -11,8 +11,7 @@ from django.views.decorators.vary import vary_on_headers
 from annotate.htmx import page_or_partial
 from annotate.models import Solution
 from annotate.roles import reviewer_required
-
-from .models import ModelVersion, SolutionScore, StepScore
+from scoring.models import ModelVersion, SolutionScore, StepScore
 
 
 @require_GET

@@ -21,9 +21,8 @@ from django.db import transaction
 from django.db.models import F
 
 from annotate.models import AutoLabelRun, AutoStepLabel, Solution
-
-from . import rollouts
-from .generators import (
+from scoring import rollouts
+from scoring.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_STEP_DELIMITER,
     Generator,
@@ -32,7 +31,7 @@ from .generators import (
     default_generator_folder,
     generator_from_spec,
 )
-from .models import RolloutLabelJob
+from scoring.models import RolloutLabelJob
 
 CHUNK_SECONDS = 240.0
 DEFAULT_SPEC = {"backend": "local"}  # no model: the default SmolLM2 backbone
@@ -77,7 +76,7 @@ def start_rollout_labeling(
 
     Solutions asked for by id but not eligible (no steps, no known answer) are counted as skipped.
     """
-    from .tasks import label_rollouts_task
+    from scoring.tasks import label_rollouts_task
 
     if method not in rollouts.METHODS:
         raise ValueError(f"method={method!r}; expected one of {', '.join(rollouts.METHODS)}")
@@ -129,7 +128,7 @@ def run_rollout_job(*, job_id: int, chunk_seconds: float = CHUNK_SECONDS, resend
 
 
 def _continue_later(job: RolloutLabelJob, *, resend: bool) -> RolloutLabelJob:
-    from .tasks import label_rollouts_task
+    from scoring.tasks import label_rollouts_task
 
     if job.release() and resend:  # back to pending: the next chunk's task claims it like a new job
         job.mark_enqueued()

@@ -20,10 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from annotate.answers import end_of_answer, extract_answer
-from annotate.grading import grade
-
-from .generators import (
+from annotate.text.answers import end_of_answer, extract_answer
+from annotate.text.grading import grade
+from scoring.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_STEP_DELIMITER,
     Generator,

@@ -17,14 +17,13 @@ from django.utils import timezone
 
 from annotate.models import Solution, Step
 from annotate.models.jobs import JobState, heartbeats, holder_gone, this_worker
-
-from . import registry
-from .models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
-from .step_scores import aggregate
+from scoring import registry
+from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
+from scoring.step_scores import aggregate
 
 if TYPE_CHECKING:
-    from .prm import LoadedPRM
-    from .remote_scorer import RemotePRM
+    from scoring.prm import LoadedPRM
+    from scoring.remote_scorer import RemotePRM
 
 
 def unscored_solution_ids(*, model_version: ModelVersion, solution_ids: Sequence[int] | None = None) -> list[int]:
@@ -92,7 +91,7 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
             raise ValueError(f"item {index}: 'problem' must be a non-empty string")
         if not steps or not all(isinstance(s, str) and s.strip() for s in steps):
             raise ValueError(f"item {index}: 'steps' must be a non-empty list of non-empty strings")
-    from . import ensemble
+    from scoring import ensemble
 
     loaded = registry.load(version)
     # The version's stored ensemble (scoring/ensemble.py), fitted at its last queue rebuild with labels.
@@ -119,7 +118,7 @@ def score_on_worker(
     each web process. The message expires with the wait, so a worker that comes up late
     does not compute answers nobody is waiting for. Raises ValueError for bad items.
     """
-    from .tasks import score_texts_task
+    from scoring.tasks import score_texts_task
 
     timeout = settings.STEPWISE_SCORE_API_TIMEOUT if timeout is None else timeout
     answer = answer_from_worker(score_texts_task, (model_version.pk, [list(item) for item in items]),
@@ -162,7 +161,7 @@ def start_rescore(
     Nothing is loaded or hashed here, so the web process never imports torch: the worker
     verifies the model's files when it loads them, and a changed model fails the job.
     """
-    from .tasks import rescore_task
+    from scoring.tasks import rescore_task
 
     job = RescoreJob.objects.create(model_version=model_version, created_by=created_by, rebuild_queue=rebuild_queue)
     rescore_task.delay_on_commit(job.pk)
@@ -271,7 +270,7 @@ def finish(*, job: RescoreJob) -> bool:
     The row lock and the guarded `succeed` make a late duplicate (the last two chunks
     finishing together, a redelivery) return False instead of starting a second generation.
     """
-    from . import selection
+    from scoring import selection
 
     with job.failure_recorded(), transaction.atomic():
         if not RescoreJob.objects.select_for_update().filter(pk=job.pk, state=JobState.RUNNING).exists():

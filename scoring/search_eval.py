@@ -1,6 +1,6 @@
 """Search curves: accuracy against generated tokens for best-of-N, beam search, MCTS and ACA.
 
-On a problem set with known answers (`eval_search`, `scripts/gpu_search_eval.py`), no Django.
+On a problem set with known answers (`eval_search`, `bench/gpu_search_eval.py`), no Django.
 Per problem, one pool of `pool_n` whole solutions is sampled and scored once; best-of-N
 and majority vote at each N are read from it by `scoring.evaluation.best_of_n` (random
 subsets of the pool, so the curve is not one lucky ordering), and ACA runs the real
@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from annotate.grading import grade
-
-from . import evaluation, search
-from .generators import Generator, Sample, SamplingParams, Usage
-from .search.paths import whole_solution
+from annotate.text.grading import grade
+from scoring import evaluation, search
+from scoring.generators import Generator, Sample, SamplingParams, Usage
+from scoring.search.paths import whole_solution
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.safestring import SafeString
 
-from .charts import line_chart
+from scoring.charts import line_chart
 
 REPORT_NAME = "search-eval"
 

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from . import registry
-from .models import ModelVersion
+from scoring import registry
+from scoring.models import ModelVersion
 
 if TYPE_CHECKING:
-    from .generators import Generator
+    from scoring.generators import Generator
 
 _generators: dict[str, Generator] = {}
 _lock = threading.Lock()
@@ -24,7 +24,7 @@ _lock = threading.Lock()
 
 def generator_for(version: ModelVersion, spec: str | None = None) -> Generator:
     """The generator a search with `version` uses (module docstring), cached per process."""
-    from . import generators, prm
+    from scoring import generators, prm
 
     spec = spec if spec is not None else getattr(settings, "STEPWISE_GENERATOR", "") or ""
     key = spec or f"local:{version.path}"
@@ -47,7 +47,7 @@ def run_search(*, body: dict, model_version: ModelVersion, generator: Generator 
 
     Raises ValueError (a 400) for a method, option or budget the search refuses.
     """
-    from . import search
+    from scoring import search
 
     budget = search.Budget(**body.get("budget", {}))
     if budget.max_tokens is None or budget.max_tokens > settings.STEPWISE_SEARCH_MAX_TOKENS:
@@ -62,8 +62,8 @@ def run_search(*, body: dict, model_version: ModelVersion, generator: Generator 
 
 def search_on_worker(*, body: dict, model_version: ModelVersion, timeout: float | None = None) -> dict:
     """run_search, computed by the ml worker; the web process waits at most `timeout` seconds."""
-    from .scoring import answer_from_worker
-    from .tasks import search_task
+    from scoring.scoring import answer_from_worker
+    from scoring.tasks import search_task
 
     timeout = settings.STEPWISE_SEARCH_API_TIMEOUT if timeout is None else timeout
     return answer_from_worker(search_task, (model_version.pk, body), timeout=timeout, what="search")

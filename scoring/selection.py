@@ -32,12 +32,11 @@ from django.db import transaction
 
 from annotate import queueing
 from annotate.models import Generation, QueueItem, Solution
-from config.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shares: public here)
-
-from .models import ModelVersion, SolutionScore
+from infra.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shares: public here)
+from scoring.models import ModelVersion, SolutionScore
 
 if TYPE_CHECKING:
-    from .ensemble import SolutionUncertainty
+    from scoring.ensemble import SolutionUncertainty
 
 # The share parser lives beside the settings helpers so settings.py can parse the shares at
 # start-up; both names stay importable from here.
@@ -189,7 +188,7 @@ def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None,
     policy = policy or Policy()
     pool = candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty)
     if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:
-        from .ensemble import for_model_version
+        from scoring.ensemble import for_model_version
 
         pool = with_uncertainty(pool, for_model_version(model_version, [c.solution_id for c in pool]))
     picks = select(pool, policy)

@@ -15,11 +15,10 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate.htmx import page_or_partial
 from annotate.roles import admin_required as admin_only
-
-from . import evaluation, retraining
-from .charts import best_of_n_chart, dotted, loss_chart, reliability_chart
-from .models import ModelVersion, TrainingRun
-from .training_data import HEAD_TYPES, LABEL_SOURCES, MODES
+from scoring import evaluation, retraining
+from scoring.charts import best_of_n_chart, dotted, loss_chart, reliability_chart
+from scoring.models import ModelVersion, TrainingRun
+from scoring.training_data import HEAD_TYPES, LABEL_SOURCES, MODES
 
 
 class StartRunForm(forms.Form):

@@ -18,12 +18,11 @@ from django.views.decorators.vary import vary_on_headers
 from annotate import roles
 from annotate.htmx import page_or_partial
 from annotate.models import Generation, QueueItem
-
-from . import model_exports, scoring, search_report
+from scoring import model_exports, scoring, search_report
 
 # From the torch-free folder format, not checkpoint_export: the web process never imports torch.
-from .model_files import EXPORT_KINDS
-from .models import ModelVersion, RescoreJob
+from scoring.model_files import EXPORT_KINDS
+from scoring.models import ModelVersion, RescoreJob
 
 
 @roles.reviewer_required
@@ -56,7 +55,7 @@ def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
     if as_kind not in EXPORT_KINDS:
         return HttpResponse(f"'as' must be one of {', '.join(EXPORT_KINDS)}", status=400)
     if model_exports.finished_archive(version, as_kind) is None:
-        from .tasks import export_model_task
+        from scoring.tasks import export_model_task
 
         export_model_task.delay_on_commit(version.pk, as_kind)
         messages.info(request, f"Building the {as_kind} checkpoint of {version.name} on the ml worker; "

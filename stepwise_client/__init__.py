@@ -3,10 +3,10 @@
 `prm_reward(prompts, completions, **kwargs) -> list[float]` has the signature of a reward
 function of TRL's `GRPOTrainer`; `prm_step_rewards(...) -> list[list[float]]` gives one
 reward per step for trainers that take dense rewards. Completions are split into steps by
-`annotate.splitting.split_steps`, the splitter the rest of Stepwise uses.
+`annotate.text.splitting.split_steps`, the splitter the rest of Stepwise uses.
 """
-from .client import StepwiseClient, StepwiseError
-from .rewards import (
+from stepwise_client.client import StepwiseClient, StepwiseError
+from stepwise_client.rewards import (
     AGGREGATIONS,
     completion_text,
     make_prm_reward,

@@ -11,7 +11,7 @@ import urllib.error
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from .retrying import URLLIB_TRANSIENT, RetryPolicy, post_json
+from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, post_json
 
 MAX_ITEMS = 64
 MAX_TOTAL_TEXT = 400_000

@@ -3,7 +3,7 @@
 TRL's `GRPOTrainer` calls each reward function as `f(prompts=..., completions=..., **kwargs)`
 and logs it under its `__name__`. Prompts and completions are strings (standard format) or
 lists of chat messages (conversational format); both are read here. A completion is cut into
-steps by `annotate.splitting.split_steps`, as Stepwise cuts imported and generated solutions,
+steps by `annotate.text.splitting.split_steps`, as Stepwise cuts imported and generated solutions,
 so the PRM sees steps shaped like the ones it was trained on.
 
 A completion's reward is not computed here: /api/score answers each solution's `score` by the
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from annotate.splitting import split_steps
-
-from .client import StepwiseClient, step_probabilities
+from annotate.text.splitting import split_steps
+from stepwise_client.client import StepwiseClient, step_probabilities
 
 # The fields of /api/score's solution `score` a reward may be: a solution as good as its weakest
 # step (min), every step right (product), the PRM's verdict after the last step (last), the mean.

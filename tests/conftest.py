@@ -20,7 +20,7 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 def _fresh_process_memos():
     """Each test starts from what its database says: a memo from an earlier test (whose rows
     were rolled back) must not answer for this one."""
-    from config.memo import forget_all
+    from infra.memo import forget_all
 
     forget_all()
     yield

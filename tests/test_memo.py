@@ -1,7 +1,7 @@
-"""Kept by one process (config/memo.py): memos that answer for a while, chores paced by a clock."""
+"""Kept by one process (infra/memo.py): memos that answer for a while, chores paced by a clock."""
 import datetime as dt
 
-from config.memo import Pacer, ProcessMemo, forget_all
+from infra.memo import Pacer, ProcessMemo, forget_all
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 

@@ -1,4 +1,4 @@
-"""A persistent connection's health is checked at each request without a query (config/postgresql)."""
+"""A persistent connection's health is checked at each request without a query (infra/postgresql)."""
 import time
 
 import psycopg

@@ -21,9 +21,9 @@ from annotate.importing import create_import_job
 from annotate.models import ExportJob, ImportJob, Solution, Step
 from annotate.models.jobs import FINISHED_STATES, JobState
 from annotate.tasks import reconcile_jobs_task
+from bench.tiny import build_tiny_prm
 from scoring import registry, retraining, scoring
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, StepScore, TrainingRun
-from scoring.tiny import build_tiny_prm
 from tests.conftest import WorkerProcess, wait_for
 from tests.scoring.test_tasks import make_pool
 

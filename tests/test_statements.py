@@ -1,4 +1,4 @@
-"""Statements built once per connection (config/statements.py) answer as their QuerySets do."""
+"""Statements built once per connection (infra/statements.py) answer as their QuerySets do."""
 import datetime as dt
 
 import pytest
@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from annotate.models import Annotation, Completion, QueueItem, StepLabel
-from config import statements
+from infra import statements
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]

@@ -1,11 +1,11 @@
-"""One rule for per-user rates (config/throttling.py), in the cache all web processes share."""
+"""One rule for per-user rates (infra/throttling.py), in the cache all web processes share."""
 import threading
 import uuid
 
 import pytest
 
-from config import throttling
-from config.env import parse_rate
+from infra import throttling
+from infra.env import parse_rate
 
 
 def fresh_user() -> str:
@@ -30,7 +30,7 @@ def test_users_and_scopes_are_counted_apart():
 
 
 def test_concurrent_requests_are_all_counted():
-    """With Redis; the file-based fallback's increment is read-then-write (config/throttling.py)."""
+    """With Redis; the file-based fallback's increment is read-then-write (infra/throttling.py)."""
     user, allowed = fresh_user(), []
     barrier = threading.Barrier(20)
 

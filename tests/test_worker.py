@@ -42,9 +42,9 @@ def test_rescore_button_score_and_search_api_leave_the_web_process_without_torch
     import sys
 
     from annotate.models.jobs import JobState
+    from bench.tiny import build_tiny_prm
     from scoring import registry
     from scoring.models import RescoreJob
-    from scoring.tiny import build_tiny_prm
     from tests.conftest import REPO_ROOT, wait_for, worker_environment
     from tests.factories import SolutionFactory
 

@@ -2,7 +2,7 @@
 from django.urls import reverse
 from rest_framework import serializers
 
-from annotate import exporting, importing, roles, splitting
+from annotate import exporting, importing, roles
 from annotate.models import (
     Annotation,
     Completion,
@@ -14,6 +14,7 @@ from annotate.models import (
     Step,
     StepLabel,
 )
+from annotate.text import splitting
 
 
 class ProblemSerializer(serializers.ModelSerializer):

@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from . import views
+from annotate.api import views
 
 router = DefaultRouter(trailing_slash=False)
 router.register("problems", views.ProblemViewSet, basename="api-problem")

@@ -17,10 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate import exporting, importing, roles
+from annotate.api import serializers
+from annotate.api.permissions import IsAdmin, IsReviewer, OwnAnnotationOrReviewer, annotations_visible_to
 from annotate.models import Annotation, ExportJob, FinishReason, Generation, ImportJob, Problem, QueueItem, Solution
-
-from . import serializers
-from .permissions import IsAdmin, IsReviewer, OwnAnnotationOrReviewer, annotations_visible_to
 
 
 class IgnoreAcceptHeader(BaseContentNegotiation):

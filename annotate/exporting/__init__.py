@@ -6,8 +6,15 @@ records, flat memory), `formats` (rows per annotation or solution, every verdict
 through `annotate.verdicts`, what is left out counted in an `ExportTally`), `files` (atomic
 files and export jobs). Callers use the names below: `exporting.iter_rows(...)`, `exporting.run_export_job(...)`.
 """
-from .files import create_export_job, download_name, export_path, finished_file, run_export_job, write_export
-from .formats import (
+from annotate.exporting.files import (
+    create_export_job,
+    download_name,
+    export_path,
+    finished_file,
+    run_export_job,
+    write_export,
+)
+from annotate.exporting.formats import (
     FORMAT_HELP,
     FORMATS,
     PER_SOLUTION,
@@ -19,8 +26,8 @@ from .formats import (
     iter_jsonl,
     iter_rows,
 )
-from .loading import annotation_chunks, annotations, load_chunk
-from .options import (
+from annotate.exporting.loading import annotation_chunks, annotations, load_chunk
+from annotate.exporting.options import (
     CHUNK_SIZE,
     CONTAINERS,
     LABEL_SOURCES,

@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from annotate.exporting.options import CHUNK_SIZE
 from annotate.models import AutoStepLabel, Solution, Step
-
-from .options import CHUNK_SIZE
 
 
 @dataclass(frozen=True)

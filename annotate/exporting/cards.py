@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from .formats import FORMAT_HELP, PER_SOLUTION, ExportTally
-from .options import ExportOptions
+from annotate.exporting.formats import FORMAT_HELP, PER_SOLUTION, ExportTally
+from annotate.exporting.options import ExportOptions
 
 COLUMNS: dict[str, dict[str, str]] = {
     "prm800k": {

@@ -14,9 +14,9 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .cards import dataset_card
-from .formats import ExportTally, iter_rows
-from .options import CHUNK_SIZE, ExportOptions
+from annotate.exporting.cards import dataset_card
+from annotate.exporting.formats import ExportTally, iter_rows
+from annotate.exporting.options import CHUNK_SIZE, ExportOptions
 
 PARQUET_FILE = Path("data") / "train.parquet"
 

@@ -16,11 +16,10 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from annotate.exporting import containers
+from annotate.exporting.formats import ExportTally, check_format, count_inputs, iter_jsonl
+from annotate.exporting.options import CHUNK_SIZE, ExportOptions
 from annotate.models import ExportJob, JobState
-
-from . import containers
-from .formats import ExportTally, check_format, count_inputs, iter_jsonl
-from .options import CHUNK_SIZE, ExportOptions
 
 
 def write_export(

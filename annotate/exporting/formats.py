@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from annotate import verdicts
+from annotate.exporting import automatic
+from annotate.exporting.loading import AnnotationRecord, annotation_chunks, annotations, solution_groups
+from annotate.exporting.options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
 from annotate.models import FinishReason
-
-from . import automatic
-from .loading import AnnotationRecord, annotation_chunks, annotations, solution_groups
-from .options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
 
 FORMATS = ("prm800k", "trl", "processbench", "soft")
 FORMAT_HELP = {

@@ -16,9 +16,8 @@ from typing import Any
 from django.db.models import Max, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
+from annotate.exporting.options import CHUNK_SIZE, ExportOptions, selected_annotations
 from annotate.models import Annotation, Completion, Problem, QueueItem, RatingOverride, Solution, Step, StepLabel
-
-from .options import CHUNK_SIZE, ExportOptions, selected_annotations
 
 # Only the columns the formats read; rows become plain records, not model instances.
 ANNOTATION_FIELDS = (

@@ -22,10 +22,7 @@ from pathlib import Path
 
 from django.db import transaction
 
-from annotate.prm800k import LineError
-from annotate.splitting import SplitMode, check_mode
-
-from .formats import (
+from annotate.importing.formats import (
     FORMATS,
     PARSERS,
     Parser,
@@ -34,10 +31,12 @@ from .formats import (
     detect_format,
     parser_for,
 )
-from .jobs import create_import_job, remove_expired_uploads, run_import_job, save_upload
-from .reading import BadJson, count_lines, detect_file_format, file_digest, read_jsonl, split_of
-from .report import ImportSummary, Outcome, Report
-from .writing import SourceFile, grading_note, insert_rows, write_batch
+from annotate.importing.jobs import create_import_job, remove_expired_uploads, run_import_job, save_upload
+from annotate.importing.reading import BadJson, count_lines, detect_file_format, file_digest, read_jsonl, split_of
+from annotate.importing.report import ImportSummary, Outcome, Report
+from annotate.importing.writing import SourceFile, grading_note, insert_rows, write_batch
+from annotate.prm800k import LineError
+from annotate.text.splitting import SplitMode, check_mode
 
 __all__ = [
     "BATCH_SIZE", "FORMATS", "PARSERS", "ImportSummary", "Outcome", "Record", "SourceFile", "count_lines",

@@ -22,11 +22,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from annotate import queueing
+from annotate.importing.formats import check_format
+from annotate.importing.report import ImportSummary
 from annotate.models import ImportJob
-from annotate.splitting import check_mode
-
-from .formats import check_format
-from .report import ImportSummary
+from annotate.text.splitting import check_mode
 
 
 def _uploads_folder() -> Path:
@@ -64,7 +63,7 @@ def create_import_job(
 
 def run_import_job(*, job_id: int) -> ImportJob:
     """Run one ImportJob with its progress in the row; see the module docstring for redelivery."""
-    from . import import_pool  # the package's entry point, which imports this module
+    from annotate.importing import import_pool  # the package's entry point, which imports this module
 
     job = ImportJob.objects.get(pk=job_id)
     if not job.start():

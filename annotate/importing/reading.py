@@ -17,9 +17,8 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from config.limits import TooDeep, loads_bounded
-
-from .formats import detect_format
+from annotate.importing.formats import detect_format
+from infra.limits import TooDeep, loads_bounded
 
 SPLIT_NAMES = {"train", "test", "val", "valid", "validation", "dev"}
 

@@ -26,7 +26,8 @@ from django.db.models import Count, OuterRef, Subquery
 from django.utils import timezone
 
 from annotate import prm800k
-from annotate.grading import judge
+from annotate.importing.formats import Record
+from annotate.importing.report import Outcome
 from annotate.models import (
     Annotation,
     AutoLabelRun,
@@ -38,9 +39,7 @@ from annotate.models import (
     Step,
     StepLabel,
 )
-
-from .formats import Record
-from .report import Outcome
+from annotate.text.grading import judge
 
 
 @dataclass(frozen=True)

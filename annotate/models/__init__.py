@@ -1,11 +1,11 @@
 """The labeling side's data: the pool, annotations, the queue and background jobs."""
-from .auto_labels import AutoLabelRun, AutoStepLabel
-from .jobs import ExportJob, ImportJob, JobState
-from .labels import Annotation, Completion, FinishReason, ScreeningResult, StepLabel
-from .pool import Problem, SampleLine, Solution, Step
-from .project import LabelingConfig
-from .queue import Generation, QueueItem
-from .review import RatingOverride
+from annotate.models.auto_labels import AutoLabelRun, AutoStepLabel
+from annotate.models.jobs import ExportJob, ImportJob, JobState
+from annotate.models.labels import Annotation, Completion, FinishReason, ScreeningResult, StepLabel
+from annotate.models.pool import Problem, SampleLine, Solution, Step
+from annotate.models.project import LabelingConfig
+from annotate.models.queue import Generation, QueueItem
+from annotate.models.review import RatingOverride
 
 __all__ = [
     "Annotation",

@@ -10,7 +10,7 @@ counts (a ProcessBench first error, a Math-Shepherd `+`/`-` tag) store `soft` on
 """
 from django.db import models
 
-from .pool import Step
+from annotate.models.pool import Step
 
 
 class AutoLabelRun(models.Model):

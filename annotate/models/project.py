@@ -4,7 +4,7 @@ from django.db import models, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from config.memo import ProcessMemo
+from infra.memo import ProcessMemo
 
 # Every labeling request reads the settings: a process keeps them this long (an admin's change
 # reaches the other web processes within it).
@@ -38,7 +38,7 @@ class LabelingConfig(models.Model):
 
     @classmethod
     def get(cls) -> "LabelingConfig":
-        """The settings row, from this process's memo (config/memo.py) while it is fresh."""
+        """The settings row, from this process's memo (infra/memo.py) while it is fresh."""
         return _memo.get(1, lambda: cls.objects.get_or_create(pk=1)[0])
 
     @property

@@ -2,7 +2,7 @@
 from django.conf import settings
 from django.db import models
 
-from .pool import Solution
+from annotate.models.pool import Solution
 
 
 class GenerationQuerySet(models.QuerySet):

@@ -2,7 +2,7 @@
 from django.conf import settings
 from django.db import models
 
-from .labels import Completion, StepLabel
+from annotate.models.labels import Completion, StepLabel
 
 
 class RatingOverride(models.Model):

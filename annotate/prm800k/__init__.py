@@ -22,9 +22,9 @@ Phase 1 lines have no ``pre_generated_*`` (absent or null); phase 2 lines have t
 
 Modules: ``schema`` (keys, parsed types, value checks), ``parsing``, ``rebuilding``.
 """
-from .parsing import parse_line
-from .rebuilding import default_question, line_for_annotation, question_extra_for
-from .schema import (
+from annotate.prm800k.parsing import parse_line
+from annotate.prm800k.rebuilding import default_question, line_for_annotation, question_extra_for
+from annotate.prm800k.schema import (
     LineError,
     ParsedCompletion,
     ParsedLine,

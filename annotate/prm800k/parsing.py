@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from .schema import (
+from annotate.prm800k.schema import (
     ABSENT,
     COMPLETION_KEYS,
     FINISH_REASONS,

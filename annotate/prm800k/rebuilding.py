@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import ABSENT, ParsedLine, format_timestamp
+from annotate.prm800k.schema import ABSENT, ParsedLine, format_timestamp
 
 
 def default_question(*, problem, solution, step_texts: list[str], verifier_score: float | None) -> dict:

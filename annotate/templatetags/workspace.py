@@ -2,8 +2,8 @@
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from annotate import rendering
-from annotate.answers import strip_calculator_annotations
+from annotate.text import rendering
+from annotate.text.answers import strip_calculator_annotations
 
 register = template.Library()
 

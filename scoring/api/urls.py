@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import views
+from scoring.api import views
 
 # SimpleRouter: the API root view comes from annotate.api's DefaultRouter.
 router = SimpleRouter(trailing_slash=False)

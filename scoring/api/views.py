@@ -8,11 +8,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.api.permissions import IsReviewer
-from config import throttling
+from infra import throttling
 from scoring import registry, scoring, searching
+from scoring.api import serializers
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
-
-from . import serializers
 
 
 class ModelVersionViewSet(viewsets.ReadOnlyModelViewSet):
@@ -81,7 +80,7 @@ step_rewards = [[step["p"] for step in item["steps"]] for item in rewards["items
 
 
 class ScoreRateThrottle(throttling.UserRate):
-    """STEPWISE_SCORE_RATE requests per user, counted as every limit is (config/throttling.py).
+    """STEPWISE_SCORE_RATE requests per user, counted as every limit is (infra/throttling.py).
 
     Each request holds an ml worker for up to a forward pass; one client must not take them all.
     """

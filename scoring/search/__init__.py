@@ -14,11 +14,11 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields
 
-from .beam import beam_search
-from .compute import Budget, BudgetExhausted, Compute, Scorer, prm_scorer
-from .mcts import mcts
-from .paths import Path, SearchResult, StepOptions
-from .sampling import ACA_DEFAULTS, aca_best_of_n, aca_should_stop, best_of_n, confidence_bounds
+from scoring.search.beam import beam_search
+from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer, prm_scorer
+from scoring.search.mcts import mcts
+from scoring.search.paths import Path, SearchResult, StepOptions
+from scoring.search.sampling import ACA_DEFAULTS, aca_best_of_n, aca_should_stop, best_of_n, confidence_bounds
 
 METHODS = {"best_of_n": best_of_n, "beam": beam_search, "mcts": mcts, "aca": aca_best_of_n}
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scoring.generators import Generator, SamplingParams
-
-from .compute import Budget, BudgetExhausted, Compute, Scorer
-from .paths import Path, SearchResult, StepOptions, best_path, check_aggregation, extended
+from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
+from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation, extended
 
 
 def next_steps(

@@ -18,10 +18,9 @@ import math
 from dataclasses import dataclass, field
 
 from scoring.generators import Generator
-
-from .beam import next_steps, scored
-from .compute import Budget, BudgetExhausted, Compute, Scorer
-from .paths import Path, SearchResult, StepOptions, best_path, check_aggregation
+from scoring.search.beam import next_steps, scored
+from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
+from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation
 
 
 @dataclass(eq=False)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from annotate.answers import extract_answer
-from annotate.splitting import split_steps
+from annotate.text.answers import extract_answer
+from annotate.text.splitting import split_steps
 from scoring.evaluation import AGGREGATIONS, aggregate
 from scoring.generators import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_DELIMITER, render_prompt
 from scoring.prm import StepProbability

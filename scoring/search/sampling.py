@@ -14,9 +14,8 @@ from dataclasses import replace
 from scoring.generators import Generator, SamplingParams
 from scoring.prm import StepProbability
 from scoring.prm import aggregate as aggregate_all
-
-from .compute import Budget, BudgetExhausted, Compute, Scorer
-from .paths import Path, SearchResult, StepOptions, best_path, check_aggregation, whole_solution
+from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
+from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation, whole_solution
 
 ACA_DEFAULTS = {"n0": 4, "n_total": 16, "m": 4, "lam": 1.0}
 

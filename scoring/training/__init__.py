@@ -20,10 +20,8 @@ on-disk feature cache), `loop` (head-only and backbone training) and `checkpoint
 (writing a version's folder). The names callers use are re-exported here.
 """
 
-from scoring.training_data import Example, LabeledRow, TrainConfig
-
-from .checkpoints import save_checkpoint
-from .features import (
+from scoring.training.checkpoints import save_checkpoint
+from scoring.training.features import (
     FeatureCache,
     backbone_fingerprint,
     decoder_layers_owner,
@@ -32,8 +30,8 @@ from .features import (
     step_probabilities,
     truncated,
 )
-from .loop import Progress, TrainResult, seed_everything, train
-from .losses import (
+from scoring.training.loop import Progress, TrainResult, seed_everything, train
+from scoring.training.losses import (
     KAPPA_EPS,
     StepTensors,
     beta_binomial_nll,
@@ -45,6 +43,7 @@ from .losses import (
     point_loss,
     step_tensors,
 )
+from scoring.training_data import Example, LabeledRow, TrainConfig
 
 __all__ = [
     "Example",

@@ -9,8 +9,7 @@ from pathlib import Path
 import torch
 
 from scoring import prm
-
-from .loop import TrainResult
+from scoring.training.loop import TrainResult
 
 
 def save_checkpoint(

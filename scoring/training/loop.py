@@ -19,10 +19,9 @@ import torch
 from torch import nn
 
 from scoring import prm
+from scoring.training.features import FeatureCache, decoder_layers_owner, default_layer, truncated
+from scoring.training.losses import StepTensors, head_loss, head_optimizer, new_head, step_tensors
 from scoring.training_data import Example, LabeledRow, TrainConfig, build_examples, split_by_problem
-
-from .features import FeatureCache, decoder_layers_owner, default_layer, truncated
-from .losses import StepTensors, head_loss, head_optimizer, new_head, step_tensors
 
 Progress = Callable[[int, int, str, dict | None], None]
 
@@ -193,7 +192,7 @@ def _train_head_only(
 def _fit_head_converged(result: TrainResult, x_train: torch.Tensor, x_val: torch.Tensor, train_t: StepTensors,
                         val_t: StepTensors, notify: Progress) -> None:
     """L2 logistic mu solved to convergence, L2 by CV by problem (regularized.py); kappa constant."""
-    from . import regularized
+    from scoring.training import regularized
 
     config, head = result.config, result.head
     groups = [e.row.problem_id for e in result.train_examples for n in e.n if n > 0]

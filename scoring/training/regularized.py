@@ -18,9 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from scoring.training.losses import StepTensors, inverse_softplus
 from scoring.training_data import problem_hash
-
-from .losses import StepTensors, inverse_softplus
 
 LAMBDAS = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # per-step mean loss; 128 standardized directions
 RANK = 128  # principal directions the head may use (of 576 on SmolLM2-135M)

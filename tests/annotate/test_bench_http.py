@@ -6,12 +6,14 @@ import threading
 import time
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
-from annotate import loadtest, quality
-from annotate.management.commands import bench_http
-from annotate.management.commands.bench_workspace import Command as WorkspaceBench
+import bench
+from annotate import quality
 from annotate.models import Annotation, LabelingConfig, ScreeningResult, Solution
+from bench import loadtest
+from bench.commands import bench_http
+from bench.commands.bench_workspace import Command as WorkspaceBench
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
@@ -20,7 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx():
     LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0.3})
     out = io.StringIO()
-    call_command("bench_http", pool=60, clients="2", seconds=4, stdout=out)
+    bench.call("bench_http", pool=60, clients="2", seconds=4, stdout=out)
     report = out.getvalue()
 
     assert "duplicate assignments: 0; lost labels: 0" in report
@@ -43,7 +45,7 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
 
 def test_under_the_product_defaults_annotators_pass_screening_get_gold_and_share_no_ordinary_item():
     out = io.StringIO()
-    call_command("bench_http", pool=80, clients="2", seconds=4, product_defaults=True, stdout=out)
+    bench.call("bench_http", pool=80, clients="2", seconds=4, product_defaults=True, stdout=out)
     report = out.getvalue()
 
     assert "gold at 10%, screening required (5 items)" in report
@@ -71,12 +73,12 @@ def test_the_gold_items_and_screening_set_are_made_once_however_the_pool_grows()
 def test_refuses_a_database_with_real_solutions():
     SolutionFactory()
     with pytest.raises(CommandError, match="scratch database"):
-        call_command("bench_http", pool=10, clients="1", seconds=1, stdout=io.StringIO())
+        bench.call("bench_http", pool=10, clients="1", seconds=1, stdout=io.StringIO())
 
 
 def test_in_process_mode_prints_the_cost_of_each_request_of_the_workflow():
     out = io.StringIO()
-    call_command("bench_http", pool=20, in_process=3, stdout=out)
+    bench.call("bench_http", pool=20, in_process=3, stdout=out)
     report = out.getvalue()
 
     # One claim, then per task its 4 ratings and the submit that answers with the next task: 16 / 3.

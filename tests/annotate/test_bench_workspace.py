@@ -2,8 +2,9 @@
 import io
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
+import bench
 from annotate.models import Annotation, LabelingConfig
 from tests.factories import SolutionFactory
 
@@ -13,7 +14,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 def test_bench_prints_latencies_for_each_client_count_and_zero_duplicates():
     LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0.3})
     out = io.StringIO()
-    call_command("bench_workspace", solutions=40, tasks=4, clients="1,2", stdout=out)
+    bench.call("bench_workspace", solutions=40, tasks=4, clients="1,2", stdout=out)
     lines = out.getvalue().splitlines()
     rows = [line.split() for line in lines if line.strip() and line.split()[0] in {"1", "2"}]
     assert [row[0] for row in rows] == ["1", "2"]
@@ -26,4 +27,4 @@ def test_bench_prints_latencies_for_each_client_count_and_zero_duplicates():
 def test_bench_refuses_a_database_with_real_solutions():
     SolutionFactory()
     with pytest.raises(CommandError, match="scratch database"):
-        call_command("bench_workspace", solutions=10, tasks=2, clients="1", stdout=io.StringIO())
+        bench.call("bench_workspace", solutions=10, tasks=2, clients="1", stdout=io.StringIO())

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from annotate.corruption import CALCULATION, corrupt, gsm8k_steps
+from bench.corruption import CALCULATION, corrupt, gsm8k_steps
 from tests.conftest import SHARED_DATA
 
 NATALIA = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"

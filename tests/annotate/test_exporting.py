@@ -230,8 +230,8 @@ def test_chunk_records_give_the_same_lines_as_model_instances(tmp_path):
 def test_export_memory_does_not_grow_with_the_number_of_lines():
     import tracemalloc
 
-    from annotate.management.commands.bench_export import BENCH_GENERATION, SOURCE, Command
     from annotate.models import Problem
+    from bench.commands.bench_export import BENCH_GENERATION, SOURCE, Command
 
     def peak_bytes(n: int) -> int:
         Command().create_batch(range(n), 3)

@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from annotate.answers import extract_answer
-from annotate.grading import NO_ANSWER, NO_TRUTH, as_number, grade, grade_fast, judge
-from annotate.normalizing import normalize, time_of_day
+import bench
+from annotate.text.answers import extract_answer
+from annotate.text.grading import NO_ANSWER, NO_TRUTH, as_number, grade, grade_fast, judge
+from annotate.text.normalizing import normalize, time_of_day
 from tests.conftest import SHARED_DATA
 
 GRADING_CASES = [
@@ -218,10 +219,9 @@ def test_grading_works_from_worker_threads():
 def test_bench_grading_prints_agreement_on_real_responses_and_references():
     from io import StringIO
 
-    from django.core.management import call_command
 
     out = StringIO()
-    call_command("bench_grading", data=SHARED_DATA, lines=30, stdout=out)
+    bench.call("bench_grading", data=SHARED_DATA, lines=30, stdout=out)
     lines = [line for line in out.getvalue().splitlines() if not line.startswith("    ")]
     assert lines[0].startswith("math_qwen25_cot_20x8.jsonl vs answer: 160/160 agree (100.00 %)")
     assert len(lines) == 9 and all(", 0 disagree, 0 unknown," in line for line in lines)

@@ -11,8 +11,9 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from annotate import loadtest, queueing
+from annotate import queueing
 from annotate.models import StepLabel
+from bench import loadtest
 from tests.conftest import _test_database_url
 from tests.factories import SolutionFactory, user_with_role
 
@@ -22,7 +23,7 @@ HUGE_STEP_MS = ",".join(f"{i}:{i}" for i in range(10_000))  # ~69 KB, as in the 
 
 @pytest.fixture(autouse=True)
 def fresh_rate_limits():
-    # The counts live in the cache every web process shares (config/throttling.py), which
+    # The counts live in the cache every web process shares (infra/throttling.py), which
     # outlives a test's database, whose user ids SQLite reuses.
     caches["throttle"].clear()
     yield

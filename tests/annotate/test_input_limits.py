@@ -224,7 +224,7 @@ def test_a_50_mb_json_body_is_refused_unread(admin_user):
 def test_the_json_parser_itself_stops_at_the_body_limit(admin_user, settings):
     # Without the middleware's Content-Length check (a body without one, or another
     # entry point), DRF's parser reads the stream itself: it must stop at the limit too.
-    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != "config.limits.BodySizeLimitMiddleware"]
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != "infra.limits.BodySizeLimitMiddleware"]
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
     before = row_counts()
     body = json.dumps({"format": "prm800k", "generations": [1] * 1000})

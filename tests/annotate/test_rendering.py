@@ -11,9 +11,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from annotate import labeling, queueing, rendering
-from annotate.answers import strip_calculator_annotations
-from annotate.splitting import split_steps
+from annotate import labeling, queueing
+from annotate.text import rendering
+from annotate.text.answers import strip_calculator_annotations
+from annotate.text.splitting import split_steps
 from tests.conftest import SHARED_DATA
 from tests.factories import ProblemFactory, SolutionFactory
 

@@ -4,10 +4,10 @@ import re
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
 
-from annotate.answers import extract_answer
-from annotate.splitting import (
+import bench
+from annotate.text.answers import extract_answer
+from annotate.text.splitting import (
     SPLIT_MODES,
     check_mode,
     is_lead_in,
@@ -212,7 +212,7 @@ def test_on_real_responses_no_step_after_the_first_is_a_lone_equation(mode):
 
 def test_the_benchmark_prints_before_and_after_figures_for_each_corpus():
     out = StringIO()
-    call_command("bench_splitting", "--data-dir", str(SHARED_DATA), "--modes", "auto", stdout=out)
+    bench.call("bench_splitting", "--data-dir", str(SHARED_DATA), "--modes", "auto", stdout=out)
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.getvalue().splitlines()[1:]}
     assert set(rows) == {(corpus, splitter) for corpus in ("qwen25-math", "math500", "gsm8k")
                          for splitter in ("before", "auto")}

@@ -9,8 +9,8 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 
+from bench.tiny import build_tiny_prm
 from scoring import registry
-from scoring.tiny import build_tiny_prm
 from tests.annotations import annotate
 from tests.factories import SolutionFactory
 

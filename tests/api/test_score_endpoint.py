@@ -8,10 +8,11 @@ import shutil
 import pytest
 from rest_framework.test import APIClient
 
-from scoring import ensemble, registry, scoring, simulation_pool
+from bench import simulation_pool
+from bench.tiny import build_tiny_prm
+from scoring import ensemble, registry, scoring
 from scoring.api.serializers import MAX_ITEMS
 from scoring.models import SolutionScore
-from scoring.tiny import build_tiny_prm
 from scoring.training_data import LabeledRow
 from tests.conftest import WorkerProcess
 from tests.factories import ProblemFactory, SolutionFactory

@@ -4,8 +4,8 @@ import time
 import pytest
 from rest_framework.test import APIClient
 
+from bench.tiny import build_tiny_prm
 from scoring import registry
-from scoring.tiny import build_tiny_prm
 
 
 @pytest.fixture

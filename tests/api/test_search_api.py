@@ -7,9 +7,9 @@ import pytest
 from django.core.cache import caches
 from rest_framework.test import APIClient
 
+from bench.tiny import build_tiny_prm
 from scoring import registry
 from scoring.api.serializers import SEARCH_METHODS
-from scoring.tiny import build_tiny_prm
 from tests.conftest import WorkerProcess
 
 PROBLEM = "What is 12 + 7?"

@@ -3,8 +3,9 @@ import re
 
 import pytest
 
-from annotate import labeling, queueing, rendering
-from annotate.splitting import split_steps
+from annotate import labeling, queueing
+from annotate.text import rendering
+from annotate.text.splitting import split_steps
 from tests.annotate.test_rendering import real_responses, real_rows
 from tests.browser.test_labeling_browser import log_in, start_labeling
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role

@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from annotate import queueing, splitting
+from annotate import queueing
 from annotate.models import Annotation, StepLabel
+from annotate.text import splitting
 from tests.browser.test_labeling_browser import log_in, ratings, start_labeling, wait_rating
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 

@@ -1,8 +1,8 @@
 """Fixtures of the model side's tests: a tiny causal LM and a real OpenAI-compatible server on it."""
 import pytest
 
-from scoring.openai_server import ServerProcess
-from scoring.tiny import build_tiny_backbone
+from bench.openai_server import ServerProcess
+from bench.tiny import build_tiny_backbone
 
 
 @pytest.fixture(scope="session")
@@ -13,6 +13,6 @@ def tiny_causal_lm(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def openai_server(tiny_causal_lm):
-    """`python -m scoring.openai_server` on the tiny model, without injected faults."""
+    """`python -m bench.openai_server` on the tiny model, without injected faults."""
     with ServerProcess(tiny_causal_lm, threads=1) as server:
         yield server

@@ -6,23 +6,14 @@ import math
 import pytest
 import torch
 from django.conf import settings
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
+import bench
 from annotate.models import QueueItem
-from config.env import SELECTION_REASONS, parse_shares
-from scoring import (
-    ensemble,
-    evaluation,
-    registry,
-    retraining,
-    scoring,
-    selection,
-    simulation,
-    simulation_pool,
-    simulation_report,
-    simulation_scale,
-)
-from scoring.tiny import build_tiny_backbone, build_tiny_prm
+from bench import simulation, simulation_pool, simulation_report, simulation_scale
+from bench.tiny import build_tiny_backbone, build_tiny_prm
+from infra.env import SELECTION_REASONS, parse_shares
+from scoring import ensemble, evaluation, registry, retraining, scoring, selection
 from scoring.training import regularized
 from scoring.training.losses import StepTensors
 from scoring.training_data import LabeledRow, TrainConfig
@@ -265,29 +256,29 @@ def test_scale_command_shares_the_setup_writes_every_finished_seed_and_merges_ru
     common = ["--scale", "--pool", "synthetic", "--problems", "20", "--heldout", "5", "--budgets", "6", "12",
               "--members", "2", "--strategies", "random", "disagreement", "--backbone", str(tiny_folder),
               "--cache-dir", str(tmp_path / "cache"), "--plot", str(tmp_path / "al.png")]
-    call_command("simulate_active_learning", *common, "--seeds", "0", "1", "--output", str(output),
+    bench.call("simulate_active_learning", *common, "--seeds", "0", "1", "--output", str(output),
                  stdout=io.StringIO())
     result = json.loads(output.read_text())
     assert result["settings"]["seeds"] == [0, 1] and result["settings"]["pool"] == "synthetic"
     assert result["settings"]["layer"] >= 1 and (tmp_path / "al.png").exists()
     assert result["timing"]["featurized_tokens"] > 0
     # A second run over another seed (side by side on an idle core) merges into one result.
-    call_command("simulate_active_learning", *common, "--seeds", "2", "--output", str(tmp_path / "al2.json"),
+    bench.call("simulate_active_learning", *common, "--seeds", "2", "--output", str(tmp_path / "al2.json"),
                  stdout=io.StringIO())
-    call_command("simulate_active_learning", "--merge", str(output), str(tmp_path / "al2.json"),
+    bench.call("simulate_active_learning", "--merge", str(output), str(tmp_path / "al2.json"),
                  "--output", str(tmp_path / "all.json"), "--plot", str(tmp_path / "all.png"), stdout=io.StringIO())
     merged = json.loads((tmp_path / "all.json").read_text())
     assert merged["settings"]["seeds"] == [0, 1, 2] and merged["strategies"]["random"]["seeds"] == 3
     assert merged["settings"]["pool"] == "synthetic" and (tmp_path / "all.png").exists()
     # Bad settings are refused by the same checks as the database loop, before any backbone loads.
     with pytest.raises(CommandError, match="--budgets"):
-        call_command("simulate_active_learning", "--scale", "--budgets", "50", "20", "--backbone", "/nonexistent")
+        bench.call("simulate_active_learning", "--scale", "--budgets", "50", "20", "--backbone", "/nonexistent")
     with pytest.raises(CommandError, match="--strategies: unknown nope"):
-        call_command("simulate_active_learning", "--scale", "--strategies", "nope", "--backbone", "/nonexistent")
+        bench.call("simulate_active_learning", "--scale", "--strategies", "nope", "--backbone", "/nonexistent")
 
 
 def test_what_a_scale_run_writes_after_a_seed_names_its_setup_and_plots_like_the_final_result(tiny, tmp_path):
-    from scoring.management.commands import simulate_active_learning as command
+    from bench.commands import simulate_active_learning as command
 
     problems, held = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=20, n_heldout=5)
     sim = simulation_scale.ScaleSettings(budgets=(6, 12), seeds=(0,), members=2, strategies=("random",))
@@ -303,7 +294,7 @@ def test_what_a_scale_run_writes_after_a_seed_names_its_setup_and_plots_like_the
 def test_digit_swap_of_a_negative_result_keeps_the_sign_so_the_whole_gsm8k_pool_builds():
     import random as random_module
 
-    from annotate import corruption
+    from bench import corruption
 
     assert corruption._wrong_value("-153", "digit_swap", random_module.Random(0)) == "-351"
     assert corruption._wrong_value("153", "digit_swap", random_module.Random(0)) == "351"

@@ -9,10 +9,10 @@ import torch
 from django.core.management import call_command
 from django.urls import reverse
 
+from bench.tiny import build_tiny_prm
 from scoring import model_exports, prm, registry
 from scoring.checkpoint_export import export_checkpoint
 from scoring.tasks import export_model_task
-from scoring.tiny import build_tiny_prm
 from tests.conftest import wait_for
 
 ITEMS = [
@@ -116,8 +116,8 @@ def test_exporting_into_an_existing_folder_is_refused_and_writes_nothing(tmp_pat
 def test_other_architectures_export_a_last_layer_head_and_refuse_an_intermediate_one_with_the_reason(tmp_path):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from bench.tiny import build_tiny_tokenizer
     from scoring.model_files import ModelFormatError
-    from scoring.tiny import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     torch.manual_seed(0)

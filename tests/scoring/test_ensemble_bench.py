@@ -2,8 +2,9 @@
 import io
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
+import bench
 from tests.factories import SolutionFactory
 
 
@@ -18,7 +19,7 @@ def rows_by_state(output: str) -> dict[str, list[str]]:
 
 def test_bench_fits_once_reuses_the_stored_ensemble_and_refits_on_new_labels(db):
     out = io.StringIO()
-    call_command("bench_selection", solutions=40, labels=8, new_labels=3, no_score=True, stdout=out)
+    bench.call("bench_selection", solutions=40, labels=8, new_labels=3, no_score=True, stdout=out)
     states = rows_by_state(out.getvalue())
     # seconds, fits, uncertainties computed
     assert states["cold"][0][1:] != ["0", "0"] and states["cold"][0][1] == "1"
@@ -30,4 +31,4 @@ def test_bench_fits_once_reuses_the_stored_ensemble_and_refits_on_new_labels(db)
 def test_bench_refuses_a_database_with_other_solutions(db):
     SolutionFactory()
     with pytest.raises(CommandError, match="scratch database"):
-        call_command("bench_selection", solutions=10, stdout=io.StringIO())
+        bench.call("bench_selection", solutions=10, stdout=io.StringIO())

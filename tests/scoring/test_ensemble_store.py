@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from annotate.models import QueueItem, Solution
-from scoring import ensemble, registry, retraining, scoring, selection, simulation, simulation_pool
+from bench import simulation, simulation_pool
+from bench.tiny import build_tiny_prm
+from scoring import ensemble, registry, retraining, scoring, selection
 from scoring.models import ModelVersion, StepScore
-from scoring.tiny import build_tiny_prm
 
 DISAGREEMENT = {"disagreement": 1.0}
 

@@ -9,9 +9,9 @@ from django.db.models import Sum
 
 from annotate.models import Problem, QueueItem, SampleLine, Solution
 from annotate.models.jobs import JobState
+from bench.openai_server import ServerProcess
 from scoring import generation
 from scoring.models import GenerationChunk, GenerationRun
-from scoring.openai_server import ServerProcess
 from tests.conftest import WorkerProcess, wait_for
 
 TEMPLATE = "Problem: {problem}\nSolution:"

@@ -6,6 +6,7 @@ import urllib.request
 import openai
 import pytest
 
+from bench.openai_server import ServerProcess
 from scoring.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     LocalGenerator,
@@ -15,7 +16,6 @@ from scoring.generators import (
     render_prompt,
 )
 from scoring.openai_generator import OpenAIGenerator, split_tokens
-from scoring.openai_server import ServerProcess
 
 PROMPTS = ["What is 2 + 3?", "Factor x^2 - 5x + 6.", "What is 12 * 7?"]
 

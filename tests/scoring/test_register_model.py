@@ -6,10 +6,10 @@ import pytest
 import torch
 from django.core.management import CommandError, call_command
 
+from bench.tiny import build_tiny_backbone, build_tiny_prm, build_tiny_tokenizer, tiny_llama_config
 from scoring import registry, scoring
 from scoring.checkpoint_export import export_checkpoint
 from scoring.models import ModelVersion, StepScore
-from scoring.tiny import build_tiny_backbone, build_tiny_prm, build_tiny_tokenizer, tiny_llama_config
 from tests.factories import SolutionFactory
 
 STEPS = [["First add the ones: 2 + 7 = 9.", "Then the tens: 10."], ["So x = 4.", "# Answer 4", "Done."]]

@@ -1,4 +1,4 @@
-"""A model version served at a /pooling endpoint: a real `scoring.pooling_server` process
+"""A model version served at a /pooling endpoint: a real `bench.pooling_server` process
 (vLLM's protocol, backed by a tiny PRM) scores like the local model, through real workers."""
 import datetime
 import socket
@@ -12,13 +12,13 @@ from django.utils import timezone
 
 from annotate.models import Solution, Step
 from annotate.models.jobs import JobState, heartbeats, this_worker
+from bench.pooling_server import PoolingModel, make_server
+from bench.tiny import build_tiny_prm
 from scoring import registry, scoring
 from scoring.models import RescoreChunk, RescoreJob, SolutionScore, StepScore
-from scoring.pooling_server import PoolingModel, make_server
 from scoring.prm import read_model_config, write_model_config
 from scoring.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 from scoring.tasks import rescore_chunk_task
-from scoring.tiny import build_tiny_prm
 from tests.conftest import REPO_ROOT, wait_for, worker_environment
 from tests.scoring.test_tasks import make_pool, worker_factory  # noqa: F401  (a fixture)
 
@@ -34,10 +34,10 @@ ITEMS = [
 
 
 class PoolingServer:
-    """`python -m scoring.pooling_server` in a child process; its first line says where it listens."""
+    """`python -m bench.pooling_server` in a child process; its first line says where it listens."""
 
     def __init__(self, folder: Path, log: Path, *extra: str):
-        command = [sys.executable, "-m", "scoring.pooling_server", "--model", str(folder), "--port", "0",
+        command = [sys.executable, "-m", "bench.pooling_server", "--model", str(folder), "--port", "0",
                    "--device", "cpu", "--dtype", "float32", *extra]
         self.log = open(log, "wb")
         self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=worker_environment(), text=True,

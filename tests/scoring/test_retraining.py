@@ -13,11 +13,11 @@ from annotate import exporting, labeling, queueing, recovery, reviewing, verdict
 from annotate.exporting import ExportOptions, ExportTally
 from annotate.models import Annotation, Completion, Generation
 from annotate.models.jobs import JobState, heartbeats
+from bench.tiny import build_tiny_backbone
 from scoring import evaluation, promotion, registry, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
 from scoring.prm import StepHead, save_head_model
 from scoring.tasks import scheduled_retrain_task
-from scoring.tiny import build_tiny_backbone
 from tests.annotate.test_exporting import PHASE1_LINE, import_lines
 from tests.annotate.test_job_lifecycle import DEAD
 from tests.annotations import annotate

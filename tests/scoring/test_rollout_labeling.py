@@ -6,10 +6,10 @@ from django.core.management import CommandError, call_command
 
 from annotate.models import AutoLabelRun, AutoStepLabel, Step
 from annotate.models.jobs import JobState
+from bench.tiny import build_tiny_generator
 from scoring import rollout_labeling
 from scoring.generators import SamplingParams
 from scoring.models import RolloutLabelJob
-from scoring.tiny import build_tiny_generator
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ProblemFactory, SolutionFactory
 

@@ -6,11 +6,11 @@ import pytest
 from django.core.management import call_command
 
 from annotate.models import AutoLabelRun, AutoStepLabel
+from bench.tiny import build_tiny_backbone, build_tiny_generator
 from scoring import registry, retraining, rollout_labeling
 from scoring.generators import SamplingParams
 from scoring.models import TrainingRun
 from scoring.prm import META_NAME, StepHead, save_head_model
-from scoring.tiny import build_tiny_backbone, build_tiny_generator
 from scoring.training_data import LabeledRow, TrainConfig, build_examples
 from tests.annotations import annotate
 from tests.factories import ProblemFactory, SolutionFactory

@@ -4,10 +4,11 @@ import math
 
 import pytest
 
-from annotate.grading import grade
+import bench
+from annotate.text.grading import grade
+from bench.tiny import build_tiny_generator
 from scoring import rollouts
 from scoring.generators import LocalGenerator, SamplingParams
-from scoring.tiny import build_tiny_generator
 
 
 @pytest.fixture(scope="module")
@@ -139,12 +140,10 @@ def test_an_unknown_method_or_an_empty_solution_is_refused(silent):
 def test_bench_rollouts_reports_the_rate_and_omegaprms_saving_on_gsm8k_problems():
     import json
 
-    from django.core.management import call_command
-
     from tests.conftest import SHARED_DATA
 
     out = io.StringIO()
-    call_command("bench_rollouts", "--generator", "tiny", "--problems", "1", "--n", "2", "--max-tokens", "4",
+    bench.call("bench_rollouts", "--generator", "tiny", "--problems", "1", "--n", "2", "--max-tokens", "4",
                  "--data", str(SHARED_DATA / "gsm8k" / "test.jsonl"), "--json", stdout=out)
     report = json.loads(out.getvalue())
     assert report["solutions"] == 2 and [s["kind"] for s in report["per_solution"]] == ["reference", "corrupted"]

@@ -4,10 +4,10 @@ import torch
 
 from annotate.models import Step
 from annotate.models.jobs import JobState
+from bench.tiny import build_tiny_prm
 from scoring import registry, scoring
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.prm import aggregate
-from scoring.tiny import build_tiny_prm
 from tests.factories import SolutionFactory
 
 

@@ -3,12 +3,14 @@ import json
 
 import pytest
 import torch
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
+import bench
 from annotate.models import Annotation, QueueItem, Solution
-from scoring import retraining, scoring, selection, simulation, simulation_pool, simulation_report
+from bench import simulation, simulation_pool, simulation_report
+from bench.tiny import build_tiny_backbone
+from scoring import retraining, scoring, selection
 from scoring.models import ModelVersion, SolutionScore
-from scoring.tiny import build_tiny_backbone
 
 INITIAL, BATCH, ROUNDS = 6, 5, 2
 
@@ -136,13 +138,13 @@ def test_efficiency_is_labels_random_needs_over_labels_the_strategy_needs():
 
 def test_unknown_pool_is_refused_naming_the_option(db):
     with pytest.raises(CommandError, match="--pool 'nope'"):
-        call_command("simulate_active_learning", "--pool", "nope")
+        bench.call("simulate_active_learning", "--pool", "nope")
 
 
 def test_math_corruption_changes_the_boxed_step_and_the_final_answer():
     import random
 
-    from annotate import corruption
+    from bench import corruption
 
     text = "We have $2 + 3 = 5$.\n\nSo the total is $5 \\cdot 4 = \\boxed{20}$.The answer is: 20"
     steps, answer = corruption.math_steps(text)

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from bench.tiny import build_tiny_backbone
 from scoring import prm, training
-from scoring.tiny import build_tiny_backbone
 from scoring.training_data import (
     LabeledRow,
     TrainConfig,

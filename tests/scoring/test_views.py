@@ -4,9 +4,9 @@ from django.urls import reverse
 
 from annotate.models import Generation, QueueItem
 from annotate.models.jobs import JobState
+from bench.tiny import build_tiny_prm
 from scoring import registry
 from scoring.models import RescoreJob
-from scoring.tiny import build_tiny_prm
 from tests.factories import SolutionFactory
 
 

@@ -5,12 +5,12 @@ import time
 import pytest
 from rest_framework.authtoken.models import Token
 
-from annotate.loadtest import Server
-from annotate.splitting import split_steps
+from annotate.text.splitting import split_steps
+from bench.loadtest import Server
+from bench.tiny import build_tiny_prm
 from scoring import registry
 from scoring.prm import StepProbability, aggregate
 from scoring.scoring import score_texts
-from scoring.tiny import build_tiny_prm
 from stepwise_client import (
     AGGREGATIONS,
     StepwiseClient,

@@ -2,7 +2,8 @@
 [--no-queue]: import a file, then queue its new solutions for labeling."""
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate import importing, queueing, splitting
+from annotate import importing, queueing
+from annotate.text import splitting
 
 
 class Command(BaseCommand):

@@ -1,0 +1,222 @@
+"""./stepwise bench bench_http [--pool 50000] [--clients 1,10] [--seconds 30] [--url URL]
+
+The annotator's workflow over HTTP against the real server: gunicorn `config.wsgi`, 2
+workers x 4 threads on loopback as `./stepwise run` starts it (or the server at --url).
+N simulated annotators, one OS process each, log in, claim (POST /label/next, which answers
+with the task page), rate every step as htmx does, submit, for --seconds, then stop by
+themselves. --in-process TASKS measures instead what each request costs inside Django (SQL
+statements, CPU ms, bytes; see bench/request_costs.py), figures a loaded machine does not
+change much.
+
+Prints per-endpoint p50/p95/p99, labeled tasks per second, 5xx responses, duplicate
+assignments (a solution served to two annotators), lost labels (acknowledged ratings or
+submits the database does not hold), and server + database CPU per labeled task: gunicorn's
+processes and the PostgreSQL backends of our database, from /proc (on SQLite the database
+works inside gunicorn, so its CPU is in the server figure). Uses the database of
+DATABASE_URL; the pool (source "bench-workspace", shared with bench_workspace) is built on
+first use and kept. Refuses a database holding other solutions unless --force.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections import Counter
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, connections
+from django.test.utils import override_settings
+
+from annotate import quality, queueing, roles
+from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, Step, StepLabel
+from bench import loadtest, request_costs
+from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
+from bench.commands.bench_workspace import Command as WorkspaceBench
+
+ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.RATE, loadtest.SUBMIT)
+
+
+class Command(BaseCommand):
+    help = "HTTP load test of the labeling workflow through gunicorn: latency, throughput, errors, CPU per task"
+
+    def add_arguments(self, parser):
+        parser.add_argument("--pool", type=int, default=50_000, help="Solutions in the bench pool")
+        parser.add_argument("--clients", "--annotators", default="1,10",
+                            help="Comma-separated client counts, one run each")
+        parser.add_argument("--seconds", "--duration", type=float, default=30, help="Labeling time per run")
+        parser.add_argument("--max-requests", type=int, default=100_000, help="Requests per client at most")
+        parser.add_argument("--url", default="", help="Target a running server instead of starting gunicorn")
+        parser.add_argument("--server-pid", type=int, default=0,
+                            help="With --url: the gunicorn master's pid, to measure its CPU")
+        parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
+        parser.add_argument("--product-defaults", action="store_true",
+                            help="Label under the product's default settings (gold at 10 %%, screening required) "
+                                 "with a screening set and gold items drawn from the pool, instead of plain tasks only")
+        parser.add_argument("--in-process", type=int, default=0, metavar="TASKS",
+                            help="Instead: label TASKS tasks through Django's test client and print SQL "
+                                 "statements, CPU ms and bytes per request (figures the load does not change)")
+
+    def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
+               force: bool, in_process: int, product_defaults: bool, **options):
+        try:
+            runs = [int(c) for c in clients.split(",") if c.strip()]
+        except ValueError:
+            raise CommandError(f"--clients {clients!r}: expected comma-separated integers, e.g. 1,10") from None
+        if not force and Solution.objects.exclude(source=SOURCE).exists():
+            raise CommandError("this database holds other solutions; run on a scratch database or pass --force")
+        built = WorkspaceBench().build_pool(pool)
+        config = LabelingConfig.get()
+        saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
+                 "overlap_k": config.overlap_k}
+        LabelingConfig.objects.update_or_create(
+            pk=config.pk, defaults=_product_defaults() if product_defaults else BENCH_SETTINGS
+        )
+        if product_defaults:
+            _gold_and_screening()
+        if in_process:
+            try:
+                self.measure_in_process(in_process)
+            finally:
+                LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
+            return
+        server = loadtest.RunningServer(url, server_pid) if url and server_pid else None
+        if not url:
+            server = loadtest.Server(database_url=_database_url())
+        try:
+            if server and not url:
+                server.wait_until_up()
+            size = Solution.objects.filter(source=SOURCE).count()
+            self.stdout.write(
+                f"Stepwise HTTP benchmark on {connection.vendor} ({size:,} solutions in the pool"
+                f"{f', built in {built:.1f} s' if built else ''}); "
+                f"{url or 'gunicorn 2 workers x 4 threads'}; "
+                f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; {_settings_named()}"
+            )
+            for n in runs:
+                self.run_once(n, seconds, max_requests, url or server.url, server)
+        finally:
+            if server and not url:
+                server.stop()
+            LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
+
+    def measure_in_process(self, tasks: int) -> None:
+        _queue_whole_pool()
+        username, _ = _annotators(1)[0]
+        costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks)
+        self.stdout.write(f"Stepwise labeling requests in-process on {connection.vendor}, {tasks} tasks; "
+                          f"{_settings_named()}:")
+        self.stdout.write("\n".join(request_costs.report(costs)))
+
+    def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> None:
+        _queue_whole_pool()
+        _vacuum()
+        users = _annotators(n)
+        connections.close_all()  # Nothing of ours holds a connection while the clients run.
+        try:
+            run = loadtest.measure(base_url=base_url, users=users, seconds=seconds, max_requests=max_requests,
+                                   server=server, database=connection.settings_dict["NAME"] if _postgres() else None)
+        except RuntimeError as error:
+            raise CommandError(str(error)) from None
+        duplicates, lost = _check(run.results, [name for name, _ in users])
+        checks = f"duplicate assignments: {duplicates}; lost labels: {lost}"
+        self.stdout.write("\n".join(loadtest.report(run, ENDPOINTS, checks)))
+
+
+def _postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _database_url() -> str:
+    """The URL of the database this process uses (under pytest, the test database)."""
+    db = connection.settings_dict
+    if not _postgres():
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def _queue_whole_pool() -> None:
+    """Queue every unlabeled bench solution, past STEPWISE_QUEUE_SIZE: the queue is as big as the pool,
+    so whatever scans the queue per request shows in the figures, and no run runs out of work."""
+    with override_settings(STEPWISE_QUEUE_SIZE=Solution.objects.filter(source=SOURCE).count()):
+        queueing.ensure_default_queue()
+    QueueItem.objects.filter(solution__source=SOURCE, status=QueueItem.Status.AVAILABLE).exclude(
+        priority=BENCH_PRIORITY
+    ).update(priority=BENCH_PRIORITY)
+
+
+# Bench solutions made gold (their gold labels the +1 every simulated annotator gives, so each
+# passes screening), the first few of them the screening set. They stay so: gold and screening
+# items are served only when the settings ask for them, and never queued as ordinary work.
+GOLD_ITEMS, SCREENING_ITEMS = 25, 5
+
+
+def _product_defaults() -> dict:
+    return {name: LabelingConfig._meta.get_field(name).default for name in BENCH_SETTINGS}
+
+
+def _settings_named() -> str:
+    config = LabelingConfig.get()
+    if not config.qc_rate and not config.screening_required:
+        return "plain tasks (no gold, no screening)"
+    return (f"gold at {config.qc_rate:.0%}, screening {'required' if config.screening_required else 'off'} "
+            f"({len(quality.screening_solution_ids())} items)")
+
+
+def _gold_and_screening() -> None:
+    """Make the bench's gold items and screening set, once (a grown pool adds none)."""
+    bench = Solution.objects.filter(source=SOURCE)
+    missing = GOLD_ITEMS - bench.filter(is_gold=True).count()
+    for solution in bench.filter(is_gold=False).order_by("-pk")[:max(0, missing)]:
+        Step.objects.filter(solution=solution).update(gold_rating=1)
+        Solution.objects.filter(pk=solution.pk).update(is_gold=True)
+        queueing.withdraw(solution=solution)
+    screening = quality.screening_solution_ids()
+    for solution in bench.filter(is_gold=True).exclude(pk__in=screening)[:max(0, SCREENING_ITEMS - len(screening))]:
+        queueing.add_to_screening(solution=solution)
+
+
+def _vacuum() -> None:
+    """PostgreSQL: vacuum and analyze the labeling tables before a run. Queueing the whole pool
+    again leaves a dead row per queue item, which autovacuum would clear on a production server
+    but not where it is off (as on this project's CI machines); left there, every scan of the
+    queue in the run would wade through them and the database's CPU per task would measure the
+    bench's setup, not labeling. The solutions too: with the statistics from before some were
+    made gold, the draw of a gold item scanned the whole pool (15 ms instead of 0.25)."""
+    if not _postgres():
+        return
+    tables = [model._meta.db_table for model in (QueueItem, Annotation, StepLabel, Completion, Solution)]
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM (ANALYZE) {', '.join(connection.ops.quote_name(t) for t in tables)}")
+
+
+def _annotators(n: int) -> list[tuple[str, str]]:
+    """n fresh annotator accounts for one run, as (username, password)."""
+    stamp = int(time.time() * 1000)
+    password = secrets.token_urlsafe(12)
+    users = []
+    for i in range(n):
+        user = get_user_model().objects.create_user(f"bench-http-{stamp}-{i}", password=password)
+        roles.grant_role(user, roles.ANNOTATOR)
+        users.append((user.username, password))
+    return users
+
+
+def _check(results: list[loadtest.ClientResult], usernames: list[str]) -> tuple[int, int]:
+    """(solutions served to more than one annotator, acknowledged writes the database lacks)."""
+    # Gold and screening items are everyone's; an ordinary item goes to one annotator.
+    ordinary = Annotation.objects.filter(annotator__username__in=usernames, is_quality_control=False,
+                                         is_initial_screening=False)
+    per_solution = Counter(ordinary.values_list("solution_id", flat=True))
+    duplicates = sum(1 for count in per_solution.values() if count > 1)
+    acknowledged = {(pk, index): rating for r in results for pk, index, rating in r.ratings}
+    stored = {
+        (pk, index): rating for pk, index, rating in Completion.objects.filter(
+            step_label__annotation_id__in={pk for pk, _ in acknowledged}, index=0
+        ).values_list("step_label__annotation_id", "step_label__index", "rating")
+    }
+    lost = sum(1 for key, rating in acknowledged.items() if stored.get(key) != rating)
+    submitted = {pk for r in results for pk in r.submitted}
+    lost += len(submitted) - Annotation.objects.submitted().filter(pk__in=submitted).count()
+    return duplicates, lost

@@ -1,0 +1,222 @@
+"""Label Studio 1.23 measured as `bench_http` measures Stepwise: on the same machine, the same day.
+
+A comparison, not part of Stepwise. The figures issue 15 quotes for Label Studio were taken on
+another day's machine, and this VM's speed varies by more than the margins between the goals
+and the figures; this runs the peer with the same driver, the same server shape (gunicorn
+2 workers x 4 threads) and the same CPU accounting, so the two can be put side by side.
+Label Studio lives in its own virtual environment (its Django is not ours), on PostgreSQL:
+
+    python3 -m venv /tmp/ls && /tmp/ls/bin/pip install label-studio==1.23.2 gunicorn
+    createdb -h 127.0.0.1 -U postgres labelstudio
+    .venv/bin/python bench/label_studio.py --ls-venv /tmp/ls --pool 50000 --clients 1,10
+
+Each simulated annotator logs in (`/user/login/`), then, per task, does what Label Studio's
+labeling stream asks of the server: `GET /api/projects/<id>/next/` (the next task, locked to
+the annotator) and `POST /api/tasks/<id>/annotations/` (the whole annotation, one rating per
+step, as the editor sends it on submit). Label Studio saves nothing per click, so that is
+2 requests per task against Stepwise's 5, and the page and its assets are not fetched: a
+lighter load than Stepwise's, so a ratio against it flatters Label Studio, not us.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import loadtest  # noqa: E402 - after the path above
+
+PASSWORD = "bench-label-studio-1"
+STEPS = 4
+CONFIG = """<View>
+  <Text name="problem" value="$problem"/>
+  <Paragraphs name="steps" value="$steps" layout="dialogue"/>
+  <ParagraphLabels name="rating" toName="steps">
+    <Label value="+1"/><Label value="0"/><Label value="-1"/>
+  </ParagraphLabels>
+</View>"""
+# Run inside Label Studio's own Django (manage.py shell): the owner, N annotators, one project.
+SETUP = """
+from users.models import User
+from organizations.models import Organization, OrganizationMember
+from projects.models import Project
+owner = User.objects.filter(email="owner@bench.local").first()
+if owner is None:
+    owner = User.objects.create_user(email="owner@bench.local", password={password!r}, username="owner")
+    org = Organization.create_organization(created_by=owner, title="bench")
+    owner.active_organization = org
+    owner.save()
+org = owner.active_organization
+for i in range({annotators}):
+    email = f"annotator{{i}}@bench.local"
+    if not User.objects.filter(email=email).exists():
+        user = User.objects.create_user(email=email, password={password!r}, username=f"annotator{{i}}")
+        OrganizationMember.objects.get_or_create(user=user, organization=org)
+        user.active_organization = org
+        user.save()
+Project.objects.filter(title="bench").delete()
+project = Project.objects.create(title="bench", created_by=owner, organization=org, label_config={config!r})
+print("PROJECT", project.pk)
+"""
+
+
+class LabelStudioAnnotator(loadtest.Annotator):
+    """A Label Studio annotator: the labeling stream's two requests per task."""
+
+    project = int(os.environ.get("BENCH_LS_PROJECT", "0"))
+
+    def log_in(self) -> None:
+        self._log_in_form("/user/login/", {"email": f"{self.username}@bench.local", "password": self.password,
+                                           "persist_session": "on"})
+
+    def label_one(self, page) -> bool | None:
+        started = time.perf_counter()
+        response = self._send("GET", f"/api/projects/{self.project}/next/")
+        self.result.time(loadtest.NEXT, (time.perf_counter() - started) * 1000)
+        if response.status_code == 404:
+            return False  # Nothing left to label.
+        if response.status_code != 200:
+            return None
+        task = json.loads(response.text)
+        self.result.claimed.append(task["id"])
+        steps = task["data"]["steps"]
+        result = [{
+            "id": f"s{index}", "from_name": "rating", "to_name": "steps", "type": "paragraphlabels",
+            "value": {"start": str(index), "end": str(index), "startOffset": 0,
+                      "endOffset": len(step["text"]), "paragraphlabels": ["+1"]},
+        } for index, step in enumerate(steps)]
+        started = time.perf_counter()
+        response = self._post(f"/api/tasks/{task['id']}/annotations/?project={self.project}", json_body={
+            "result": result, "lead_time": 5.0, "was_cancelled": False, "ground_truth": False})
+        self.result.time(loadtest.SUBMIT, (time.perf_counter() - started) * 1000)
+        if response.status_code == 201:
+            self.result.submitted.append(task["id"])
+        return None
+
+
+def _env(venv: Path, database: str) -> dict[str, str]:
+    return {
+        **os.environ, "DJANGO_DB": "default", "POSTGRE_NAME": database, "POSTGRE_USER": "postgres",
+        "POSTGRE_PASSWORD": "", "POSTGRE_HOST": "127.0.0.1", "POSTGRE_PORT": "5432",
+        "LABEL_STUDIO_BASE_DATA_DIR": f"/tmp/ls-bench-{database}",
+        "DJANGO_SETTINGS_MODULE": "core.settings.label_studio",
+        "LOG_LEVEL": "WARNING", "DEBUG": "false", "SECRET_KEY": "bench-label-studio-not-secret",
+        "PATH": f"{venv / 'bin'}:{os.environ['PATH']}",
+    }
+
+
+def _package(venv: Path) -> Path:
+    (found,) = venv.glob("lib/python3*/site-packages/label_studio")
+    return found
+
+
+def set_up(venv: Path, database: str, annotators: int) -> int:
+    """Migrate Label Studio's database, make the users and an empty project; returns its id."""
+    env, cwd = _env(venv, database), _package(venv)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "manage.py", "migrate", "-v0"], cwd=cwd, env=env, check=True, capture_output=True)
+    code = SETUP.format(password=PASSWORD, annotators=annotators, config=CONFIG)
+    out = subprocess.run([python, "manage.py", "shell", "-c", code], cwd=cwd, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return int(re.search(r"PROJECT (\d+)", out).group(1))
+
+
+def tasks(pool: int) -> list[dict]:
+    """A word problem and a 4-step solution per task, of the size Stepwise's bench pool has."""
+    return [{
+        "problem": f"Problem {n}: a shop sells {n % 97 + 3} apples a day for {n % 13 + 2} dollars each. "
+                   f"How much does it take in over {n % 7 + 2} days?",
+        "steps": [{"author": f"step {i + 1}", "text": f"Step {i + 1} of solution {n}: we compute "
+                   f"{n % 97 + 3} x {n % 13 + 2} = {(n % 97 + 3) * (n % 13 + 2)} and carry it on to the next line."}
+                  for i in range(STEPS)],
+    } for n in range(pool)]
+
+
+class LabelStudioServer(loadtest.RunningServer):
+    """Label Studio's WSGI app under gunicorn, 2 workers x 4 threads, as bench_http serves Stepwise."""
+
+    def __init__(self, venv: Path, database: str):
+        port = loadtest.free_port()
+        self.process = subprocess.Popen(
+            [str(venv / "bin" / "gunicorn"), "core.wsgi:application", "--bind", f"127.0.0.1:{port}",
+             "--workers", "2", "--threads", "4", "--log-level", "warning", "--timeout", "120"],
+            cwd=_package(venv), env=_env(venv, database), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        super().__init__(f"http://127.0.0.1:{port}", self.process.pid)
+
+    def wait_until_up(self, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                if loadtest.Connection(self.url).request("GET", "/user/login/").status_code == 200:
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"Label Studio did not answer within {seconds} s")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def import_pool(url: str, project: int, pool: int) -> float:
+    """Import the pool through Label Studio's own import API, as its owner; returns the seconds."""
+    owner = LabelStudioAnnotator(url, "owner", PASSWORD, deadline=float("inf"), max_requests=10**9)
+    owner.log_in()
+    started = time.perf_counter()
+    answer = owner._post(f"/api/projects/{project}/import", json_body=tasks(pool))
+    if answer.status_code != 201:
+        raise RuntimeError(f"import: HTTP {answer.status_code}: {answer.text[:500]}")
+    return time.perf_counter() - started
+
+
+def stored_annotations(database: str, project: int) -> int:
+    import psycopg
+
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname=database) as db:
+        return db.execute("SELECT count(*) FROM task_completion WHERE project_id = %s", [project]).fetchone()[0]
+
+
+def run(server: LabelStudioServer, database: str, project: int, clients: int, seconds: float) -> None:
+    users = [(f"annotator{i}", PASSWORD) for i in range(clients)]
+    run = loadtest.measure(base_url=server.url, users=users, seconds=seconds, max_requests=10**9, server=server,
+                           database=database, annotator_class=LabelStudioAnnotator)
+    served = Counter(task for r in run.results for task in r.claimed)
+    checks = (f"tasks served to two annotators: {sum(1 for count in served.values() if count > 1)}; "
+              f"annotations stored in the project so far: {stored_annotations(database, project):,}")
+    print("\n".join(loadtest.report(run, (loadtest.NEXT, loadtest.SUBMIT), checks)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ls-venv", type=Path, required=True, help="Label Studio's virtual environment")
+    parser.add_argument("--database", default="labelstudio", help="An empty PostgreSQL database for Label Studio")
+    parser.add_argument("--pool", type=int, default=50_000)
+    parser.add_argument("--clients", default="1,10")
+    parser.add_argument("--seconds", type=float, default=30)
+    args = parser.parse_args()
+    counts = [int(n) for n in args.clients.split(",")]
+    project = set_up(args.ls_venv, args.database, max(counts))
+    os.environ["BENCH_LS_PROJECT"] = str(project)  # The spawned clients read it on import.
+    LabelStudioAnnotator.project = project
+    server = LabelStudioServer(args.ls_venv, args.database)
+    try:
+        server.wait_until_up()
+        took = import_pool(server.url, project, args.pool)
+        print(f"Label Studio 1.23 on PostgreSQL ({args.pool:,} tasks imported in {took:.1f} s); gunicorn 2 workers "
+              f"x 4 threads; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+        for n in counts:
+            run(server, args.database, project, n, args.seconds)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""What each request of the labeling workflow costs, measured in-process: load-independent figures.
+
+Wall-clock latency on a shared machine is mostly time spent waiting for a CPU, so changes to
+the request path are judged here by what does not depend on the load: SQL statements (Django's
+CaptureQueriesContext), CPU milliseconds of this process (`time.process_time`, which counts the
+ORM, the middleware and the templates but not PostgreSQL's own work) and bytes answered. It
+drives the same workflow as `loadtest.Annotator` — claim, rate every step as htmx does, submit
+(answered with the next task) — through Django's test client, so every middleware and the session
+and CSRF machinery run as under gunicorn.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from bench import loadtest
+
+CLAIM, RATE, SUBMIT = "claim POST", "rating save", "submit + next task"
+ENDPOINTS = (CLAIM, RATE, SUBMIT)
+_STEP = re.compile(r'<li id="step-\d+"')
+_ANNOTATION = re.compile(r'data-annotation="(\d+)"')
+
+
+@dataclass
+class Cost:
+    """Totals of one endpoint over a run."""
+
+    requests: int = 0
+    queries: int = 0
+    cpu_s: float = 0.0
+    bytes: int = 0
+
+    def per_request(self) -> tuple[float, float, float]:
+        """(statements, CPU ms, bytes) per request."""
+        n = max(1, self.requests)
+        return self.queries / n, self.cpu_s * 1000 / n, self.bytes / n
+
+
+@dataclass
+class Costs:
+    endpoints: dict[str, Cost] = field(default_factory=dict)
+    tasks: int = 0
+
+    def add(self, name: str, queries: int, cpu_s: float, size: int) -> None:
+        cost = self.endpoints.setdefault(name, Cost())
+        cost.requests += 1
+        cost.queries += queries
+        cost.cpu_s += cpu_s
+        cost.bytes += size
+
+    def per_task(self) -> tuple[float, float, float]:
+        """(requests, statements, CPU ms) per labeled task."""
+        n = max(1, self.tasks)
+        total = self.endpoints.values()
+        return (sum(c.requests for c in total) / n, sum(c.queries for c in total) / n,
+                sum(c.cpu_s for c in total) * 1000 / n)
+
+
+def measure(*, user, tasks: int) -> Costs:
+    """Label up to `tasks` tasks as `user` (an annotator) and return what each request cost."""
+    client = Client(SERVER_NAME="localhost")  # in ALLOWED_HOSTS with DEBUG off, unlike "testserver"
+    client.force_login(user)
+    costs = Costs()
+    htmx = {"HTTP_HX_REQUEST": "true"}
+    client.get("/")  # Warm up (imports, templates compiled), as a long-running server is.
+
+    def timed(name: str, method, path: str, **kwargs):
+        with CaptureQueriesContext(connection) as queries:
+            started = time.process_time()
+            response = method(path, **kwargs)
+            spent = time.process_time() - started
+        costs.add(name, len(queries), spent, len(response.content))
+        return response
+
+    page = timed(CLAIM, client.post, "/label/next")  # Then each submit answers with the next task.
+    for _ in range(tasks):
+        found = _ANNOTATION.search(page.content.decode())
+        if page.status_code != 200 or found is None:
+            break  # Nothing left: sent to the page between tasks.
+        pk = found.group(1)
+        clock = loadtest.ActiveClock()
+        steps = len(_STEP.findall(page.content.decode()))
+        for index in range(steps):
+            timed(RATE, client.post, f"/label/{pk}/rate", **form({"index": index, "rating": 1, **clock.report(index)}),
+                  **htmx)
+        page = timed(SUBMIT, client.post, f"/label/{pk}/submit", **form(clock.report(steps - 1)), **htmx)
+        if page.status_code == 200:
+            costs.tasks += 1
+    return costs
+
+
+def form(fields: dict) -> dict:
+    """A POST body as htmx and the HTTP driver send it (URL-encoded; the test client's default,
+    multipart, costs the server more to parse than any browser makes it spend)."""
+    return {"data": urlencode(fields), "content_type": "application/x-www-form-urlencoded"}
+
+
+def report(costs: Costs) -> list[str]:
+    """The figures as lines of text."""
+    lines = [f"  {'endpoint':<18} {'requests':>8} {'SQL/req':>8} {'CPU ms/req':>10} {'bytes/req':>10}"]
+    for name in ENDPOINTS:
+        cost = costs.endpoints.get(name)
+        if cost:
+            queries, cpu_ms, size = cost.per_request()
+            lines.append(f"  {name:<18} {cost.requests:>8} {queries:>8.1f} {cpu_ms:>10.2f} {size:>10,.0f}")
+    requests, queries, cpu_ms = costs.per_task()
+    lines.append(f"  per labeled task ({costs.tasks}): {requests:.1f} requests, {queries:.1f} SQL statements, "
+                 f"{cpu_ms:.1f} ms of Django CPU (in-process, PostgreSQL's own CPU not included)")
+    return lines

@@ -1,0 +1,144 @@
+"""Rescoring throughput with 1, 2, ... `ml` workers (`bench_scoring --workers 1,2 [--remote]`).
+
+Real worker processes on the configured broker and database rescore a committed pool of
+8-step solutions with a fresh model version each time (so nothing is scored yet); the rate is
+the job's own (solutions and tokens from the done chunks, over started -> finished, model
+loading in each worker included). With --remote the version is a /pooling endpoint: one
+`bench.pooling_server` process with the same tiny model, which all workers share.
+Everything written (pool, versions, scores) is deleted at the end. Other ml workers on the
+same broker would take chunks too: stop them first.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from django.conf import settings
+
+from annotate.models import Problem
+from annotate.models.jobs import JobState
+from scoring import registry, scoring
+from scoring.model_files import read_model_config, write_model_config
+from scoring.models import ModelVersion, RescoreJob
+
+REPO_ROOT = Path(settings.BASE_DIR)
+STEP_TAG = "</s>"
+
+
+@contextmanager
+def worker_processes(count: int, *, chunk_size: int, logs: Path):
+    """`count` celery workers on the ml queue, one process each, stopped on exit."""
+    env = {**os.environ, "STEPWISE_RESCORE_CHUNK_SIZE": str(chunk_size), "PYTHONUNBUFFERED": "1"}
+    started = []
+    try:
+        for index in range(count):
+            log = logs / f"worker-{index}.log"
+            command = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "ml", "--concurrency", "1",
+                       "-n", f"bench{index}-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
+                       "--without-heartbeat", "--loglevel", "INFO"]
+            with log.open("wb") as out:
+                started.append(subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out,
+                                                stderr=subprocess.STDOUT, start_new_session=True))
+            wait_until(lambda log=log: b"ready." in log.read_bytes(), timeout=120, what=f"worker {index} ({log})")
+        yield
+    finally:
+        for process in started:
+            stop(process)
+
+
+@contextmanager
+def pooling_server(folder: Path, logs: Path):
+    """A bench.pooling_server process for `folder`; yields its base URL."""
+    command = [sys.executable, "-m", "bench.pooling_server", "--model", str(folder), "--port", "0"]
+    with (logs / "pooling-server.log").open("wb") as err:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
+                                   start_new_session=True)
+    try:
+        line = process.stdout.readline()
+        if " at " not in line:
+            raise RuntimeError(f"pooling server did not start; see {logs / 'pooling-server.log'}")
+        yield line.split(" at ", 1)[1].split("/pooling", 1)[0]
+    finally:
+        stop(process)
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not ready within {timeout:g} s")
+        time.sleep(0.2)
+
+
+def rescore_rate(version: ModelVersion, *, timeout: float) -> dict:
+    """Rescore the pool with `version` on the running workers; the job's rates."""
+    job = scoring.start_rescore(model_version=version, rebuild_queue=False)
+    wait_until(lambda: RescoreJob.objects.get(pk=job.pk).is_finished, timeout=timeout, what=f"rescore job {job.pk}")
+    job.refresh_from_db()
+    if job.state != JobState.SUCCEEDED:
+        raise RuntimeError(f"rescore job {job.pk} {job.state}: {job.error}")
+    seconds = max((job.finished_at - job.started_at).total_seconds(), 1e-3)
+    return {"seconds": round(seconds, 2), "solutions_per_s": round(job.done / seconds, 1),
+            "tokens_per_s": round(job.tokens_done / seconds, 1)}
+
+
+def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size: int,
+            timeout: float = 600, report: Callable[[str, dict], None] = lambda key, rate: None) -> dict:
+    """{"local_1_workers": {...}, "remote_1_workers": {...}, ...}: each worker count started
+    once, the pool rescored locally and (with `remote`) through the pooling server."""
+    from bench.tiny import build_tiny_prm
+
+    results: dict = {"scaleout_solutions": len(pool_ids), "scaleout_chunk_size": chunk_size}
+    with tempfile.TemporaryDirectory() as workdir, ExitStack() as stack:
+        work = Path(workdir)
+        folder = build_tiny_prm(work / "tiny", kind="head")
+        # A special token as the step tag (as Qwen2.5-Math-PRM's <extra_0>): what STEP pooling reads.
+        write_model_config(folder, {**read_model_config(folder), "separator": STEP_TAG})
+        url = stack.enter_context(pooling_server(folder, work)) if remote else None
+        versions: list[ModelVersion] = []
+        stack.callback(lambda: [version.delete() for version in versions])
+        for count in counts:
+            with worker_processes(count, chunk_size=chunk_size, logs=work):
+                for mode in ("local", "remote") if remote else ("local",):
+                    name = f"bench-scaleout-{mode}-{count}-{time.time_ns()}"
+                    versions.append(
+                        registry.register_remote_version(name=name, config={
+                            "url": url, "served_model": folder.name, "separator": STEP_TAG, "positive_index": 1})
+                        if mode == "remote" else registry.register_model_version(name=name, path=folder)
+                    )
+                    key = f"{mode}_{count}_workers"
+                    results[key] = rescore_rate(versions[-1], timeout=timeout)
+                    report(key, results[key])
+    return results
+
+
+@contextmanager
+def stopped_by_sigterm():
+    """Turn SIGTERM (a `timeout`, a Ctrl-C'd parent) into SystemExit, so the workers and the
+    server this benchmark started are stopped and its rows deleted."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def delete_pool(solution_ids: list[int]) -> None:
+    Problem.objects.filter(solutions__pk__in=solution_ids).delete()
