@@ -1,6 +1,6 @@
 from django.urls import path
 
-from annotate import export_views, home_views, label_views, pool_views, quality_views, review_views
+from annotate.web import export_views, home_views, label_views, pool_views, quality_views, review_views
 
 app_name = "annotate"
 urlpatterns = [

@@ -39,8 +39,8 @@ def default_beta_prm(models_dir: Path) -> Path:
 
     import torch
 
-    from scoring.default_model import BACKBONE_NAME, convert_gguf, gguf_path
-    from scoring.prm import StepHead, save_head_model
+    from scoring.core.prm import StepHead, save_head_model
+    from scoring.store.default_model import BACKBONE_NAME, convert_gguf, gguf_path
 
     backbone = convert_gguf(gguf_path(), models_dir / BACKBONE_NAME)
     folder = models_dir / "smollm2-135m-untrained-beta-head"

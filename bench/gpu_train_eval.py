@@ -35,7 +35,7 @@ CALCULATOR = re.compile(r"<<[^<>]*>>")
 def labeled_rows(path: Path, *, problems: int, corruptions: int, seed: int):
     """Reference + corrupted solutions per problem as LabeledRows, and the candidate answers."""
     from bench.corruption import corrupt, gsm8k_steps
-    from scoring.training_data import LabeledRow
+    from scoring.core.training_data import LabeledRow
 
     rng = random.Random(seed)
     rows, answers = [], {}
@@ -64,7 +64,7 @@ def labeled_rows(path: Path, *, problems: int, corruptions: int, seed: int):
 
 
 def evaluate(loaded, examples, answers, *, threshold: float, lam: float) -> dict:
-    from scoring import evaluation
+    from scoring.core import evaluation
 
     items = [(e.row.problem, list(e.row.steps)) for e in examples]
     probs = loaded.step_probabilities(items)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from scoring import prm, training
+    from scoring.core import prm, training
 
     out = args.out or Path(tempfile.mkdtemp(prefix="prm-gpu-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         backbone_folder = build_tiny_backbone(out / "tiny-backbone")
         args.problems, args.epochs = min(args.problems, 40), max(args.epochs, 2)
     elif args.default:
-        from scoring.default_model import BACKBONE_NAME, convert_gguf, gguf_path
+        from scoring.store.default_model import BACKBONE_NAME, convert_gguf, gguf_path
 
         backbone_folder = convert_gguf(gguf_path(), out / BACKBONE_NAME)
     else:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.serving import HTTPError, JSONServer
-from scoring.generators import LocalGenerator, Sample, SamplingParams
+from scoring.generation.generators import LocalGenerator, Sample, SamplingParams
 
 READY_LINE = "Serving {name} (OpenAI-compatible) at {url}"
 READY = re.compile(r"Serving (\S+) \(OpenAI-compatible\) at (\S+)")

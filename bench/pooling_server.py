@@ -2,7 +2,7 @@
 
 It stands in for `vllm serve MODEL --runner pooling --pooler-config '{"pooling_type": "STEP",
 "step_tag_id": T, "returned_token_ids": [A, B]}'` where vLLM is not installed (tests, a
-laptop): the same request and answer shapes (see `scoring.remote_scorer` for the protocol
+laptop): the same request and answer shapes (see `scoring.store.remote_scorer` for the protocol
 and where it is documented), computed by a Stepwise model folder (`prm.load_prm`).
 
 As vLLM's STEP pooler does, it tokenizes each input text whole and answers one row per
@@ -34,7 +34,7 @@ class PoolingModel:
                  fail_every: int = 0, device: str | None = None, dtype: str = "auto"):
         import torch
 
-        from scoring.prm import load_prm
+        from scoring.core.prm import load_prm
 
         torch_dtype = None if dtype == "auto" else getattr(torch, dtype)  # auto: as local scoring chooses
         self.prm = load_prm(folder, device=device, dtype=torch_dtype)
@@ -85,7 +85,7 @@ class PoolingModel:
         return texts
 
     def _encode(self, text: str):
-        from scoring.prm import Encoded
+        from scoring.core.prm import Encoded
 
         tokenizer = self.prm.tokenizer
         start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []

@@ -24,9 +24,10 @@ from django.conf import settings
 
 from annotate.models import Problem
 from annotate.models.jobs import JobState
-from scoring import registry, scoring
-from scoring.model_files import read_model_config, write_model_config
+from scoring.core.model_files import read_model_config, write_model_config
 from scoring.models import ModelVersion, RescoreJob
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 
 REPO_ROOT = Path(settings.BASE_DIR)
 STEP_TAG = "</s>"

@@ -1,18 +1,18 @@
 """The active-learning benchmark: what each selection strategy buys, measured through the real loop.
 
 A pool of problems whose solutions have a known first error (references plus variants with
-one corrupted step, see `bench.corruption` and `annotate.synthetic`) is written into the
+one corrupted step, see `bench.corruption` and `annotate.pool.synthetic`) is written into the
 database. Then, per strategy and seed, rounds of the production loop run:
 
-    select B solutions    scoring.selection.rebuild_queue with the strategy's Policy
-    label them            a simulated annotator claims each through annotate.queueing and
-                          rates it through annotate.labeling (+1 before the known first
+    select B solutions    scoring.rescoring.selection.rebuild_queue with the strategy's Policy
+    label them            a simulated annotator claims each through annotate.labeling.queueing and
+                          rates it through annotate.labeling.actions (+1 before the known first
                           error, -1 at it, stop there: the PRM800K rule)
     retrain               retraining.gather_rows -> training.train (head only, on cached
                           frozen-backbone features: the CPU default)
     rescore               scoring.score_solutions, with the cached-feature fast path
                           (training.step_probabilities)
-    evaluate              scoring.evaluation on held-out problems never in the pool
+    evaluate              scoring.core.evaluation on held-out problems never in the pool
 
 Each (strategy, seed) run happens in a transaction that is rolled back, so every run starts
 from the same unlabeled pool; callers run the whole thing in a scratch database
@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 
-from annotate import labeling, queueing
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing
 from bench.simulation_pool import (
     PoolProblem,
     arithmetic_ok,
@@ -48,12 +49,15 @@ from bench.simulation_pool import (
     write_problems,
 )
 from bench.simulation_report import efficiency, summarize
-from scoring import evaluation, retraining, scoring, selection
+from scoring.core import evaluation
+from scoring.core.training_data import TrainConfig
+from scoring.learning import retraining
 from scoring.models import ModelVersion
-from scoring.training_data import TrainConfig
+from scoring.rescoring import rescore as scoring
+from scoring.rescoring import selection
 
 if TYPE_CHECKING:
-    from scoring import prm, training
+    from scoring.core import prm, training
 
 STRATEGIES = ("random", "convincing_wrong", "uncertainty", "mix")
 
@@ -94,7 +98,7 @@ class Backbone:
         return dataclasses.replace(self.loaded, config=config, head=head, forward_passes=0)
 
     def probabilities(self, loaded: prm.LoadedPRM, items: Sequence[prm.Item]) -> list[list[prm.StepProbability]]:
-        from scoring import training
+        from scoring.core import training
 
         return training.step_probabilities(loaded, items, cache=self.cache, backbone_id=self.backbone_id)
 
@@ -111,7 +115,7 @@ class CachedScorer:
 
 
 def load_backbone(folder: Path, *, cache_dir: Path, layer: int | None = None, dtype=None) -> Backbone:
-    from scoring import training
+    from scoring.core import training
 
     loaded = training.load_backbone(folder, dtype=dtype)
     layer = layer if layer is not None else training.default_layer(loaded.model.config.num_hidden_layers)
@@ -127,7 +131,7 @@ def untrained_head(backbone: Backbone, seed: int) -> prm.StepHead:
     """Generation 0: a seeded untrained beta head (its scores only feed the random first pick)."""
     import torch
 
-    from scoring import prm as prm_module
+    from scoring.core import prm as prm_module
 
     torch.manual_seed(seed)
     return prm_module.StepHead(backbone.loaded.model.config.hidden_size, "beta")
@@ -156,7 +160,7 @@ class HeldOut:
 
 
 def evaluate_probs(held_out: HeldOut, probs: Sequence[Sequence[float]], sigmas=None) -> dict:
-    """The production metrics (scoring.evaluation) plus solution-level AUC, on one set of scores."""
+    """The production metrics (scoring.core.evaluation) plus solution-level AUC, on one set of scores."""
     samples, by_problem = [], {}
     for index, ((problem_id, _, steps, first, is_ref, answer), p) in enumerate(zip(held_out.solutions, probs)):
         labels = [1 if first is None or i < first else 0 if i == first else None for i in range(len(steps))]
@@ -277,7 +281,7 @@ def run_seed(ctx: Context, *, seed: int) -> dict[str, list[dict]]:
 def one_round(ctx: Context, *, annotator, head: prm.StepHead, policy: selection.Policy, seed: int,
               name: str) -> tuple[prm.StepHead, dict]:
     """Rescore the pool with `head`, queue the policy's picks, label them, retrain, evaluate."""
-    from scoring import training
+    from scoring.core import training
 
     version = record_version(name, ctx.backbone, head)
     scoring.score_solutions(model_version=version, solution_ids=ctx.pool_ids,

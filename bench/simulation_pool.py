@@ -3,7 +3,7 @@
 References plus variants with one corrupted step whose error carries to the final answer:
 GSM8K (`bench.corruption.corrupt`, recomputed through the calculator notes), MATH-500
 (`corrupt_boxed`: a wrong value in the step holding the boxed answer) or project-made word
-problems (`annotate.synthetic`). Also what the simulated annotator answers, and the pool
+problems (`annotate.pool.synthetic`). Also what the simulated annotator answers, and the pool
 side of the baselines (position-only, the `a op b = c` rule).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from annotate import synthetic
 from annotate.models import Problem, Solution, Step
+from annotate.pool import synthetic
 from bench import corruption
 
 POOLS = ("gsm8k", "math500", "synthetic")
@@ -101,7 +101,7 @@ def visible(steps: Sequence[str], answer: str) -> list[str]:
 
 
 def synthetic_problems(*, n: int, variants: int, seed: int) -> list[PoolProblem]:
-    """Project-made word problems (annotate.synthetic): no third-party data needed."""
+    """Project-made word problems (annotate.pool.synthetic): no third-party data needed."""
     problems = []
     for p in synthetic.make_pool(n_problems=n, variants_per_problem=variants, seed=seed):
         solutions = [PoolSolution(p.correct.steps, str(p.answer), None)]

@@ -13,7 +13,7 @@ owners for each of them:
                retraining.gather_rows does), or none, for the bias-correction comparison
     train      training_data.build_examples + training.step_tensors + the converged head
                (training.regularized, what TrainConfig(fit="converged") runs)
-    ensemble   scoring.ensemble on the same labels
+    ensemble   scoring.rescoring.ensemble on the same labels
     evaluate   simulation.evaluate_probs on held-out problems never in the pool
 
 Features come from the shared FeatureCache (one backbone pass per solution, ever).
@@ -31,11 +31,11 @@ import torch
 from bench.simulation import HeldOut, baselines, curve_point, evaluate_probs
 from bench.simulation_pool import PoolProblem, describe, known_ratings
 from bench.simulation_report import efficiency, summarize
-from scoring import ensemble as ensemble_module
-from scoring import selection
-from scoring.training import regularized
-from scoring.training.losses import step_tensors
-from scoring.training_data import LabeledRow, TrainConfig, build_examples, stratum_weights
+from scoring.core.training import regularized
+from scoring.core.training.losses import step_tensors
+from scoring.core.training_data import LabeledRow, TrainConfig, build_examples, stratum_weights
+from scoring.rescoring import ensemble as ensemble_module
+from scoring.rescoring import selection
 
 # strategy -> selection shares (selection.REASONS). "mix" is the pre-benchmark production default.
 STRATEGIES: dict[str, dict[str, float]] = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from scoring.prm import StepHead, save_head_model, write_model_config
+from scoring.core.prm import StepHead, save_head_model, write_model_config
 
 STEP_TAG = " ки\n"  # Math-Shepherd's step tag, appended after each step
 CORPUS = [

@@ -20,7 +20,7 @@ def reconcile_jobs_at_start(**_) -> None:
     so a killed worker's job resumes within seconds of the restart, beat or no beat."""
     from django.db import connections
 
-    from annotate import recovery
+    from annotate.pool import recovery
 
     try:
         recovery.reconcile(pending_after=0)

@@ -90,12 +90,12 @@ TEMPLATES = [
         },
     },
     {
-        # The labeling workspace's hot parts only (config/jinja.py says why).
+        # The labeling workspace's hot parts only (annotate/web/jinja.py says why).
         "NAME": "jinja2",
         "BACKEND": "django.template.backends.jinja2.Jinja2",
         "DIRS": [BASE_DIR / "templates" / "jinja2"],
         "APP_DIRS": False,
-        "OPTIONS": {"environment": "config.jinja.environment"},
+        "OPTIONS": {"environment": "annotate.web.jinja.environment"},
     },
 ]
 
@@ -324,7 +324,7 @@ STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900, 
 # Seconds POST /api/score waits for the ml worker's answer before a 503 (the task's own
 # time limit is a little longer, so a late answer is never computed for nobody for long).
 STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minimum=0.1)
-# POST /api/search (scoring/searching.py): how long it waits for the ml worker, the most
+# POST /api/search (scoring/search/runs.py): how long it waits for the ml worker, the most
 # tokens one request may budget, and requests per user (a search holds a worker far longer).
 STEPWISE_SEARCH_API_TIMEOUT = env_float("STEPWISE_SEARCH_API_TIMEOUT", 120.0, minimum=0.1)
 STEPWISE_SEARCH_MAX_TOKENS = env_int("STEPWISE_SEARCH_MAX_TOKENS", 8192, minimum=1)
@@ -344,7 +344,7 @@ STEPWISE_SCORE_RATE = env_rate("STEPWISE_SCORE_RATE", "120/minute")
 STEPWISE_RETENTION_DAYS = env_int("STEPWISE_RETENTION_DAYS", 30, minimum=0)
 FEATURE_CACHE_DIR = MODELS_DIR / "feature-cache"  # frozen-backbone step features (training, evaluation)
 ENSEMBLES_DIR = MODELS_DIR / "ensembles"  # per model version: its bootstrap ensemble and the pool's uncertainties
-# Job recovery (annotate/recovery.py): a worker beats each job it holds every HEARTBEAT
+# Job recovery (annotate/pool/recovery.py): a worker beats each job it holds every HEARTBEAT
 # seconds; a running job silent for STALE seconds has lost its worker; a pending job whose
 # message was sent REQUEUE seconds ago gets it again (the broker may have lost it).
 STEPWISE_JOB_HEARTBEAT_SECONDS = env_float("STEPWISE_JOB_HEARTBEAT_SECONDS", 5.0, minimum=0.1)

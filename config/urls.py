@@ -10,8 +10,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file: the CSP allows no inline script.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/", include("annotate.api.urls")),
-    path("api/", include("scoring.api.urls")),
+    path("api/", include("annotate.web.api.urls")),
+    path("api/", include("scoring.web.api.urls")),
     path("models/", include("scoring.urls")),
     path("", include("annotate.urls")),
 ]

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from django.core.exceptions import ImproperlyConfigured
 
 # The reasons selection can give for queueing a solution, in tie-breaking order.
-# The last three need an ensemble's uncertainty (scoring/ensemble.py) passed to rebuild_queue.
+# The last three need an ensemble's uncertainty (scoring/rescoring/ensemble.py) passed to rebuild_queue.
 SELECTION_REASONS = ("convincing_wrong", "convincing", "uncertain", "random", "disagreement",
                      "first_error_disagreement", "uncertain_convincing_wrong")
 

@@ -1,7 +1,6 @@
 """Admin for the model side, with a "rescore with this version" action."""
 from django.contrib import admin, messages
 
-from scoring import registry, scoring
 from scoring.models import (
     GenerationChunk,
     GenerationRun,
@@ -13,6 +12,8 @@ from scoring.models import (
     StepScore,
     TrainingRun,
 )
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 
 
 @admin.register(ModelVersion)

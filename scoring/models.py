@@ -115,7 +115,7 @@ class RescoreChunk(models.Model):
     A worker claims a chunk (pending -> running) with one guarded UPDATE, so of several
     workers handed the same chunk (redelivery, a resume) one scores it. The claim is held
     like a job's: `claimed_by` and a `heartbeat_at` beaten by the holder's heartbeat thread,
-    so a chunk whose worker died is taken over (scoring.scoring.claim_chunk)."""
+    so a chunk whose worker died is taken over (scoring.rescoring.rescore.claim_chunk)."""
 
     class State(models.TextChoices):
         PENDING = "pending"
@@ -179,7 +179,7 @@ class TrainingRun(Job):
 
 
 class GenerationRun(Job):
-    """N samples per problem from a policy model into the pool (`scoring.generation`).
+    """N samples per problem from a policy model into the pool (`scoring.generation.runs`).
 
     What was asked is stored whole (problems, generator spec, sampling, template, seed), so a
     worker that resumes the run, and anyone reading a solution's provenance, sees the same.
@@ -244,7 +244,7 @@ class GenerationChunk(models.Model):
 
 
 class RolloutLabelJob(Job):
-    """Labeling solutions by rollouts into one AutoLabelRun (scoring.rollout_labeling).
+    """Labeling solutions by rollouts into one AutoLabelRun (scoring.generation.rollout_labeling).
 
     The solutions are fixed when the job is created; each is labeled in one transaction that
     also adds its cost to the run, so a job resumed after a crash skips what is done and

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scoring import generation_views, review_views, training_views, views
+from scoring.web import generation_views, review_views, training_views, views
 
 app_name = "scoring"
 urlpatterns: list = [

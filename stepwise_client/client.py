@@ -1,7 +1,7 @@
 """The HTTP side: `POST /api/score` in batches the server accepts, with timeouts and retries.
 
 Plain standard library (urllib), so a training job needs nothing installed beyond Stepwise's
-source. The limits mirror scoring/api/serializers.py: a batch holds at most 64 solutions and
+source. The limits mirror scoring/web/api/serializers.py: a batch holds at most 64 solutions and
 400,000 characters of text; the client cuts batches to fit instead of getting a 400.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ steps by `annotate.text.splitting.split_steps`, as Stepwise cuts imported and ge
 so the PRM sees steps shaped like the ones it was trained on.
 
 A completion's reward is not computed here: /api/score answers each solution's `score` by the
-server's one rule (`scoring.step_scores.aggregate`, what rescoring stores), and the reward is
+server's one rule (`scoring.core.step_scores.aggregate`, what rescoring stores), and the reward is
 the field the aggregation names.
 """
 from __future__ import annotations

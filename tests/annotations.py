@@ -5,8 +5,8 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from annotate import importing
 from annotate.models import Annotation, Completion, StepLabel
+from annotate.pool import importing
 
 
 def annotate(solution, ratings: list[int], *, labeler: str = "lab-1", annotator=None, generation: int | None = 1,

@@ -45,8 +45,8 @@ class SolutionFactory(factory.django.DjangoModelFactory):
 
 
 def user_with_role(username: str, role: str, **fields):
-    """A user in one of the roles of annotate.roles (annotator, reviewer, admin)."""
-    from annotate.roles import grant_role
+    """A user in one of the roles of annotate.labeling.roles (annotator, reviewer, admin)."""
+    from annotate.labeling.roles import grant_role
 
     user = UserFactory(username=username, **fields)
     grant_role(user, role)

@@ -14,7 +14,8 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 
-from annotate import labeling, queueing, reviewing
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing, reviewing
 from annotate.models import Annotation, Completion, StepLabel
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, import_lines
 from tests.conftest import REPO_ROOT, _test_database_url, worker_environment

@@ -3,7 +3,7 @@
 Each job kind (import, export, rescore, training run) must finish, exactly once, when the
 broker forgets its messages (a flushed Redis database; on the embedded default, a deleted
 queue folder) or its worker dies mid-work, with nobody running a manual step: the
-reconciler (annotate/recovery.py) runs when a worker starts and on beat.
+reconciler (annotate/pool/recovery.py) runs when a worker starts and on beat.
 """
 import json
 import shutil
@@ -15,15 +15,17 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from annotate import recovery
-from annotate.exporting import ExportOptions, create_export_job
-from annotate.importing import create_import_job
 from annotate.models import ExportJob, ImportJob, Solution, Step
 from annotate.models.jobs import FINISHED_STATES, JobState
+from annotate.pool import recovery
+from annotate.pool.exporting import ExportOptions, create_export_job
+from annotate.pool.importing import create_import_job
 from annotate.tasks import reconcile_jobs_task
 from bench.tiny import build_tiny_prm
-from scoring import registry, retraining, scoring
+from scoring.learning import retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, StepScore, TrainingRun
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 from tests.conftest import WorkerProcess, wait_for
 from tests.scoring.test_tasks import make_pool
 

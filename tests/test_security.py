@@ -17,7 +17,7 @@ from django.conf import settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from annotate import queueing
+from annotate.labeling import queueing
 from annotate.models import Annotation, ExportJob, JobState, LabelingConfig
 from tests.factories import SolutionFactory, user_with_role
 

@@ -43,8 +43,8 @@ def test_rescore_button_score_and_search_api_leave_the_web_process_without_torch
 
     from annotate.models.jobs import JobState
     from bench.tiny import build_tiny_prm
-    from scoring import registry
     from scoring.models import RescoreJob
+    from scoring.store import registry
     from tests.conftest import REPO_ROOT, wait_for, worker_environment
     from tests.factories import SolutionFactory
 

@@ -1,12 +1,12 @@
 """Backfill a SampleLine for each solution imported before SampleLines were recorded (0005).
 
-The importer's writer (`annotate.importing.writing._record_samples`) records every line that
+The importer's writer (`annotate.pool.importing.writing._record_samples`) records every line that
 brings a solution, except a PRM800K line (another labeler's annotation, not a sample), as a
 SampleLine keyed on (file digest, line number), and sets `sample_count` by counting those rows.
 A solution imported before 0005 has no row for the line that brought it, so the next file
 with the same response recounted it to 1 instead of 2. Which file and line brought it was
 never stored, so its line gets a key of its own, the way a generation run's samples do
-(`scoring.generation.run_digest`): one frozen digest standing for "the pool before sample
+(`scoring.generation.runs.run_digest`): one frozen digest standing for "the pool before sample
 lines", and the solution's id as the line number. Its count is then recounted from its rows,
 as the writer does.
 

@@ -9,7 +9,7 @@ The row also says who holds a running job: `claimed_by` names the worker process
 ("host:pid") and `heartbeat_at` is refreshed by that process while it works (a thread in
 it, see `hold`). A running job is taken over only once its holder is gone (its heartbeat
 is stale, or its process is dead on this host), so a job never runs twice at once, and the
-reconciler (`annotate.recovery`) can tell a job whose worker died from one that is busy.
+reconciler (`annotate.pool.recovery`) can tell a job whose worker died from one that is busy.
 """
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ class ScreeningResult(models.Model):
     """An annotator's screening set, decided once they had submitted all of it: passed or failed.
 
     A decision, like a test's mark: it stands while the set or its gold labels change later,
-    until an admin resets the annotator's screening (annotate.quality.reset_screening). Every
+    until an admin resets the annotator's screening (annotate.labeling.quality.reset_screening). Every
     claim asks for it, so it is one row read, not the set's agreement computed again.
     """
 

@@ -66,7 +66,7 @@ def at(values, index: int):
 
 @register.filter
 def has_role(user, role: str) -> bool:
-    from annotate import roles
+    from annotate.labeling import roles
 
     return roles.has_role(user, role)
 

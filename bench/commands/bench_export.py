@@ -19,9 +19,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-from annotate import exporting
 from annotate.models import Annotation, Completion, Problem, Solution, Step, StepLabel
 from annotate.models.pool import content_hash
+from annotate.pool import exporting
 
 BENCH_GENERATION = 990_001
 SOURCE = "bench-export"
@@ -86,7 +86,7 @@ class Command(BaseCommand):
 
     def export_once(self, format: str, container: str = "jsonl") -> dict:
         options = exporting.ExportOptions(generations=(BENCH_GENERATION,), container=container)
-        from annotate import prm800k  # noqa: F401 -- imported before the baseline is taken
+        from annotate.pool import prm800k  # noqa: F401 -- imported before the baseline is taken
         start_rss = peak_rss_mb()
         with tempfile.TemporaryDirectory(dir=settings.EXPORTS_DIR) as folder:
             path = Path(folder) / (f"bench.{format}.jsonl" if container == "jsonl" else f"bench-{format}")
@@ -104,7 +104,7 @@ class Command(BaseCommand):
     @staticmethod
     def export_with_model_instances(path: Path, options: exporting.ExportOptions) -> int:
         """The straightforward way, for comparison: instances, prefetch_related, iterator()."""
-        from annotate import prm800k
+        from annotate.pool import prm800k
 
         qs = exporting.selected_annotations(options=options).select_related("solution__problem", "queue_item")
         qs = qs.prefetch_related("solution__steps", "step_labels__completions")

@@ -21,8 +21,13 @@ from contextlib import nullcontext
 from django.core.management.base import BaseCommand, CommandError
 
 from bench.openai_server import ServerProcess
-from scoring.generators import DEFAULT_PROMPT_TEMPLATE, SamplingParams, default_generator_folder, render_prompt
-from scoring.openai_generator import OpenAIGenerator
+from scoring.generation.generators import (
+    DEFAULT_PROMPT_TEMPLATE,
+    SamplingParams,
+    default_generator_folder,
+    render_prompt,
+)
+from scoring.generation.openai_generator import OpenAIGenerator
 
 PROBLEMS = ["What is {a} + {b}?", "What is {a} times {b}?", "Solve {a}x = {b} for x.",
             "What is the remainder when {a}{b} is divided by 7?"]

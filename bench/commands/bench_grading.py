@@ -28,7 +28,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from annotate.importing import formats
+from annotate.pool.importing import formats
 from annotate.text import grading, normalizing
 from annotate.text.answers import extract_answer
 

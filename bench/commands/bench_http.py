@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.test.utils import override_settings
 
-from annotate import quality, queueing, roles
+from annotate.labeling import quality, queueing, roles
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, Step, StepLabel
 from bench import loadtest, request_costs
 from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE

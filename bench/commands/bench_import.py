@@ -20,8 +20,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from annotate import importing
 from annotate.models import Solution
+from annotate.pool import importing
 from annotate.text.grading import clear_cache
 
 

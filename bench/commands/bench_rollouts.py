@@ -19,9 +19,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from annotate.text.answers import strip_calculator_annotations
 from bench.corruption import corrupt, gsm8k_steps
-from scoring import rollouts
-from scoring.generators import SamplingParams, generator_from_spec
-from scoring.rollout_labeling import resolve_spec
+from scoring.generation import rollouts
+from scoring.generation.generators import SamplingParams, generator_from_spec
+from scoring.generation.rollout_labeling import resolve_spec
 
 DEFAULT_DATA = Path(settings.BASE_DIR).parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 

@@ -21,11 +21,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from annotate import synthetic
 from annotate.models import Problem, Solution, Step
 from annotate.models.pool import content_hash
-from scoring import registry, scoring
+from annotate.pool import synthetic
 from scoring.models import ModelVersion, SolutionScore, StepScore
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 
 STEPS = 8
 
@@ -115,7 +116,7 @@ class Command(BaseCommand):
         if name == "tiny":
             return self.tiny_version(workdir, "bench-tiny")
         if name == "default":
-            from scoring import default_model
+            from scoring.store import default_model
 
             return default_model.ensure_default_model(make_current=False)
         return registry.version_for_command(name)
@@ -193,7 +194,7 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
         from django.test import Client
 
-        from annotate.roles import REVIEWER, grant_role
+        from annotate.labeling.roles import REVIEWER, grant_role
 
         with tempfile.TemporaryDirectory() as workdir:
             owned = options["model"] == "tiny"

@@ -31,11 +31,14 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
-from annotate import roles
+from annotate.labeling import roles
 from annotate.models import Annotation, Solution
 from bench import simulation, simulation_pool
-from scoring import ensemble, registry, retraining, scoring, selection
+from scoring.learning import retraining
 from scoring.models import ModelVersion
+from scoring.rescoring import ensemble, selection
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 
 SOURCE = "bench-selection"
 TINY_NAME = "bench-selection-tiny"

@@ -14,7 +14,7 @@ Tokens are the tokens of the training solutions; one epoch over N tokens counts 
 touches the database; models and caches live in a temporary folder.
 
 --retrains N runs N training runs one after another in this process, the way the `ml`
-worker does (scoring.retraining.run_training: train the head on cached features,
+worker does (scoring.learning.retraining.run_training: train the head on cached features,
 register, evaluate next to the current model, promote, rescore the pool), on synthetic
 labeled problems in a scratch database whose writes are rolled back, with models and the
 feature cache in a temporary folder. It prints the RSS after each run: with the model LRU
@@ -39,7 +39,7 @@ BENCH_PROBLEMS = 12  # synthetic problems (about 4 solutions each) labeled for -
 
 def synthetic_rows(n: int, seed: int = 0):
     """Arithmetic solutions with one labeled first error in two of three (PRM800K-shaped labels)."""
-    from scoring.training_data import LabeledRow
+    from scoring.core.training_data import LabeledRow
 
     rng = random.Random(seed)
     rows = []
@@ -95,7 +95,7 @@ class Command(BaseCommand):
         import torch
 
         from bench.tiny import build_tiny_backbone
-        from scoring import training
+        from scoring.core import training
 
         folder = build_tiny_backbone(workdir / "tiny", num_hidden_layers=4, hidden_size=64, intermediate_size=128)
         rows = synthetic_rows(n)
@@ -122,7 +122,8 @@ class Command(BaseCommand):
         return figures
 
     def default(self, workdir: Path, n: int) -> dict:
-        from scoring import default_model, training
+        from scoring.core import training
+        from scoring.store import default_model
 
         # The same converted backbone the app uses (converted once, then reused).
         folder = default_model.convert_gguf(
@@ -170,7 +171,7 @@ def retrains(workdir: Path, n: int, *, model: str, log) -> dict:
 
 def _bench_backbone(workdir: Path, model: str) -> Path:
     if model == "default":
-        from scoring import default_model
+        from scoring.store import default_model
 
         return default_model.convert_gguf(default_model.gguf_path(), settings.MODELS_DIR / default_model.BACKBONE_NAME)
     from bench.tiny import build_tiny_backbone
@@ -182,9 +183,12 @@ def _bench_backbone(workdir: Path, model: str) -> Path:
 def _retrain_loop(workdir: Path, backbone: Path, n: int, log) -> dict:
     from django.contrib.auth import get_user_model
 
-    from annotate import queueing
+    from annotate.labeling import queueing
     from bench import simulation, simulation_pool
-    from scoring import prm, registry, retraining, scoring
+    from scoring.core import prm
+    from scoring.learning import retraining
+    from scoring.rescoring import rescore as scoring
+    from scoring.store import registry
 
     registry.forget_loaded()
     hidden = json.loads((backbone / "config.json").read_text())["hidden_size"]

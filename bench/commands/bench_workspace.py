@@ -27,7 +27,7 @@ from django.db import connection, connections
 from django.test import Client
 from django.urls import reverse
 
-from annotate import queueing, roles
+from annotate.labeling import queueing, roles
 from annotate.models import Annotation, LabelingConfig, Problem, QueueItem, Solution, Step
 from annotate.models.pool import content_hash
 

@@ -177,7 +177,7 @@ def write_output(result: dict, options) -> str:
 
 
 def default_backbone() -> Path:
-    from scoring import default_model
+    from scoring.store import default_model
 
     return default_model.convert_gguf(default_model.gguf_path(), settings.MODELS_DIR / default_model.BACKBONE_NAME)
 

@@ -1,6 +1,6 @@
 """The periodic retrain task, so a fresh install retrains on schedule (edit it in the admin).
 
-Same name and task as scoring.retraining.ensure_schedule, which leaves an existing one alone.
+Same name and task as scoring.learning.retraining.ensure_schedule, which leaves an existing one alone.
 """
 import json
 

@@ -1,6 +1,6 @@
 """PRM-guided search: best-of-N, step-level beam search, MCTS and ACA best-of-N.
 
-Pure functions over a `Generator` (scoring.generators) and a scorer, a callable
+Pure functions over a `Generator` (scoring.generation.generators) and a scorer, a callable
 `(problem, steps) -> [StepProbability per step]` (`prm_scorer(loaded_prm)`), with no Django.
 Every method spends from one `Compute` account against one `Budget` (generated tokens,
 PRM calls) that it never exceeds, and returns a `SearchResult`: the chosen solution (steps,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scoring.generators import Generator, SamplingParams
+from scoring.generation.generators import Generator, SamplingParams
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
 from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation, extended
 

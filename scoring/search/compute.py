@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scoring.generators import Generator, Sample, SamplingParams
-from scoring.prm import StepProbability
+from scoring.core.prm import StepProbability
+from scoring.generation.generators import Generator, Sample, SamplingParams
 
 # (problem, steps) -> one StepProbability per step: LoadedPRM.step_probabilities for one item.
 Scorer = Callable[[str, Sequence[str]], list[StepProbability]]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scoring.generators import Generator
+from scoring.generation.generators import Generator
 from scoring.search.beam import next_steps, scored
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
 from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation

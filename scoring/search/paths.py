@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 
 from annotate.text.answers import extract_answer
 from annotate.text.splitting import split_steps
-from scoring.evaluation import AGGREGATIONS, aggregate
-from scoring.generators import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_DELIMITER, render_prompt
-from scoring.prm import StepProbability
-from scoring.prm import aggregate as aggregate_all
+from scoring.core.evaluation import AGGREGATIONS, aggregate
+from scoring.core.prm import StepProbability
+from scoring.core.prm import aggregate as aggregate_all
+from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_DELIMITER, render_prompt
 
 
 @dataclass(frozen=True)

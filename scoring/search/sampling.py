@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from scoring.generators import Generator, SamplingParams
-from scoring.prm import StepProbability
-from scoring.prm import aggregate as aggregate_all
+from scoring.core.prm import StepProbability
+from scoring.core.prm import aggregate as aggregate_all
+from scoring.generation.generators import Generator, SamplingParams
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
 from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation, whole_solution
 

@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from annotate import roles
+from annotate.labeling import roles
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 

@@ -4,8 +4,8 @@ from django.apps import apps
 from django.contrib import admin
 from django.urls import reverse
 
-from annotate import importing
 from annotate.models import Annotation, ImportJob, Solution
+from annotate.pool import importing
 from tests.annotate.test_prm800k import PHASE1, PHASE2, write_lines
 
 pytestmark = pytest.mark.django_db

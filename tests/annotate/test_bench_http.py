@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError
 
 import bench
-from annotate import quality
+from annotate.labeling import quality
 from annotate.models import Annotation, LabelingConfig, ScreeningResult, Solution
 from bench import loadtest
 from bench.commands import bench_http

@@ -6,7 +6,8 @@ from collections import Counter
 import pytest
 from django.db import connections, transaction
 
-from annotate import labeling, queueing
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing
 from annotate.models import Annotation, LabelingConfig, QueueItem
 from tests.factories import SolutionFactory, user_with_role
 

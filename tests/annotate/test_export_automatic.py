@@ -5,9 +5,9 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotate import exporting, importing
-from annotate.exporting import ExportOptions
 from annotate.models import AutoLabelRun, AutoStepLabel, Step
+from annotate.pool import exporting, importing
+from annotate.pool.exporting import ExportOptions
 from tests.annotate.test_import_prm_datasets import DUCK_STEPS, DUCKS, shepherd, write
 from tests.annotations import PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory

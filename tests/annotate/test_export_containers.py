@@ -6,9 +6,9 @@ import zipfile
 import pytest
 from django.core.management import call_command
 
-from annotate import exporting
-from annotate.exporting import ExportOptions
 from annotate.models import ExportJob, JobState
+from annotate.pool import exporting
+from annotate.pool.exporting import ExportOptions
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from annotate import exporting
 from annotate.models import ExportJob, JobState
+from annotate.pool import exporting
 from tests.annotations import annotate
 from tests.conftest import wait_for
 from tests.factories import SolutionFactory

@@ -11,9 +11,11 @@ import json
 import pytest
 from django.core.management import call_command
 
-from annotate import exporting, labeling, queueing, reviewing, verdicts
-from annotate.exporting import ExportOptions, ExportTally
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing, reviewing, verdicts
 from annotate.models import Annotation, ExportJob, LabelingConfig, StepLabel
+from annotate.pool import exporting
+from annotate.pool.exporting import ExportOptions, ExportTally
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.conftest import SHARED_DATA
 from tests.factories import SolutionFactory
@@ -102,7 +104,7 @@ def test_a_rewritten_step_exports_its_minus_one_with_the_pool_text_and_the_plus_
     assert (bench["steps"], bench["label"]) == (steps, 1)
     (soft,) = rows("soft")
     assert (soft["k"], soft["n"]) == ([1, 0, 0], [1, 1, 0])
-    from scoring import retraining
+    from scoring.learning import retraining
 
     (row,) = retraining.gather_rows(solution_ids=[task.solution_id])
     assert row.steps == tuple(steps) and row.ratings == ((1, -1, None),)
@@ -188,7 +190,7 @@ def test_processbench_label_ignores_a_rating_past_an_unrated_step():
 
 
 def test_processbench_generator_comes_from_the_imported_provenance(tmp_path):
-    from annotate import importing
+    from annotate.pool import importing
 
     path = tmp_path / "generic.jsonl"
     path.write_text(json.dumps({"problem": "1+1?", "ground_truth_answer": "2", "generator": "Qwen2.5-Math-1.5B",
@@ -244,8 +246,8 @@ REAL_RESPONSES = SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
 def test_real_qwen_responses_export_as_processbench_and_trl_read_them(tmp_path, monkeypatch):
     """Real Qwen2.5-Math responses (multi-line display math), imported with their generator,
     labeled, exported: every row has the pool's own steps, a boolean grade and a generator."""
-    from annotate import importing
     from annotate.models import Solution
+    from annotate.pool import importing
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))

@@ -7,9 +7,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from annotate import exporting
-from annotate.exporting import ExportOptions
 from annotate.models import Annotation, ExportJob, JobState
+from annotate.pool import exporting
+from annotate.pool.exporting import ExportOptions
 from tests.annotations import GCF_STEPS, PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
 
@@ -210,8 +210,8 @@ def test_export_with_prefetching_makes_a_fixed_number_of_queries(django_assert_m
 @pytest.mark.django_db
 def test_chunk_records_give_the_same_lines_as_model_instances(tmp_path):
     """The fast loader feeds prm800k.line_for_annotation what a prefetched instance would."""
-    from annotate import prm800k
     from annotate.models import QueueItem
+    from annotate.pool import prm800k
 
     import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
     solution = SolutionFactory(pre_generated_verifier_score=0.9)
@@ -278,7 +278,7 @@ def test_a_filtered_chunk_carries_only_its_own_annotations_labels_and_steps():
 
 
 def test_ids_close_together_are_selected_by_range_and_spread_ids_by_list():
-    from annotate.exporting import loading
+    from annotate.pool.exporting import loading
 
     assert "__gte" in str(loading._among("id", {5, 6, 8}))
     assert "__in" in str(loading._among("id", {5, 600, 9000}))

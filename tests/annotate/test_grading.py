@@ -229,8 +229,8 @@ def test_bench_grading_prints_agreement_on_real_responses_and_references():
 
 @pytest.mark.django_db
 def test_imported_solutions_keep_the_grade_and_the_reason_a_person_checking_needs(tmp_path):
-    from annotate import importing
     from annotate.models import Solution
+    from annotate.pool import importing
 
     lines = [
         {"problem": "When does the train arrive?", "ground_truth_answer": "4:30\\text{ p.m.}",

@@ -11,7 +11,7 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from annotate import queueing
+from annotate.labeling import queueing
 from annotate.models import StepLabel
 from bench import loadtest
 from tests.conftest import _test_database_url

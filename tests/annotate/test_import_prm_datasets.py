@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from annotate import exporting, importing
-from annotate.exporting import ExportOptions
 from annotate.models import Annotation, AutoLabelRun, AutoStepLabel, Solution, StepLabel
+from annotate.pool import exporting, importing
+from annotate.pool.exporting import ExportOptions
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]
 

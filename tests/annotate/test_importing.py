@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from annotate import importing
 from annotate.models import ImportJob, JobState, Problem, Solution, Step
+from annotate.pool import importing
 from annotate.tasks import import_pool_task
 from tests.conftest import SHARED_DATA
 

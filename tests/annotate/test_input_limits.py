@@ -13,7 +13,8 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from annotate import importing, labeling, queueing, reviewing
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing, reviewing
 from annotate.models import (
     Annotation,
     Completion,
@@ -27,6 +28,7 @@ from annotate.models import (
     Step,
     StepLabel,
 )
+from annotate.pool import importing
 from annotate.tasks import remove_expired_uploads_task
 from tests.annotations import PHASE1_LINE
 from tests.factories import SolutionFactory

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from annotate import recovery
 from annotate.models import ExportJob, ImportJob
 from annotate.models.jobs import JobState, heartbeats, holder_is_dead, this_worker
+from annotate.pool import recovery
 from tests.conftest import wait_for
 from tests.test_recovery import lose_broker_messages
 

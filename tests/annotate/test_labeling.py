@@ -3,8 +3,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from annotate import labeling, queueing
-from annotate.labeling import ActiveTime, AlreadySubmitted, LabelingError
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing
+from annotate.labeling.actions import ActiveTime, AlreadySubmitted, LabelingError
 from annotate.models import Annotation, LabelingConfig, QueueItem, StepLabel
 from tests.factories import SolutionFactory
 

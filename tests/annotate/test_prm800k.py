@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from annotate import importing, prm800k
 from annotate.models import Annotation, Completion, FinishReason, Generation, QueueItem, Solution, StepLabel
-from annotate.prm800k import LineError, line_for_annotation, parse_line
+from annotate.pool import importing, prm800k
+from annotate.pool.prm800k import LineError, line_for_annotation, parse_line
 from tests.factories import SolutionFactory
 
 pytestmark = pytest.mark.embedded

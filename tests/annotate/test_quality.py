@@ -1,7 +1,8 @@
 """Quality measures: kappa, agreement with gold, agreement between annotators, gold items."""
 import pytest
 
-from annotate import labeling, quality, queueing
+from annotate.labeling import actions as labeling
+from annotate.labeling import quality, queueing
 from annotate.models import LabelingConfig, QueueItem
 from tests.factories import SolutionFactory, user_with_role
 

@@ -6,7 +6,8 @@ import random
 import pytest
 from django.utils import timezone
 
-from annotate import labeling, quality, queueing
+from annotate.labeling import actions as labeling
+from annotate.labeling import quality, queueing
 from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution
 from tests.factories import SolutionFactory, user_with_role
 
@@ -380,7 +381,7 @@ def test_running_seed_demo_again_does_not_queue_past_the_cap(settings):
 def import_lines(tmp_path, lines, name="imported.jsonl"):
     import json
 
-    from annotate import importing
+    from annotate.pool import importing
 
     path = tmp_path / name
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -433,7 +434,7 @@ def test_a_model_generation_keeps_its_limit_per_problem_for_imported_samples(tmp
 def test_reference_gold_and_labeled_solutions_are_not_queued_from_an_import(tmp_path):
     import json
 
-    from annotate import importing
+    from annotate.pool import importing
 
     path = tmp_path / "gsm8k.jsonl"
     path.write_text(json.dumps({"question": "What is 3 + 1?", "answer": "3 + 1 = 4\n#### 4"}) + "\n")
@@ -447,8 +448,8 @@ def test_reference_gold_and_labeled_solutions_are_not_queued_from_an_import(tmp_
 def test_an_import_job_queues_its_solutions_and_records_the_graded_counts(tmp_path):
     import json
 
-    from annotate import importing
     from annotate.models import ImportJob
+    from annotate.pool import importing
     from annotate.tasks import import_pool_task
 
     path = tmp_path / "upload.jsonl"

@@ -11,7 +11,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from annotate import labeling, queueing
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing
 from annotate.text import rendering
 from annotate.text.answers import strip_calculator_annotations
 from annotate.text.splitting import split_steps

@@ -3,8 +3,10 @@ annotation consistent: the finish reason follows the ratings, and a state they c
 is refused, never saved."""
 import pytest
 
-from annotate import exporting, labeling, reviewing, verdicts
+from annotate.labeling import actions as labeling
+from annotate.labeling import reviewing, verdicts
 from annotate.models import Annotation, Completion, RatingOverride
+from annotate.pool import exporting
 from tests.annotations import annotate
 from tests.factories import SolutionFactory, user_with_role
 

@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from annotate import importing
 from annotate.models import Problem, SampleLine, Solution
+from annotate.pool import importing
 
 # Migrations run outside a test transaction.
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db(transaction=True)]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from annotate import importing
 from annotate.models import SampleLine, Solution
-from scoring import evaluation
+from annotate.pool import importing
+from scoring.core import evaluation
 from tests.conftest import SHARED_DATA
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]

@@ -1,7 +1,7 @@
 """The project's own problem generator: known answers and known first errors."""
 import re
 
-from annotate.synthetic import generic_lines, make_pool
+from annotate.pool.synthetic import generic_lines, make_pool
 
 
 def _claimed_results(steps):

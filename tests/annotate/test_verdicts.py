@@ -6,8 +6,9 @@ human completion's, +1; a reader that takes completion 0 says -1 and disagrees w
 """
 import pytest
 
-from annotate import exporting, quality, reviewing, verdicts
+from annotate.labeling import quality, reviewing, verdicts
 from annotate.models import Annotation, Completion, RatingOverride, StepLabel
+from annotate.pool import exporting
 from tests.annotations import PHASE1_LINE, annotate, import_lines
 from tests.factories import user_with_role
 
@@ -136,7 +137,7 @@ def test_an_override_rates_the_pool_steps_own_text_not_the_alternative_stopped_a
 
 
 def test_phase1_line_training_rows_match_the_verdicts(phase1, reviewer):
-    from scoring import retraining
+    from scoring.learning import retraining
 
     line, second = phase1
     (row,) = retraining.gather_rows(solution_ids=[line.solution_id])

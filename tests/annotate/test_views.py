@@ -10,7 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from annotate import labeling, queueing, roles
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing, roles
 from annotate.models import Annotation, LabelingConfig, QueueItem, RatingOverride, ScreeningResult, Solution
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 

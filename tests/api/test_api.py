@@ -8,8 +8,8 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from annotate import exporting
 from annotate.models import ExportJob, JobState
+from annotate.pool import exporting
 from tests.annotations import annotate
 from tests.factories import SolutionFactory, UserFactory
 
@@ -182,7 +182,7 @@ def test_export_job_via_the_api_offers_its_file_only_once_succeeded(admin_user):
 
 @pytest.mark.django_db
 def test_an_uploaded_prm800k_file_is_imported_by_its_job_and_its_labels_are_readable(admin_user):
-    from annotate import importing
+    from annotate.pool import importing
     from tests.annotate.test_exporting import PHASE2_LINE
 
     client = client_for(admin_user)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 
 from bench.tiny import build_tiny_prm
-from scoring import registry
+from scoring.store import registry
 from tests.annotations import annotate
 from tests.factories import SolutionFactory
 

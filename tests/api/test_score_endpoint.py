@@ -10,10 +10,12 @@ from rest_framework.test import APIClient
 
 from bench import simulation_pool
 from bench.tiny import build_tiny_prm
-from scoring import ensemble, registry, scoring
-from scoring.api.serializers import MAX_ITEMS
+from scoring.core.training_data import LabeledRow
 from scoring.models import SolutionScore
-from scoring.training_data import LabeledRow
+from scoring.rescoring import ensemble
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
+from scoring.web.api.serializers import MAX_ITEMS
 from tests.conftest import WorkerProcess
 from tests.factories import ProblemFactory, SolutionFactory
 
@@ -152,7 +154,7 @@ def test_a_batch_beyond_the_limit_is_refused_with_a_clear_400(client, tiny_model
 
 
 def test_too_much_text_in_one_call_is_refused(client, tiny_models):
-    from scoring.api.serializers import MAX_TEXT, MAX_TOTAL_TEXT
+    from scoring.web.api.serializers import MAX_TEXT, MAX_TOTAL_TEXT
 
     items = [{"problem": PROBLEM, "steps": ["x" * MAX_TEXT] * 10}] * (MAX_TOTAL_TEXT // (10 * MAX_TEXT) + 1)
     response = client.post("/api/score", {"items": items}, format="json")
@@ -191,7 +193,7 @@ def test_annotators_may_not_score(annotator, tiny_models):
 
 
 def test_a_model_whose_files_changed_answers_503_from_the_worker(scoring_worker, client, tiny_models):
-    from scoring.prm import StepHead
+    from scoring.core.prm import StepHead
 
     beta, _ = tiny_models
     StepHead(32, "beta").save(beta.path)

@@ -5,7 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from bench.tiny import build_tiny_prm
-from scoring import registry
+from scoring.store import registry
 
 
 @pytest.fixture

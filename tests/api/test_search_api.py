@@ -8,8 +8,8 @@ from django.core.cache import caches
 from rest_framework.test import APIClient
 
 from bench.tiny import build_tiny_prm
-from scoring import registry
-from scoring.api.serializers import SEARCH_METHODS
+from scoring.store import registry
+from scoring.web.api.serializers import SEARCH_METHODS
 from tests.conftest import WorkerProcess
 
 PROBLEM = "What is 12 + 7?"

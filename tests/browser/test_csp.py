@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from annotate import queueing
+from annotate.labeling import queueing
 from annotate.models import Generation, StepLabel
 from tests.browser.test_labeling_browser import log_in, start_labeling, wait_rating
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role

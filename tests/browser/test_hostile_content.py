@@ -10,8 +10,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from annotate import exporting, labeling, queueing
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing
 from annotate.models import ExportJob, LabelingConfig, QueueItem, StepLabel
+from annotate.pool import exporting
 from tests.browser.test_csp import violations, watch_csp
 from tests.browser.test_labeling_browser import PASSWORD, start_labeling
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role

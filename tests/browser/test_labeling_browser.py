@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from annotate import queueing
+from annotate.labeling import queueing
 from annotate.models import Annotation, LabelingConfig, QueueItem, StepLabel
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 

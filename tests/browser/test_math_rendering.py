@@ -3,7 +3,8 @@ import re
 
 import pytest
 
-from annotate import labeling, queueing
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing
 from annotate.text import rendering
 from annotate.text.splitting import split_steps
 from tests.annotate.test_rendering import real_responses, real_rows

@@ -11,8 +11,9 @@ import re
 
 import pytest
 
-from annotate import importing, queueing
+from annotate.labeling import queueing
 from annotate.models import Annotation, StepLabel
+from annotate.pool import importing
 from tests.browser.test_labeling_browser import log_in, start_labeling, wait_rating
 from tests.conftest import SHARED_DATA
 from tests.factories import user_with_role

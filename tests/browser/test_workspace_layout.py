@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from annotate import queueing
+from annotate.labeling import queueing
 from annotate.models import Annotation, StepLabel
 from annotate.text import splitting
 from tests.browser.test_labeling_browser import log_in, ratings, start_labeling, wait_rating

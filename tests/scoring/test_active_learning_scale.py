@@ -13,10 +13,14 @@ from annotate.models import QueueItem
 from bench import simulation, simulation_pool, simulation_report, simulation_scale
 from bench.tiny import build_tiny_backbone, build_tiny_prm
 from infra.env import SELECTION_REASONS, parse_shares
-from scoring import ensemble, evaluation, registry, retraining, scoring, selection
-from scoring.training import regularized
-from scoring.training.losses import StepTensors
-from scoring.training_data import LabeledRow, TrainConfig
+from scoring.core import evaluation
+from scoring.core.training import regularized
+from scoring.core.training.losses import StepTensors
+from scoring.core.training_data import LabeledRow, TrainConfig
+from scoring.learning import retraining
+from scoring.rescoring import ensemble, selection
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 
 
 def planted(n: int, *, dim: int = 32, seed: int = 0, direction_seed: int = 99):
@@ -128,7 +132,7 @@ def test_without_an_ensemble_its_reasons_fall_back_to_random(tiny_scores):
 
 
 def test_converged_fit_is_selectable_in_production_training(tiny, tiny_scores):
-    from scoring import training
+    from scoring.core import training
 
     pool, _, _ = tiny_scores
     rows = simulation_scale.labeled_rows(pool, list(range(len(pool))), bias_correction="importance")

@@ -10,8 +10,9 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from bench.tiny import build_tiny_prm
-from scoring import model_exports, prm, registry
-from scoring.checkpoint_export import export_checkpoint
+from scoring.core import prm
+from scoring.store import model_exports, registry
+from scoring.store.checkpoint_export import export_checkpoint
 from scoring.tasks import export_model_task
 from tests.conftest import wait_for
 
@@ -117,7 +118,7 @@ def test_other_architectures_export_a_last_layer_head_and_refuse_an_intermediate
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from bench.tiny import build_tiny_tokenizer
-    from scoring.model_files import ModelFormatError
+    from scoring.core.model_files import ModelFormatError
 
     tokenizer = build_tiny_tokenizer()
     torch.manual_seed(0)

@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from bench.tiny import build_tiny_prm
-from scoring import registry
 from scoring.models import RescoreJob
+from scoring.store import registry
 
 # Every command that scores with a registered version, with the arguments it needs besides --model.
 MODEL_COMMANDS = {

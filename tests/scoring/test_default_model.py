@@ -4,9 +4,10 @@ import torch
 from django.core.management import call_command
 
 from annotate.models import Step
-from scoring import default_model, registry, scoring
+from scoring.core.prm import load_prm
 from scoring.models import ModelVersion, SolutionScore, StepScore
-from scoring.prm import load_prm
+from scoring.rescoring import rescore as scoring
+from scoring.store import default_model, registry
 from tests.factories import SolutionFactory
 
 

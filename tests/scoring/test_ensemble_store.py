@@ -9,8 +9,11 @@ import torch
 from annotate.models import QueueItem, Solution
 from bench import simulation, simulation_pool
 from bench.tiny import build_tiny_prm
-from scoring import ensemble, registry, retraining, scoring, selection
+from scoring.learning import retraining
 from scoring.models import ModelVersion, StepScore
+from scoring.rescoring import ensemble, selection
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 
 DISAGREEMENT = {"disagreement": 1.0}
 

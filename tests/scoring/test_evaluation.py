@@ -1,8 +1,8 @@
 """Evaluation metrics on small hand-made cases whose answers are worked out by hand."""
 import pytest
 
-from scoring import evaluation
-from scoring.evaluation import Candidate, LabeledSample
+from scoring.core import evaluation
+from scoring.core.evaluation import Candidate, LabeledSample
 
 
 def test_roc_auc_counts_ordered_pairs_and_half_ties():

@@ -10,7 +10,7 @@ from django.db.models import Sum
 from annotate.models import Problem, QueueItem, SampleLine, Solution
 from annotate.models.jobs import JobState
 from bench.openai_server import ServerProcess
-from scoring import generation
+from scoring.generation import runs as generation
 from scoring.models import GenerationChunk, GenerationRun
 from tests.conftest import WorkerProcess, wait_for
 

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from bench.openai_server import ServerProcess
-from scoring.generators import (
+from scoring.generation.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     LocalGenerator,
     SamplingParams,
@@ -15,7 +15,7 @@ from scoring.generators import (
     generator_from_spec,
     render_prompt,
 )
-from scoring.openai_generator import OpenAIGenerator, split_tokens
+from scoring.generation.openai_generator import OpenAIGenerator, split_tokens
 
 PROMPTS = ["What is 2 + 3?", "Factor x^2 - 5x + 6.", "What is 12 * 7?"]
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bench.tiny import build_tiny_prm
-from scoring import prm
+from scoring.core import prm
 
 ITEMS = [
     ("What is 2 + 2?", ["First, 2 + 2 = 4.", "So the answer is 4.", "# Answer\n\n4"]),

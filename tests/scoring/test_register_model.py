@@ -7,9 +7,10 @@ import torch
 from django.core.management import CommandError, call_command
 
 from bench.tiny import build_tiny_backbone, build_tiny_prm, build_tiny_tokenizer, tiny_llama_config
-from scoring import registry, scoring
-from scoring.checkpoint_export import export_checkpoint
 from scoring.models import ModelVersion, StepScore
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
+from scoring.store.checkpoint_export import export_checkpoint
 from tests.factories import SolutionFactory
 
 STEPS = [["First add the ones: 2 + 7 = 9.", "Then the tens: 10."], ["So x = 4.", "# Answer 4", "Done."]]
@@ -45,7 +46,7 @@ def scores_by_hand(folder, version, solutions):
     """P(good) per step from the plain model's logits at the positions of the step tag."""
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-    from scoring.prm import encode
+    from scoring.core.prm import encode
 
     config = version.config
     auto = AutoModelForCausalLM if config["kind"] == "step_token" else AutoModelForTokenClassification

@@ -14,10 +14,11 @@ from annotate.models import Solution, Step
 from annotate.models.jobs import JobState, heartbeats, this_worker
 from bench.pooling_server import PoolingModel, make_server
 from bench.tiny import build_tiny_prm
-from scoring import registry, scoring
+from scoring.core.prm import read_model_config, write_model_config
 from scoring.models import RescoreChunk, RescoreJob, SolutionScore, StepScore
-from scoring.prm import read_model_config, write_model_config
-from scoring.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
+from scoring.store.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 from scoring.tasks import rescore_chunk_task
 from tests.conftest import REPO_ROOT, wait_for, worker_environment
 from tests.scoring.test_tasks import make_pool, worker_factory  # noqa: F401  (a fixture)

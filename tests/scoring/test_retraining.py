@@ -9,14 +9,18 @@ from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from annotate import exporting, labeling, queueing, recovery, reviewing, verdicts
-from annotate.exporting import ExportOptions, ExportTally
+from annotate.labeling import actions as labeling
+from annotate.labeling import queueing, reviewing, verdicts
 from annotate.models import Annotation, Completion, Generation
 from annotate.models.jobs import JobState, heartbeats
+from annotate.pool import exporting, recovery
+from annotate.pool.exporting import ExportOptions, ExportTally
 from bench.tiny import build_tiny_backbone
-from scoring import evaluation, promotion, registry, retraining
+from scoring.core import evaluation
+from scoring.core.prm import StepHead, save_head_model
+from scoring.learning import promotion, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
-from scoring.prm import StepHead, save_head_model
+from scoring.store import registry
 from scoring.tasks import scheduled_retrain_task
 from tests.annotate.test_exporting import PHASE1_LINE, import_lines
 from tests.annotate.test_job_lifecycle import DEAD

@@ -1,4 +1,4 @@
-"""Rollout labeling jobs (scoring.rollout_labeling, label_rollouts): stored labels, provenance, resume."""
+"""Rollout labeling jobs (scoring.generation.rollout_labeling, label_rollouts): stored labels, provenance, resume."""
 import itertools
 
 import pytest
@@ -7,8 +7,8 @@ from django.core.management import CommandError, call_command
 from annotate.models import AutoLabelRun, AutoStepLabel, Step
 from annotate.models.jobs import JobState
 from bench.tiny import build_tiny_generator
-from scoring import rollout_labeling
-from scoring.generators import SamplingParams
+from scoring.generation import rollout_labeling
+from scoring.generation.generators import SamplingParams
 from scoring.models import RolloutLabelJob
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ProblemFactory, SolutionFactory

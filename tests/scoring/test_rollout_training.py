@@ -7,11 +7,13 @@ from django.core.management import call_command
 
 from annotate.models import AutoLabelRun, AutoStepLabel
 from bench.tiny import build_tiny_backbone, build_tiny_generator
-from scoring import registry, retraining, rollout_labeling
-from scoring.generators import SamplingParams
+from scoring.core.prm import META_NAME, StepHead, save_head_model
+from scoring.core.training_data import LabeledRow, TrainConfig, build_examples
+from scoring.generation import rollout_labeling
+from scoring.generation.generators import SamplingParams
+from scoring.learning import retraining
 from scoring.models import TrainingRun
-from scoring.prm import META_NAME, StepHead, save_head_model
-from scoring.training_data import LabeledRow, TrainConfig, build_examples
+from scoring.store import registry
 from tests.annotations import annotate
 from tests.factories import ProblemFactory, SolutionFactory
 

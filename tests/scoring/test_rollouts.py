@@ -1,4 +1,4 @@
-"""Rollout labels (scoring.rollouts) from a real local generator: Math-Shepherd counts, OmegaPRM's search."""
+"""Rollout labels (scoring.generation.rollouts) from a real local generator: Math-Shepherd counts, OmegaPRM's search."""
 import io
 import math
 
@@ -7,8 +7,8 @@ import pytest
 import bench
 from annotate.text.grading import grade
 from bench.tiny import build_tiny_generator
-from scoring import rollouts
-from scoring.generators import LocalGenerator, SamplingParams
+from scoring.generation import rollouts
+from scoring.generation.generators import LocalGenerator, SamplingParams
 
 
 @pytest.fixture(scope="module")

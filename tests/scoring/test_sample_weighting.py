@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scoring import promotion
+from scoring.learning import promotion
 from tests.factories import ProblemFactory, SolutionFactory
 
 pytestmark = pytest.mark.django_db

@@ -5,9 +5,10 @@ import torch
 from annotate.models import Step
 from annotate.models.jobs import JobState
 from bench.tiny import build_tiny_prm
-from scoring import registry, scoring
+from scoring.core.prm import aggregate
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
-from scoring.prm import aggregate
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 from tests.factories import SolutionFactory
 
 
@@ -112,7 +113,7 @@ def test_a_job_with_nothing_to_score_finishes_at_once(tiny_version):
 
 
 def test_a_model_whose_files_changed_is_refused(tiny_version):
-    from scoring.prm import StepHead
+    from scoring.core.prm import StepHead
 
     StepHead(32, "beta").save(tiny_version.path)
     with pytest.raises(registry.ModelIntegrityError, match="changed"):
@@ -153,7 +154,7 @@ def test_only_jobs_idle_long_enough_count_as_stalled(tiny_version, pool):
 
 
 def test_a_failing_queue_rebuild_ends_the_job_failed_with_its_message(tiny_version, pool, monkeypatch):
-    from scoring import selection
+    from scoring.rescoring import selection
 
     def broken_rebuild(**kwargs):
         raise RuntimeError("disk full")
@@ -168,7 +169,7 @@ def test_a_failing_queue_rebuild_ends_the_job_failed_with_its_message(tiny_versi
 
 
 def test_a_job_that_cannot_load_its_model_ends_failed_with_the_reason(tiny_version, pool):
-    from scoring.prm import StepHead
+    from scoring.core.prm import StepHead
 
     registry.forget_loaded()
     StepHead(32, "beta").save(tiny_version.path)  # the files no longer match the registered hash

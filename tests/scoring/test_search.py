@@ -12,8 +12,8 @@ import torch
 from annotate.text.answers import extract_answer
 from bench.tiny import build_tiny_backbone, build_tiny_prm
 from scoring import search
-from scoring.generators import LocalGenerator, SamplingParams
-from scoring.prm import StepProbability, load_prm
+from scoring.core.prm import StepProbability, load_prm
+from scoring.generation.generators import LocalGenerator, SamplingParams
 
 PROBLEM = "What is 12 + 7?"
 OPTIONS = search.StepOptions(max_step_tokens=6, max_steps=3, seed=0)
@@ -154,7 +154,7 @@ def test_the_search_command_runs_a_search_with_the_current_model_and_prints_its_
 
     from django.core.management import call_command
 
-    from scoring import registry
+    from scoring.store import registry
 
     registry.register_model_version(name="tiny-beta", path=build_tiny_prm(tmp_path / "beta", head_type="beta"),
                                     make_current=True)
@@ -169,7 +169,7 @@ def test_the_search_command_runs_a_search_with_the_current_model_and_prints_its_
 def test_the_search_command_names_an_option_the_method_does_not_take(db, tmp_path):
     from django.core.management import CommandError, call_command
 
-    from scoring import registry
+    from scoring.store import registry
 
     registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"), make_current=True)
     with pytest.raises(CommandError, match="beam_width"):

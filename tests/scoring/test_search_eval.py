@@ -10,8 +10,9 @@ import torch
 from django.core.management import call_command
 
 from bench.tiny import build_tiny_prm
-from scoring import search_eval, search_report
-from scoring.generators import Sample, SamplingParams
+from scoring.generation.generators import Sample, SamplingParams
+from scoring.search import evaluation as search_eval
+from scoring.web import search_report
 from tests.conftest import SHARED_DATA
 
 TINY_RUN = ["--problems=2", "--ns=1,2,4", "--aca=2,2,4", "--aca-lams=0,1e6", "--max-solution-tokens=10",

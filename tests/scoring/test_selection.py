@@ -4,8 +4,8 @@ from collections import Counter
 import pytest
 
 from annotate.models import Annotation, Generation, QueueItem
-from scoring import selection
 from scoring.models import ModelVersion, SolutionScore
+from scoring.rescoring import selection
 from tests.factories import ProblemFactory, SolutionFactory
 
 # The mix these tests specify: every non-ensemble reason at once (the default, as measured in
@@ -156,7 +156,8 @@ def test_shares_apply_to_what_the_cap_per_problem_lets_through(version):
 
 
 def test_with_overlap_two_different_annotators_label_each_selected_solution_after_a_rescore(version, fixture_pool):
-    from annotate import labeling, queueing
+    from annotate.labeling import actions as labeling
+    from annotate.labeling import queueing
     from annotate.models import LabelingConfig
     from tests.factories import user_with_role
 
@@ -176,7 +177,7 @@ def test_with_overlap_two_different_annotators_label_each_selected_solution_afte
 
 
 def test_a_rebuilt_queue_is_not_topped_up_past_its_size_by_a_restart(version, fixture_pool, settings):
-    from annotate import queueing
+    from annotate.labeling import queueing
 
     settings.STEPWISE_QUEUE_SIZE = 10
     generation = selection.rebuild_queue(model_version=version)
@@ -187,7 +188,7 @@ def test_a_rebuilt_queue_is_not_topped_up_past_its_size_by_a_restart(version, fi
 
 def test_solutions_imported_during_a_rescore_stay_queued_after_the_rebuild(version, fixture_pool):
     # Imported (and queued) while the rescore ran, so this model has not scored them.
-    from annotate import queueing
+    from annotate.labeling import queueing
 
     unscored_wrong = SolutionFactory(is_correct=False)
     unscored_right = SolutionFactory(is_correct=True)
@@ -204,7 +205,7 @@ def test_solutions_imported_during_a_rescore_stay_queued_after_the_rebuild(versi
 
 
 def test_once_scored_imported_solutions_are_ranked_by_the_model_like_the_rest(version, fixture_pool):
-    from annotate import queueing
+    from annotate.labeling import queueing
 
     imported = SolutionFactory(is_correct=False)
     queueing.enqueue_imported(solution_ids=[imported.pk])

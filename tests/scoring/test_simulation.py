@@ -9,8 +9,10 @@ import bench
 from annotate.models import Annotation, QueueItem, Solution
 from bench import simulation, simulation_pool, simulation_report
 from bench.tiny import build_tiny_backbone
-from scoring import retraining, scoring, selection
+from scoring.learning import retraining
 from scoring.models import ModelVersion, SolutionScore
+from scoring.rescoring import rescore as scoring
+from scoring.rescoring import selection
 
 INITIAL, BATCH, ROUNDS = 6, 5, 2
 

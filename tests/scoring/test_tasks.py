@@ -5,8 +5,9 @@ from annotate.models import Problem, QueueItem, Solution, Step
 from annotate.models.jobs import JobState
 from annotate.models.pool import content_hash
 from bench.tiny import build_tiny_prm
-from scoring import registry, scoring
 from scoring.models import RescoreJob, SolutionScore, StepScore
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 from scoring.tasks import resume_rescores_task
 from tests.conftest import WorkerProcess, wait_for
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from bench.tiny import build_tiny_backbone
-from scoring import prm, training
-from scoring.training_data import (
+from scoring.core import prm, training
+from scoring.core.training_data import (
     LabeledRow,
     TrainConfig,
     build_examples,

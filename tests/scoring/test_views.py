@@ -5,8 +5,8 @@ from django.urls import reverse
 from annotate.models import Generation, QueueItem
 from annotate.models.jobs import JobState
 from bench.tiny import build_tiny_prm
-from scoring import registry
 from scoring.models import RescoreJob
+from scoring.store import registry
 from tests.factories import SolutionFactory
 
 
@@ -54,7 +54,7 @@ def test_rescore_needs_post_and_csrf(admin_user, version):
 
 def test_the_rescore_button_only_records_the_job_even_for_a_changed_model(client, admin_user, version):
     """Hashing the files is the worker's job when it loads them: the request imports no torch."""
-    from scoring.prm import StepHead
+    from scoring.core.prm import StepHead
 
     StepHead(32).save(version.path)
     client.force_login(admin_user)
@@ -130,8 +130,8 @@ def test_a_rejected_version_rebuilds_nothing_without_an_explicit_confirmation(cl
 def test_a_running_rescore_is_cancelled_by_an_admin_and_its_remaining_chunks_score_nothing(
     client, admin_user, reviewer, version
 ):
-    from scoring import scoring
     from scoring.models import RescoreChunk, SolutionScore
+    from scoring.rescoring import rescore as scoring
 
     solutions = SolutionFactory.create_batch(2)
     job = RescoreJob.objects.create(model_version=version, state=JobState.RUNNING, total=2, chunks_total=2)

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import openai
 import pytest
 
-from scoring.generators import SamplingParams
-from scoring.openai_generator import OpenAIGenerator
-from scoring.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
+from scoring.generation.generators import SamplingParams
+from scoring.generation.openai_generator import OpenAIGenerator
+from scoring.store.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 from stepwise_client import StepwiseClient, StepwiseError
 from stepwise_client.retrying import MAX_DELAY, RetryPolicy, retry_after_seconds
 from tests.stepwise_client.scripted_server import ScriptedServer

@@ -8,9 +8,9 @@ from rest_framework.authtoken.models import Token
 from annotate.text.splitting import split_steps
 from bench.loadtest import Server
 from bench.tiny import build_tiny_prm
-from scoring import registry
-from scoring.prm import StepProbability, aggregate
-from scoring.scoring import score_texts
+from scoring.core.prm import StepProbability, aggregate
+from scoring.rescoring.rescore import score_texts
+from scoring.store import registry
 from stepwise_client import (
     AGGREGATIONS,
     StepwiseClient,

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from annotate import roles
+from annotate.labeling import roles
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@
 as JSONL, Parquet or a Hugging Face `datasets` folder."""
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotate import exporting
 from annotate.models import FinishReason
+from annotate.pool import exporting
 
 
 class Command(BaseCommand):

@@ -2,7 +2,8 @@
 [--no-queue]: import a file, then queue its new solutions for labeling."""
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate import importing, queueing
+from annotate.labeling import queueing
+from annotate.pool import importing
 from annotate.text import splitting
 
 

@@ -5,10 +5,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from annotate import importing, queueing
+from annotate.labeling import queueing
+from annotate.labeling.roles import ADMIN, ANNOTATOR, REVIEWER, grant_role
 from annotate.models import QueueItem, Solution
-from annotate.roles import ADMIN, ANNOTATOR, REVIEWER, grant_role
-from annotate.synthetic import generic_lines, make_pool
+from annotate.pool import importing
+from annotate.pool.synthetic import generic_lines, make_pool
 
 DEMO_USERS = [
     # username, password, role

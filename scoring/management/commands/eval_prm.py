@@ -7,7 +7,8 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from scoring import promotion, registry
+from scoring.learning import promotion
+from scoring.store import registry
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """`manage.py eval_search [--dataset gsm8k|math500] [--problems N] [--model NAME | --prm FOLDER] ...`
 
 Accuracy against generated tokens for best-of-N, majority vote, ACA, beam search and MCTS
-on problems with known answers (`scoring.search_eval`). Writes the JSON report and a PNG
+on problems with known answers (`scoring.search.evaluation`). Writes the JSON report and a PNG
 to --out (default DATA_DIR/reports/search-eval.{json,png}); the models page shows the
 report at the default place. The problems are read with the importer's own parsers.
 """
@@ -12,8 +12,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.importing import formats
-from scoring import registry, search_eval, search_report
+from annotate.pool.importing import formats
+from scoring.search import evaluation as search_eval
+from scoring.store import registry
+from scoring.web import search_report
 
 DEFAULT_DATA = settings.BASE_DIR.parent / "shared" / "data"
 DATASETS = {"gsm8k": ("gsm8k/test.jsonl", formats.parse_gsm8k), "math500": ("math500/test.jsonl", formats.parse_math)}
@@ -76,7 +78,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         from scoring import search
-        from scoring.generators import DEFAULT_PROMPT_TEMPLATE
+        from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE
 
         if options["threads"]:
             import torch
@@ -111,7 +113,7 @@ class Command(BaseCommand):
         self._summary(report, out)
 
     def _prm(self, options):
-        from scoring import prm
+        from scoring.core import prm
 
         if options["prm"]:
             folder = options["prm"].resolve()
@@ -121,7 +123,7 @@ class Command(BaseCommand):
         return registry.load(version), version.name, prm.backbone_folder(version.path, version.config)
 
     def _generator(self, folder):
-        from scoring.generators import LocalGenerator
+        from scoring.generation.generators import LocalGenerator
 
         return LocalGenerator(folder, dtype=registry._dtype_setting())
 

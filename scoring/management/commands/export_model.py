@@ -1,9 +1,9 @@
 """`manage.py export_model VERSION OUT [--as token_classification|step_token]`: a version as a
-standard transformers checkpoint (see scoring.checkpoint_export)."""
+standard transformers checkpoint (see scoring.store.checkpoint_export)."""
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import model_exports, registry
-from scoring.model_files import EXPORT_KINDS, ModelFormatError
+from scoring.core.model_files import EXPORT_KINDS, ModelFormatError
+from scoring.store import model_exports, registry
 
 
 class Command(BaseCommand):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import generation
-from scoring.generators import DEFAULT_PROMPT_TEMPLATE
+from scoring.generation import runs as generation
+from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE
 
 
 class Command(BaseCommand):

@@ -1,7 +1,8 @@
 """`manage.py init_default_model [--rescore]`: build generation 0 (SmolLM2 + untrained head) offline, once."""
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import default_model, scoring
+from scoring.rescoring import rescore as scoring
+from scoring.store import default_model
 
 
 class Command(BaseCommand):
@@ -19,7 +20,7 @@ class Command(BaseCommand):
         current = " (current)" if version.is_current else ""
         line = f"Default model: {version.name}{current} at {version.path}"
         if rescore:
-            from scoring.registry import current_model_version
+            from scoring.store.registry import current_model_version
 
             model = current_model_version() or version
             job = scoring.start_rescore(model_version=model)

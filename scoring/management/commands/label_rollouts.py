@@ -9,8 +9,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import rollout_labeling, rollouts
-from scoring.generators import SamplingParams
+from scoring.generation import rollout_labeling, rollouts
+from scoring.generation.generators import SamplingParams
 from scoring.models import RolloutLabelJob
 
 

@@ -1,15 +1,15 @@
 """`manage.py register_model FOLDER --style math_shepherd|qwen_prm|token_classification [--name N]
 [--separator S] [--good-token T] [--bad-token T] [--trust-remote-code] [--make-current]`:
-a public PRM checkpoint folder as a model version (see scoring.public_checkpoints)."""
+a public PRM checkpoint folder as a model version (see scoring.store.public_checkpoints)."""
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import registry
-from scoring.model_files import CONFIG_NAME, ModelFormatError, write_model_config
+from scoring.core.model_files import CONFIG_NAME, ModelFormatError, write_model_config
 from scoring.models import ModelVersion
-from scoring.public_checkpoints import STYLES, describe_checkpoint
+from scoring.store import registry
+from scoring.store.public_checkpoints import STYLES, describe_checkpoint
 
 
 class Command(BaseCommand):

@@ -8,8 +8,8 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from scoring import registry
-from scoring.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
+from scoring.store import registry
+from scoring.store.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 
 CHECK_ITEM = ("What is 1 + 1?", ["1 + 1 = 2.", "# Answer\n\n2"])
 

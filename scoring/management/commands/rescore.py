@@ -4,8 +4,9 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.models.jobs import JobState
-from scoring import registry, scoring
 from scoring.models import RescoreJob
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
 
 
 class Command(BaseCommand):

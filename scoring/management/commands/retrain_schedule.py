@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from scoring import retraining
+from scoring.learning import retraining
 
 
 class Command(BaseCommand):

@@ -9,8 +9,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import registry, searching
-from scoring.api.serializers import SEARCH_METHODS
+from scoring.search import runs as searching
+from scoring.store import registry
+from scoring.web.api.serializers import SEARCH_METHODS
 
 
 def parse_option(text: str) -> tuple[str, object]:

@@ -10,9 +10,10 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.models.jobs import JobState
-from scoring import evaluation, retraining
+from scoring.core import evaluation
+from scoring.core.training_data import BIAS_CORRECTIONS, HEAD_TYPES, LABEL_SOURCES, MODES, NEUTRAL_MODES
+from scoring.learning import retraining
 from scoring.models import TrainingRun
-from scoring.training_data import BIAS_CORRECTIONS, HEAD_TYPES, LABEL_SOURCES, MODES, NEUTRAL_MODES
 
 
 class Command(BaseCommand):

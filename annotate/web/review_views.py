@@ -1,0 +1,102 @@
+"""Reviewer pages: submitted annotations, one annotation beside the others, overrides,
+and the admin's gold and screening buttons."""
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from annotate.labeling import actions as labeling
+from annotate.labeling import quality, queueing, reviewing, roles
+from annotate.labeling.roles import admin_required, reviewer_required
+from annotate.models import Annotation
+from annotate.web.params import int_param, plain_text
+
+
+@require_GET
+@reviewer_required
+def review_list(request: HttpRequest) -> HttpResponse:
+    try:
+        annotator_id = int_param(request.GET, "annotator", optional=True)
+        generation = int_param(request.GET, "generation", optional=True)
+    except labeling.LabelingError as error:
+        return plain_text(str(error), status=400)
+    annotations = reviewing.annotations_for_review(
+        annotator_id=annotator_id, generation=generation, disagreement=request.GET.get("disagreement") == "1"
+    )
+    page = Paginator(annotations, 50).get_page(request.GET.get("page"))
+    return render(request, "annotate/review_list.html", {
+        "page": page,
+        "annotators": get_user_model().objects.filter(annotations__isnull=False).distinct().order_by("username"),
+        "filters": request.GET,
+        "querystring": _without_page(request),
+    })
+
+
+def _without_page(request: HttpRequest) -> str:
+    params = request.GET.copy()
+    params.pop("page", None)
+    return params.urlencode()
+
+
+@require_GET
+@reviewer_required
+def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    annotation = get_object_or_404(
+        Annotation.objects.submitted().select_related("solution__problem", "annotator"), pk=pk
+    )
+    others = list(
+        Annotation.objects.submitted().filter(solution=annotation.solution)
+        .exclude(pk=annotation.pk).select_related("annotator").order_by("pk")
+    )
+    rows = reviewing.review_rows(annotation=annotation, others=others)
+    return render(request, "annotate/review_detail.html", {
+        "annotation": annotation, "others": others, "problem": annotation.solution.problem, "rows": rows,
+        "flagged_steps": [row.index + 1 for row in rows if row.cells and row.cells[0].flagged],
+        "is_admin": roles.is_admin(request.user),
+    })
+
+
+@require_POST
+@reviewer_required
+def review_override(request: HttpRequest, pk: int) -> HttpResponse:
+    annotation = _submitted(pk)
+    try:
+        override = reviewing.override_rating(
+            annotation=annotation, index=int_param(request.POST, "index"),
+            rating=int_param(request.POST, "rating", optional=True), reviewer=request.user,
+            note=request.POST.get("note", ""),
+        )
+    except labeling.LabelingError as error:
+        messages.error(request, str(error))
+    else:
+        annotation.refresh_from_db(fields=["finish_reason"])
+        messages.success(request, "Rating overridden; the old value is kept in the history." + (
+            f" Finished as {annotation.finish_reason} now." if "(finish reason" in override.note else ""))
+    return redirect("annotate:review-detail", pk=pk)
+
+
+@require_POST
+@admin_required
+def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
+    quality.make_gold(annotation=_submitted(pk))
+    messages.success(request, "This solution is now a gold item with these ratings.")
+    return redirect("annotate:review-detail", pk=pk)
+
+
+@require_POST
+@admin_required
+def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
+    annotation = _submitted(pk)
+    if not annotation.solution.is_gold:
+        messages.error(request, "Make the solution gold first: screening is graded against gold labels.")
+    else:
+        queueing.add_to_screening(solution=annotation.solution)
+        messages.success(request, "Added to the screening set: every annotator labels it before real tasks.")
+    return redirect("annotate:review-detail", pk=pk)
+
+
+def _submitted(pk: int) -> Annotation:
+    """The one way these pages reach an annotation: submitted ones only, 404 otherwise."""
+    return get_object_or_404(Annotation.objects.submitted(), pk=pk)

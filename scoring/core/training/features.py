@@ -1,0 +1,177 @@
+"""The frozen backbone's side of training: loading it bare, running only the layers up to the
+read-out, identifying its weights, and the on-disk cache of step features.
+
+With a frozen backbone (the CPU default) the hidden states at the separator positions
+are computed once per (solution, backbone, layer) and cached on disk, so retraining the
+head is seconds of linear algebra. Where the cache lives is always the caller's choice
+(the app's is `settings.FEATURE_CACHE_DIR`): nothing is written into the current folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from scoring.core import prm
+
+
+def load_backbone(
+    folder: str | Path,
+    *,
+    separator: str = prm.DEFAULT_SEPARATOR,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> prm.LoadedPRM:
+    """A bare backbone (no head) wrapped as a LoadedPRM, to extract step features or train."""
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = Path(folder).resolve()
+    prm.check_safetensors_only(folder)
+    device = torch.device(device) if device is not None else prm.choose_device()
+    dtype = dtype or prm.choose_dtype(device)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, dtype=dtype, use_safetensors=True).to(device).eval()
+    config = {
+        "kind": "head",
+        "backbone": ".",
+        "separator": separator,
+        "head": {"type": "point", "layer": None, "hidden_size": model.config.hidden_size},
+    }
+    return prm.LoadedPRM(kind="head", config=config, model=model, tokenizer=tokenizer, device=device, dtype=dtype)
+
+
+def default_layer(num_layers: int) -> int:
+    """~60 % depth: on frozen SmolLM2 layer 18 of 30 gave step AUC 0.69 vs 0.63 at the last."""
+    return max(1, round(0.6 * num_layers))
+
+
+def decoder_layers_owner(model: nn.Module) -> nn.Module | None:
+    """The module holding the decoder's `layers` list (through peft wrappers too)."""
+    for module in model.modules():
+        if isinstance(getattr(module, "layers", None), nn.ModuleList):
+            return module
+    return None
+
+
+@contextlib.contextmanager
+def truncated(model: nn.Module, layer: int | None) -> Iterator[int | None]:
+    """Run only the first `layer` decoder layers (their output is hidden_states[layer]).
+
+    Layers above the read-out cannot change it, so skipping them is free speed (1.65x on
+    SmolLM2 at layer 18). Yields the hidden_states index to read: None = last_hidden_state.
+    """
+    owner = decoder_layers_owner(model)
+    layers = owner.layers if owner is not None else None
+    if layer is None or layers is None or layer >= len(layers) or not hasattr(owner, "norm"):
+        yield layer
+        return
+    norm = owner.norm
+    owner.layers, owner.norm = nn.ModuleList(layers[:layer]), nn.Identity()
+    try:
+        yield None
+    finally:
+        owner.layers, owner.norm = layers, norm
+
+
+def backbone_fingerprint(folder: str | Path) -> str:
+    """Identity of a backbone's weights: sha256 over its config and safetensors bytes."""
+    folder = Path(folder).resolve()
+    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.safetensors"))]
+    return _fingerprint(str(folder), json.dumps(stamp))
+
+
+_FINGERPRINTS: dict[tuple[str, str], str] = {}
+
+
+def _fingerprint(folder: str, stamp: str) -> str:
+    # Hashing 270 MB takes a second; remember it while the files are unchanged.
+    key = (folder, stamp)
+    if key not in _FINGERPRINTS:
+        names = ["config.json", *sorted(p.name for p in Path(folder).glob("*.safetensors"))]
+        _FINGERPRINTS[key] = prm.hash_files(Path(folder) / name for name in names)
+    return _FINGERPRINTS[key]
+
+
+class FeatureCache:
+    """Hidden states at separator positions, one safetensors file per (solution, backbone, layer).
+
+    The key hashes the solution's text and the separator, so an edited solution is
+    recomputed and an unchanged one never is.
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+        self.computed_tokens = 0  # tokens run through the backbone to fill the cache
+
+    def path(
+        self,
+        backbone_id: str,
+        layer: int | None,
+        dtype: torch.dtype,
+        separator: str,
+        problem: str,
+        steps: Sequence[str],
+    ) -> Path:
+        key = hashlib.sha256(json.dumps([separator, problem, list(steps)]).encode()).hexdigest()
+        # bf16 and fp32 forwards give (slightly) different states: the dtype is part of the key.
+        where = f"{backbone_id[:16]}-{str(dtype).removeprefix('torch.')}"
+        return self.root / where / f"L{'last' if layer is None else layer}" / key[:2] / f"{key}.safetensors"
+
+    def features(
+        self,
+        loaded: prm.LoadedPRM,
+        items: Sequence[prm.Item],
+        *,
+        layer: int | None,
+        backbone_id: str,
+        progress: Callable[[int, int], None] | None = None,
+        chunk: int = 8,
+    ) -> list[torch.Tensor]:
+        """Features for every item, computing (in chunks) and storing only the missing ones."""
+        from safetensors.torch import load_file, save_file
+
+        paths = [self.path(backbone_id, layer, loaded.dtype, loaded.separator, p, s) for p, s in items]
+        out: list[torch.Tensor | None] = [None] * len(items)
+        missing = []
+        for i, path in enumerate(paths):
+            if path.exists():
+                out[i] = load_file(str(path))["h"]
+                self.hits += 1
+            else:
+                missing.append(i)
+        for start in range(0, len(missing), chunk):
+            batch = missing[start : start + chunk]
+            with truncated(loaded.model, layer) as read_at:
+                computed = loaded.step_features([items[i] for i in batch], layer=read_at)
+            for i, h in zip(batch, computed):
+                paths[i].parent.mkdir(parents=True, exist_ok=True)
+                tmp = paths[i].with_suffix(f".{os.getpid()}.tmp")
+                save_file({"h": h.contiguous()}, str(tmp))
+                os.replace(tmp, paths[i])  # atomic: a concurrent reader never sees half a file
+                out[i] = h
+                self.misses += 1
+                self.computed_tokens += len(loaded.encode(*items[i]).ids)
+            if progress:
+                progress(min(start + chunk, len(missing)), len(missing))
+        return [h for h in out if h is not None]
+
+
+def step_probabilities(
+    loaded: prm.LoadedPRM, items: Sequence[prm.Item], *, cache: FeatureCache | None = None, backbone_id: str = ""
+) -> list[list[prm.StepProbability]]:
+    """Step probabilities of a loaded model; head models reuse cached features when they can."""
+    if loaded.kind != "head" or cache is None or not backbone_id:
+        return loaded.step_probabilities(items)
+    assert loaded.head is not None
+    layer = loaded.config["head"].get("layer")
+    features = cache.features(loaded, items, layer=layer, backbone_id=backbone_id)
+    return [loaded.head.probabilities(h) for h in features]

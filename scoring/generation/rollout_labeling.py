@@ -1,0 +1,191 @@
+"""Automatic step labels by rollouts, Django side: solutions -> RolloutLabelJob -> AutoStepLabels.
+
+The rollouts themselves are plain functions (`scoring.generation.rollouts`); this module picks the
+solutions, runs them through a generator in a resumable job and stores one AutoStepLabel per
+step in the job's AutoLabelRun, apart from human labels. Each solution is written in one
+transaction together with what it cost (the run's rollouts and tokens, the job's full-sweep
+figure), under a lock on the run row, and a solution that already has labels in the run is
+skipped: a worker killed mid-run, a redelivered task or a duplicate leaves neither gaps nor
+duplicates nor double counts.
+
+Long runs are chunks: a task works for at most `CHUNK_SECONDS`, gives the job back to pending
+and sends itself again, so no task runs for an hour and a crash loses one solution's work.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from django.db import transaction
+from django.db.models import F
+
+from annotate.models import AutoLabelRun, AutoStepLabel, Solution
+from scoring.generation import rollouts
+from scoring.generation.generators import (
+    DEFAULT_PROMPT_TEMPLATE,
+    DEFAULT_STEP_DELIMITER,
+    Generator,
+    SamplingParams,
+    check_spec,
+    default_generator_folder,
+    generator_from_spec,
+)
+from scoring.models import RolloutLabelJob
+
+CHUNK_SECONDS = 240.0
+DEFAULT_SPEC = {"backend": "local"}  # no model: the default SmolLM2 backbone
+# Loaded once per worker process, by spec: a model is never loaded twice in one worker.
+_generators: dict[str, Generator] = {}
+
+
+# --- choosing solutions and starting a job ----------------------------------------------------------
+
+
+def eligible_solutions(*, ids=None, source: str | None = None, unlabeled: bool = False):
+    """Solutions rollouts can label: with steps and a known answer; not references or gold items."""
+    solutions = Solution.objects.filter(is_reference=False, is_gold=False, steps__isnull=False).exclude(
+        problem__ground_truth_answer__isnull=True).exclude(problem__ground_truth_answer="").distinct()
+    if ids is not None:
+        solutions = solutions.filter(pk__in=ids)
+    if source:
+        solutions = solutions.filter(source=source)
+    if unlabeled:
+        solutions = solutions.unlabeled()
+    return solutions.order_by("pk")
+
+
+def resolve_spec(spec: dict | None) -> dict:
+    """The spec checked (`generators.check_spec`), a local one without a model naming the default backbone.
+
+    Stored resolved, so the run's provenance says which folder generated its rollouts.
+    """
+    spec = check_spec(dict(spec or DEFAULT_SPEC))
+    if spec["backend"] == "local" and not spec.get("model"):
+        spec["model"] = str(default_generator_folder())
+    return spec
+
+
+def start_rollout_labeling(
+    *, method: str, n: int, solution_ids=None, source: str | None = None, unlabeled: bool = False,
+    limit: int | None = None, generator_spec: dict | None = None, params: SamplingParams | None = None,
+    template: str = DEFAULT_PROMPT_TEMPLATE, delimiter: str = DEFAULT_STEP_DELIMITER, created_by=None,
+    enqueue: bool = True,
+) -> RolloutLabelJob:
+    """A pending job labeling the eligible solutions the filter selects (`eligible_solutions`).
+
+    Solutions asked for by id but not eligible (no steps, no known answer) are counted as skipped.
+    """
+    from scoring.tasks import label_rollouts_task
+
+    if method not in rollouts.METHODS:
+        raise ValueError(f"method={method!r}; expected one of {', '.join(rollouts.METHODS)}")
+    sampling = replace(params or SamplingParams(), n=n, stop=())  # a rollout runs to the end of the solution
+    spec = resolve_spec(generator_spec)
+    wanted = None if solution_ids is None else list(dict.fromkeys(int(i) for i in solution_ids))
+    chosen = eligible_solutions(ids=wanted, source=source, unlabeled=unlabeled).values_list("pk", flat=True)
+    chosen = list(chosen[:limit] if limit else chosen)
+    with transaction.atomic():
+        run = AutoLabelRun.objects.create(method=method, source=describe_spec(spec), params={
+            "n": n, "sampling": sampling.as_dict(), "template": template, "delimiter": delimiter, "generator": spec,
+        })
+        job = RolloutLabelJob.objects.create(run=run, generator_spec=spec, solution_ids=chosen, total=len(chosen),
+                                             skipped=len(wanted or chosen) - len(chosen), created_by=created_by)
+    if enqueue:
+        label_rollouts_task.delay_on_commit(job.pk)
+    return job
+
+
+def describe_spec(spec: dict) -> str:
+    if spec.get("backend", "local") == "local":
+        return f"local:{Path(spec.get('model') or '').name}"
+    return f"openai:{spec.get('base_url', '')}/{spec.get('model', '')}"
+
+
+# --- running a job -------------------------------------------------------------------------------------
+
+
+def run_rollout_job(*, job_id: int, chunk_seconds: float = CHUNK_SECONDS, resend: bool = True) -> RolloutLabelJob:
+    """Label the job's solutions not labeled yet, for about `chunk_seconds`; idempotent.
+
+    Returns the job: succeeded when every solution is labeled, or pending again when the
+    chunk's time ran out first (at least one solution is labeled per chunk), its task sent
+    again unless `resend` is False (the caller goes on in-process).
+    """
+    job = RolloutLabelJob.objects.select_related("run").get(pk=job_id)
+    if not job.start():
+        return job
+    with job.failure_recorded():
+        generator = load_generator(job.generator_spec)
+        started = time.monotonic()
+        for solution in remaining_solutions(job):
+            label_solution(job=job, solution=solution, generator=generator)
+            job.record_progress(done=labeled_count(job))
+            if time.monotonic() - started > chunk_seconds and labeled_count(job) < job.total:
+                return _continue_later(job, resend=resend)
+        job.succeed(done=labeled_count(job))
+    return job
+
+
+def _continue_later(job: RolloutLabelJob, *, resend: bool) -> RolloutLabelJob:
+    from scoring.tasks import label_rollouts_task
+
+    if job.release() and resend:  # back to pending: the next chunk's task claims it like a new job
+        job.mark_enqueued()
+        label_rollouts_task.delay(job.pk)
+    job.refresh_from_db()
+    return job
+
+
+def load_generator(spec: dict) -> Generator:
+    key = repr(sorted(spec.items()))
+    if key not in _generators:
+        _generators[key] = generator_from_spec(spec)
+    return _generators[key]
+
+
+def labeled_solution_ids(run: AutoLabelRun) -> set[int]:
+    return set(AutoStepLabel.objects.filter(run=run).values_list("step__solution_id", flat=True).distinct())
+
+
+def labeled_count(job: RolloutLabelJob) -> int:
+    return len(labeled_solution_ids(job.run) & set(job.solution_ids))
+
+
+def remaining_solutions(job: RolloutLabelJob):
+    done = labeled_solution_ids(job.run)
+    todo = [pk for pk in job.solution_ids if pk not in done]
+    return Solution.objects.filter(pk__in=todo).select_related("problem").prefetch_related("steps").order_by("pk")
+
+
+def label_solution(*, job: RolloutLabelJob, solution: Solution, generator: Generator) -> bool:
+    """Roll out one solution and store its labels with their cost; False if it was labeled already."""
+    run = job.run
+    steps = sorted(solution.steps.all(), key=lambda step: step.index)
+    task = rollouts.RolloutTask(problem=solution.problem.statement, answer=solution.problem.ground_truth_answer,
+                                steps=tuple(s.text for s in steps), template=run.params["template"],
+                                delimiter=run.params["delimiter"])
+    result = rollouts.label_steps(run.method, task, generator, solution_params(run, solution))
+    with transaction.atomic():
+        # The run row is the lock: two attempts at one solution write it once, in turn.
+        AutoLabelRun.objects.select_for_update().filter(pk=run.pk).get()
+        if AutoStepLabel.objects.filter(run=run, step__solution=solution).exists():
+            return False
+        AutoStepLabel.objects.bulk_create([
+            AutoStepLabel(run=run, step=step, soft=estimate.soft, n_rollouts=estimate.n_rollouts,
+                          n_correct=estimate.n_correct)
+            for step, estimate in zip(steps, result.steps)
+        ])
+        AutoLabelRun.objects.filter(pk=run.pk).update(rollouts=F("rollouts") + result.rollouts,
+                                                      tokens=F("tokens") + result.tokens)
+        RolloutLabelJob.objects.filter(pk=job.pk).update(
+            full_sweep_rollouts=F("full_sweep_rollouts") + result.full_sweep_rollouts)
+    return True
+
+
+def solution_params(run: AutoLabelRun, solution: Solution) -> SamplingParams:
+    """The run's sampling parameters, seeded per solution: a resumed run samples what it would have."""
+    sampling = dict(run.params["sampling"])
+    if sampling.get("seed") is not None:
+        sampling["seed"] = int(sampling["seed"]) + solution.pk
+    return SamplingParams(**{**sampling, "stop": tuple(sampling.get("stop", ()))})

@@ -1,0 +1,399 @@
+"""The retraining loop, Django side: labels -> TrainingRun -> new ModelVersion -> gate -> rescore.
+
+The training and the metrics are plain functions (`scoring.core.training`, `scoring.core.evaluation`);
+this module reads labels from the database (through the one step verdict,
+`annotate.labeling.verdicts`), keeps the run's row up to date (progress, loss curve, log) so the
+page can poll it, and hands the new version to the gate (`scoring.learning.promotion`). The run's
+state changes only through the shared job methods (`Job.start`, `succeed`, `fail`).
+
+At most one run is pending or running at any time: the run row holds the unique
+`active_slot` while it is active, so a second start (another scheduler, a double click)
+fails in the database, whatever the timing.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F
+from django.utils import timezone
+
+from annotate.labeling import verdicts
+from annotate.models import Annotation, AutoStepLabel, Solution, Step
+from scoring.core import evaluation
+from scoring.core.training_data import LABEL_SOURCES, Example, LabeledRow, TrainConfig, build_examples, stratum_weights
+from scoring.models import ModelVersion, TrainingRun
+
+if TYPE_CHECKING:
+    from scoring.core import (
+        prm,
+        training,  # noqa: F401
+    )
+
+SCHEDULE_NAME = "stepwise: retrain the PRM when enough new labels exist"
+SCHEDULE_TASK = "scoring.tasks.scheduled_retrain_task"
+DEFAULT_GATE_METRIC = "step_auc"
+
+
+class TrainingAlreadyActive(Exception):
+    """Another training run is pending or running; the message names it."""
+
+
+# --- starting runs and the lock ---------------------------------------------------------------
+
+
+@dataclass
+class RunOptions:
+    """What a run is asked to do: the training config plus evaluation and gate options."""
+
+    train: dict
+    gate_metric: str = DEFAULT_GATE_METRIC
+    # How much worse the new model may be and still pass; negative demands an improvement.
+    tolerance: float = 0.0
+    bon_max_problems: int = 32
+    bon_max_candidates: int = 8
+
+    @classmethod
+    def parse(cls, data: dict | None) -> RunOptions:
+        """Check a run's options now, so a typo fails the start, not the worker an hour later."""
+        data = dict(data or {})
+        options = cls(train=data.pop("train", {}), **{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown run option(s): {', '.join(sorted(unknown))}")
+        TrainConfig.from_dict(options.train)
+        if options.gate_metric not in evaluation.GATE_METRICS:
+            raise ValueError(
+                f"gate_metric={options.gate_metric!r}; expected one of {', '.join(evaluation.GATE_METRICS)}"
+            )
+        return options
+
+
+def active_run() -> TrainingRun | None:
+    return TrainingRun.objects.filter(active_slot__isnull=False).first()
+
+
+def start_training_run(*, options: dict | None = None, created_by=None,
+                       trigger: str = TrainingRun.Trigger.MANUAL, enqueue: bool = True) -> TrainingRun:
+    """Create a pending run and enqueue it after commit; raises TrainingAlreadyActive if one is.
+
+    `enqueue=False` leaves the run for the caller to execute in-process (`train_prm --inline`).
+    """
+    from scoring.tasks import train_prm_task
+
+    parsed = RunOptions.parse(options)
+    fail_stale_runs()  # a run whose worker was killed must not hold the slot forever
+    try:
+        with transaction.atomic():
+            run = TrainingRun.objects.create(
+                config=asdict(parsed), created_by=created_by, trigger=trigger,
+                parent=ModelVersion.objects.current(), n_labels=Annotation.objects.trainable().count(),
+            )
+    except IntegrityError:
+        # The unique active_slot: someone else's run holds it (maybe committed a moment ago).
+        raise TrainingAlreadyActive(f"training run {_describe(active_run())} is still active") from None
+    if enqueue:
+        train_prm_task.delay_on_commit(run.pk)
+    return run
+
+
+def _describe(run: TrainingRun | None) -> str:
+    return f"#{run.pk} ({run.state})" if run else "(just finished)"
+
+
+def fail_stale_runs(*, now: dt.datetime | None = None) -> int:
+    """Fail runs whose worker died: active for longer than the task time limit allows."""
+    limit = (now or timezone.now()) - dt.timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 60)
+    stale = TrainingRun.objects.active().filter(created_at__lt=limit)
+    return sum(run.fail("worker lost: the run exceeded the task time limit") for run in stale)
+
+
+# --- labels -------------------------------------------------------------------------------------
+
+
+def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]:
+    """Every labeled solution as a LabeledRow, from the labels `labels` names (TrainConfig.labels).
+
+    "human": one rating list per trainable annotation. Each rating is the verdict of the
+    pool's own step, the text the row trains on (`annotate.labeling.verdicts`' `pool_path`: a step
+    the annotator rewrote keeps its -1, a reviewer's override wins), given up to and
+    including the first error; steps after it carry None (no label), as in PRM800K.
+    "automatic": the AutoStepLabels of every run as (K, N) counts per step
+    (`AutoStepLabel.counts`; several runs of one step add up). "both": a row carries both.
+    """
+    if labels not in LABEL_SOURCES:
+        raise ValueError(f"labels={labels!r}; expected one of {', '.join(LABEL_SOURCES)}")
+    ratings = human_ratings(solution_ids=solution_ids) if labels != "automatic" else {}
+    counts = automatic_counts(solution_ids=solution_ids) if labels != "human" else {}
+    labeled = sorted(set(ratings) | set(counts))
+    solutions = list(Solution.objects.filter(pk__in=labeled).select_related("problem").order_by("pk"))
+    texts = step_texts(labeled)
+    weights = stratum_weights([s.is_correct for s in solutions], pool_strata())
+    result = []
+    for solution, weight in zip(solutions, weights):
+        steps = texts.get(solution.pk, [])
+        by_index = counts.get(solution.pk, {})
+        result.append(LabeledRow(
+            solution_id=solution.pk, problem_id=solution.problem_id, problem=solution.problem.statement,
+            steps=tuple(steps), ratings=ratings.get(solution.pk, ()), weight=weight,
+            counts=tuple(by_index.get(index, (0, 0)) for index in range(len(steps))) if by_index else (),
+        ))
+    return result
+
+
+def human_ratings(*, solution_ids=None) -> dict[int, tuple[tuple[int | None, ...], ...]]:
+    """Per solution, one rating list per trainable annotation (in annotation order).
+
+    An annotation whose labels may not leave Stepwise is left out by the export's own rule
+    (`Verdicts.withheld`: a finish reason its ratings contradict), so a model never learns
+    from labels no export would hand out.
+    """
+    annotations = Annotation.objects.trainable()
+    if solution_ids is not None:
+        annotations = annotations.filter(solution_id__in=solution_ids)
+    finished = {pk: (solution_id, reason) for pk, solution_id, reason
+                in annotations.values_list("pk", "solution_id", "finish_reason")}
+    labeled: dict[int, list[tuple[int, verdicts.Verdicts]]] = defaultdict(list)
+    for annotation_id, verdict in verdicts.verdicts_by_annotation(annotations).items():
+        solution_id, finish_reason = finished.get(annotation_id, (None, None))  # None: submitted since
+        if solution_id is not None and verdict.withheld(finish_reason) is None:
+            labeled[solution_id].append((annotation_id, verdict))
+    return {solution_id: tuple(verdict.pool_path for _, verdict in sorted(pairs, key=lambda pair: pair[0]))
+            for solution_id, pairs in labeled.items()}
+
+
+def automatic_counts(*, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per solution, step index -> (K, N) summed over every automatic label of that step."""
+    labels = AutoStepLabel.objects.annotate(solution_id=F("step__solution_id"), index=F("step__index"))
+    if solution_ids is not None:
+        labels = labels.filter(step__solution_id__in=solution_ids)
+    found: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
+    for label in labels.only("n_rollouts", "n_correct", "soft").iterator(chunk_size=5000):
+        k, n = label.counts
+        old_k, old_n = found[label.solution_id].get(label.index, (0, 0))
+        found[label.solution_id][label.index] = (old_k + k, old_n + n)
+    return found
+
+
+def step_texts(solution_ids) -> dict[int, list[str]]:
+    texts: dict[int, list[str]] = defaultdict(list)
+    rows = Step.objects.filter(solution_id__in=solution_ids).order_by("solution_id", "index")
+    for solution_id, text in rows.values_list("solution_id", "text").iterator(chunk_size=5000):
+        texts[solution_id].append(text)
+    return texts
+
+
+def pool_strata() -> dict[bool | None, int]:
+    """How the pool splits by answer correctness: the mix labels are reweighted to."""
+    pool = Solution.objects.filter(is_reference=False, is_gold=False)
+    return {row["is_correct"]: row["n"] for row in pool.values("is_correct").annotate(n=Count("pk"))}
+
+
+def new_label_count() -> int:
+    """Labeled solutions submitted (or changed) since the last run started."""
+    last = TrainingRun.objects.order_by("-created_at").first()
+    labels = Annotation.objects.trainable()
+    return (labels.filter(updated_at__gt=last.created_at) if last else labels).count()
+
+
+# --- running a run ------------------------------------------------------------------------------
+
+
+def run_training(*, run_id: int) -> TrainingRun:
+    """Train, register, evaluate and gate one pending run; idempotent (a rerun does nothing).
+
+    A run whose worker died is started over from pending (`annotate.pool.recovery`). If the
+    earlier attempt had already registered its version, this attempt finds it
+    (`registered_version`) and goes on from there: it trains nothing again and registers
+    nothing twice, evaluates on the split recorded with the version, and leaves a version
+    already promoted or rejected as it is (its rescore was started with the promotion).
+
+    Any exception, in training, evaluation or promotion, ends the run failed with its
+    message and frees the slot (`Job.failure_recorded`); nothing half-written stays behind.
+    """
+    from scoring.learning import promotion
+
+    run = TrainingRun.objects.select_related("parent").get(pk=run_id)
+    if not run.start(started_at=timezone.now()):
+        return run
+    try:
+        with run.failure_recorded():
+            options, examples = run_inputs(run)
+            version = registered_version(run)
+            if version is None:
+                version = train_and_register(run, options=options, examples=examples)
+            else:
+                _log(run, f"resumed: {version.name} was registered by an earlier attempt; not training again")
+            if version.status == ModelVersion.Status.CANDIDATE:
+                promotion.evaluate_and_gate(run, version, examples=examples, options=options,
+                                            log=lambda line: _log(run, line))
+            else:
+                _log(run, f"resumed: {version.name} was already {version.status}; the gate is not run again")
+            run.succeed()
+    except Exception as error:
+        _log(run, f"failed: {type(error).__name__}: {error}")
+        if registered_version(run) is None:
+            shutil.rmtree(version_folder(run), ignore_errors=True)
+        raise
+    run.refresh_from_db()
+    return run
+
+
+def run_inputs(run: TrainingRun) -> tuple[RunOptions, list[Example]]:
+    """What a run is asked to do, and today's labeled examples it learns from (and is gated on)."""
+    options = RunOptions.parse(run.config)
+    config = TrainConfig.from_dict(options.train)
+    return options, build_examples(gather_rows(labels=config.labels), neutral=config.neutral)
+
+
+def _log(run: TrainingRun, line: str) -> None:
+    stamp = timezone.now().strftime("%H:%M:%S")
+    run.log = f"{run.log}{stamp} {line}\n"
+    TrainingRun.objects.filter(pk=run.pk).update(log=run.log)
+
+
+def feature_cache() -> training.FeatureCache:
+    """The app's feature cache, under the data dir (settings.FEATURE_CACHE_DIR)."""
+    from scoring.core.training import FeatureCache
+
+    return FeatureCache(settings.FEATURE_CACHE_DIR)
+
+
+def _parent_backbone(parent: ModelVersion | None) -> tuple[ModelVersion, Path, str, dict]:
+    """(parent, backbone folder, separator, head config) training starts from: the current model's."""
+    from scoring.core import prm
+    from scoring.store import default_model
+
+    if parent is None:
+        parent = default_model.ensure_default_model()
+    if parent.kind == ModelVersion.Kind.REMOTE:
+        raise ValueError(f"model {parent.name!r} is served at {parent.path}: there are no weights here to train from")
+    config = prm.read_model_config(parent.path)
+    folder = prm.backbone_folder(parent.path, config)
+    return parent, folder, config.get("separator", prm.DEFAULT_SEPARATOR), config.get("head") or {}
+
+
+def _training_backbone(parent: ModelVersion, folder: Path, separator: str, config: TrainConfig) -> prm.LoadedPRM:
+    """The backbone a run trains on.
+
+    Head mode reads frozen features in the scoring dtype (what the head sees when scoring)
+    from the parent as the worker already holds it (`registry.load`), so a retrain loads no
+    second backbone. A trained backbone starts from a fresh fp32 copy (bf16 autocast on GPU):
+    training changes its weights.
+    """
+    import torch
+
+    from scoring.core import training
+    from scoring.store import registry
+
+    if config.mode == "head" and parent.kind == ModelVersion.Kind.HEAD:
+        return registry.load(parent)
+    dtype = registry._dtype_setting() if config.mode == "head" else torch.float32
+    return training.load_backbone(folder, separator=separator, dtype=dtype)
+
+
+def version_name(run: TrainingRun) -> str:
+    """The new version's name, also its folder: unique because the run id is."""
+    train = run.config.get("train", {})
+    return f"run{run.pk}-{train.get('head', 'point')}-{train.get('mode', 'head')}"
+
+
+def version_folder(run: TrainingRun) -> Path:
+    return settings.MODELS_DIR / version_name(run)
+
+
+def registered_version(run: TrainingRun) -> ModelVersion | None:
+    """The version this run registered, if an attempt got that far (found by its name, unique per run)."""
+    return ModelVersion.objects.filter(name=version_name(run)).first()
+
+
+def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[Example]) -> ModelVersion:
+    """Train on the labeled examples, write the version's folder and register it with its split."""
+    from scoring.core import training
+    from scoring.store import registry
+
+    config = TrainConfig.from_dict(options.train)
+    folder = version_folder(run)
+    if not examples:
+        raise ValueError(f"no labeled steps to train on ({config.labels} labels): submit or compute some first")
+    _log(run, f"labels: {config.labels}; {sum(e.human_labels for e in examples)} human and "
+              f"{sum(e.automatic_labels for e in examples)} automatic step labels")
+    parent, backbone_folder, separator, parent_head = _parent_backbone(run.parent)
+    if config.layer is None and parent_head.get("layer") is not None:
+        config.layer = parent_head["layer"]  # same read-out layer: the feature cache stays warm
+    _log(run, f"{len(examples)} labeled solutions; backbone {backbone_folder.name}; "
+              f"{config.head} head, mode {config.mode}")
+    backbone = _training_backbone(parent, backbone_folder, separator, config)
+    progress = _ProgressWriter(run)
+    result = training.train([e.row for e in examples], backbone=backbone, config=config, cache=feature_cache(),
+                            backbone_id=training.backbone_fingerprint(backbone_folder), progress=progress)
+    progress.flush()
+    shutil.rmtree(folder, ignore_errors=True)  # what a killed attempt wrote before registering: not a version
+    training.save_checkpoint(result, folder, parent_backbone=backbone_folder, tokenizer=backbone.tokenizer,
+                             separator=separator, extra_meta={"run_id": run.pk})
+    # The version, its split and the run's link to it in one transaction: an attempt killed
+    # after this finds all three (`registered_version`), one killed before finds none.
+    with transaction.atomic():
+        version = registry.register_model_version(name=folder.name, path=folder, parent=run.parent,
+                                                  metrics={"training": result.metrics, "split": result.split()})
+        TrainingRun.objects.filter(pk=run.pk).update(result=version, config=run.config | {"train": asdict(config)})
+    _log(run, f"trained in {result.seconds:.1f}s ({result.tokens} backbone tokens); registered {folder.name}")
+    return version
+
+
+class _ProgressWriter:
+    """The training callback: progress, loss curve and log lines into the run row."""
+
+    def __init__(self, run: TrainingRun):
+        self.run = run
+        self.curve: list[dict] = []
+        self.lines: list[str] = []
+
+    def __call__(self, done: int, total: int, message: str, point: dict | None) -> None:
+        if point is not None:
+            self.curve.append(point)
+            self.lines.append(f"{timezone.now():%H:%M:%S} {message}")
+        self.run.record_progress(done=done, total=total, loss_curve=self.curve)
+        if point is not None:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.lines:
+            self.run.log += "\n".join(self.lines) + "\n"
+            self.lines = []
+            TrainingRun.objects.filter(pk=self.run.pk).update(log=self.run.log)
+
+
+# --- the schedule ---------------------------------------------------------------------------------
+
+
+def scheduled_retrain(*, min_new_labels: int, options: dict | None = None) -> TrainingRun | None:
+    """Start a run when at least `min_new_labels` labeled solutions are new; else do nothing."""
+    fail_stale_runs()
+    if active_run() is not None or new_label_count() < min_new_labels:
+        return None
+    try:
+        return start_training_run(options=options, trigger=TrainingRun.Trigger.SCHEDULE)
+    except TrainingAlreadyActive:
+        return None  # another scheduler won the race: exactly what the lock is for
+
+
+def ensure_schedule(*, every_minutes: int = 30, min_new_labels: int = 50) -> object:
+    """Create the periodic retrain task once (admins edit it in the admin; we never overwrite)."""
+    import json
+
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    interval, _ = IntervalSchedule.objects.get_or_create(every=every_minutes, period=IntervalSchedule.MINUTES)
+    task, _ = PeriodicTask.objects.get_or_create(
+        name=SCHEDULE_NAME,
+        defaults={"task": SCHEDULE_TASK, "interval": interval, "queue": "ml",
+                  "kwargs": json.dumps({"min_new_labels": min_new_labels})},
+    )
+    return task

@@ -1,0 +1,202 @@
+"""Which solutions annotators see next, after each rescore: a new generation of the queue.
+
+The policy mixes reasons with configurable shares:
+  convincing_wrong  graded wrong yet rated highly by the PRM: where its errors hide (PRM800K);
+  convincing        other highly rated solutions, so labels keep the true base rate;
+  uncertain         the widest sigma, when the head is distributional;
+  random            a uniform sample: a prototype with a weak PRM did worse than random
+                    with convincing-wrong alone (96 % wrong answers, skewed base rate).
+With an ensemble's epistemic uncertainty (scoring/rescoring/ensemble.py, passed to rebuild_queue):
+  disagreement               the members disagree most on some step's score;
+  first_error_disagreement   the members disagree most on where the first error is;
+  uncertain_convincing_wrong graded wrong with the highest upper-quantile PRM score: wrong
+                             answers that some plausible head still finds convincing.
+Without the ensemble these three have no candidates and their share goes to random.
+Reasons are interleaved in proportion to their shares (the best convincing wrong answer is
+served first), each problem appears at most `per_problem` times, and quality-control and
+screening items are left alone: the labeling side serves those at claim time.
+
+Unscored solutions (imported while a rescore ran) are candidates too, ranked after every
+scored one: wrong answers by grading first under convincing_wrong, and in the random share;
+otherwise a rebuild would retire the queue items their import gave them.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+
+from annotate.labeling import queueing
+from annotate.models import Generation, QueueItem, Solution
+from infra.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shares: public here)
+from scoring.models import ModelVersion, SolutionScore
+
+if TYPE_CHECKING:
+    from scoring.rescoring.ensemble import SolutionUncertainty
+
+# The share parser lives beside the settings helpers so settings.py can parse the shares at
+# start-up; both names stay importable from here.
+REASONS = SELECTION_REASONS
+ENSEMBLE_REASONS = {"disagreement", "first_error_disagreement", "uncertain_convincing_wrong"}
+
+
+@dataclass
+class Policy:
+    size: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_SIZE)
+    shares: dict[str, float] = field(default_factory=lambda: dict(settings.STEPWISE_SELECTION_SHARES))
+    per_problem: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_PER_PROBLEM)
+    # The solution score that says "convincing": P(all steps good) as in PRM800K.
+    score: str = "product"
+    seed: int | None = None
+
+
+@dataclass
+class Candidate:
+    solution_id: int
+    problem_id: int
+    is_correct: bool | None
+    score: float | None  # None: not scored by this model yet
+    sigma: float | None
+    # Epistemic: from an ensemble (scoring/rescoring/ensemble.py); None without one.
+    spread: float | None = None
+    first_error_disagreement: float | None = None
+    upper_score: float | None = None
+
+
+@dataclass
+class Pick:
+    candidate: Candidate
+    reason: str
+
+
+def candidates(*, model_version: ModelVersion, score: str = "product",
+               uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> list[Candidate]:
+    """Unlabeled pool solutions that nobody is labeling or has labeled: scored, then unscored."""
+    busy = QueueItem.objects.filter(status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
+    solutions = Solution.objects.unlabeled().filter(is_gold=False, is_reference=False).exclude(pk__in=busy)
+    scores = SolutionScore.objects.filter(model_version=model_version)
+    rows = scores.filter(solution_id__in=solutions.values("pk")).values_list(
+        "solution_id", "solution__problem_id", "solution__is_correct", score, "sigma"
+    )
+    unscored = solutions.exclude(pk__in=scores.values("solution_id")).values_list("pk", "problem_id", "is_correct")
+    pool = [Candidate(*row) for row in rows.order_by("solution_id").iterator(chunk_size=2000)] + [
+        Candidate(*row, score=None, sigma=None) for row in unscored.order_by("pk").distinct().iterator(chunk_size=2000)
+    ]
+    return with_uncertainty(pool, uncertainty or {})
+
+
+def with_uncertainty(pool: list[Candidate], uncertainty: Mapping[int, SolutionUncertainty]) -> list[Candidate]:
+    for candidate in pool:
+        u = uncertainty.get(candidate.solution_id)
+        if u is not None:
+            candidate.spread, candidate.upper_score = u.spread, u.upper_score
+            candidate.first_error_disagreement = u.first_error_disagreement
+    return pool
+
+
+def _by_score(candidate: Candidate) -> tuple:
+    # Unscored after every scored candidate; in id order among themselves.
+    return (candidate.score is None, -(candidate.score or 0.0), candidate.solution_id)
+
+
+def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candidate]:
+    if reason == "convincing_wrong":
+        return sorted((c for c in pool if c.is_correct is False), key=_by_score)
+    if reason == "convincing":
+        # "Convincing" needs a score: unscored solutions reach the queue through the other reasons.
+        return sorted((c for c in pool if c.is_correct is not False and c.score is not None), key=_by_score)
+    if reason == "uncertain":
+        return sorted((c for c in pool if c.sigma is not None), key=lambda c: (-c.sigma, c.solution_id))
+    if reason == "disagreement":
+        return sorted((c for c in pool if c.spread is not None), key=lambda c: (-c.spread, c.solution_id))
+    if reason == "first_error_disagreement":
+        return sorted((c for c in pool if c.first_error_disagreement is not None),
+                      key=lambda c: (-c.first_error_disagreement, -(c.spread or 0.0), c.solution_id))
+    if reason == "uncertain_convincing_wrong":
+        return sorted((c for c in pool if c.is_correct is False and c.upper_score is not None),
+                      key=lambda c: (-c.upper_score, c.solution_id))
+    shuffled = list(pool)
+    rng.shuffle(shuffled)
+    return shuffled
+
+
+def select(pool: list[Candidate], policy: Policy) -> list[Pick]:
+    """The picks in serving order. Pure: no database, so the policy is easy to test and tune."""
+    rng = random.Random(policy.seed)
+    # What the cap per problem lets through, so shares are shares of what can really be queued.
+    per_problem_counts: dict[int, int] = {}
+    for candidate in pool:
+        per_problem_counts[candidate.problem_id] = per_problem_counts.get(candidate.problem_id, 0) + 1
+    capacity = sum(min(n, policy.per_problem) for n in per_problem_counts.values())
+    size = min(policy.size, capacity)
+    quotas = {r: round(policy.shares.get(r, 0) * size) for r in REASONS if policy.shares.get(r, 0) > 0}
+    chosen: dict[int, str] = {}
+    per_problem: dict[int, int] = {}
+
+    def take(candidate: Candidate, reason: str) -> bool:
+        if len(chosen) >= size or candidate.solution_id in chosen:
+            return False
+        if per_problem.get(candidate.problem_id, 0) >= policy.per_problem:
+            return False
+        chosen[candidate.solution_id] = reason
+        per_problem[candidate.problem_id] = per_problem.get(candidate.problem_id, 0) + 1
+        return True
+
+    lists: dict[str, list[Candidate]] = {reason: [] for reason in quotas}
+    for reason, quota in quotas.items():
+        for candidate in ranked(pool, reason, rng):
+            if len(lists[reason]) >= quota:
+                break
+            if take(candidate, reason):
+                lists[reason].append(candidate)
+    # Quotas a reason could not fill (no sigma, few wrong answers) go to random picks.
+    lists.setdefault("random", [])
+    for candidate in ranked(pool, "random", rng):
+        if len(chosen) >= size:
+            break
+        if take(candidate, "random"):
+            lists["random"].append(candidate)
+    return interleave(lists)
+
+
+def interleave(lists: dict[str, list[Candidate]]) -> list[Pick]:
+    """Merge the reasons so each is spread through the queue in proportion to its size.
+
+    The i-th of n items of a reason sits at i/n; ties go in REASONS order, so the strongest
+    convincing wrong answer comes first.
+    """
+    keyed = [
+        ((i / len(items)), REASONS.index(reason), Pick(candidate, reason))
+        for reason, items in lists.items()
+        for i, candidate in enumerate(items)
+    ]
+    return [pick for *_, pick in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None,
+                  uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> Generation:
+    """Start a new generation with this model's picks; annotate's queueing writes the items.
+
+    `uncertainty` (solution id -> ensemble.SolutionUncertainty) feeds the ensemble reasons;
+    without it they read the version's stored ensemble (`ensemble.for_model_version`: fitted
+    once per set of labels, the pool's numbers computed once per solution under it).
+    """
+    policy = policy or Policy()
+    pool = candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty)
+    if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:
+        from scoring.rescoring.ensemble import for_model_version
+
+        pool = with_uncertainty(pool, for_model_version(model_version, [c.solution_id for c in pool]))
+    picks = select(pool, policy)
+    with transaction.atomic():
+        generation = queueing.start_generation(model_version_name=model_version.name)
+        queueing.enqueue(
+            generation=generation, model_version_name=model_version.name, size=policy.size,
+            picks=[(pick.candidate.solution_id, float(len(picks) - rank), pick.reason, pick.candidate.score)
+                   for rank, pick in enumerate(picks)],
+        )
+    return generation

