@@ -5,7 +5,10 @@ puts its message back at once. A lost database connection releases the job
 (`Job.failure_recorded`) and the task retries it on a fresh connection.
 """
 from celery import shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
+
+from annotate.pool import exporting, importing, recovery
 
 # A job task retries when its database connection is lost (a restart, pg_terminate_backend).
 JOB_TASK_OPTIONS = {
@@ -23,26 +26,18 @@ def ping_task(value: str) -> str:
 @shared_task(name="annotate.export_task", **JOB_TASK_OPTIONS)
 def export_task(export_job_id: int) -> int:
     """Write one ExportJob's file; idempotent (a finished job is skipped, a rerun rewrites)."""
-    from annotate.pool import exporting
-
     return exporting.run_export_job(job_id=export_job_id).lines
 
 
 @shared_task(name="annotate.import_pool_task", **JOB_TASK_OPTIONS)
 def import_pool_task(import_job_id: int) -> int:
     """Import one ImportJob's file; idempotent (content hashes: a rerun creates nothing twice)."""
-    from annotate.pool import importing
-
     return importing.run_import_job(job_id=import_job_id).created
 
 
 @shared_task(name="annotate.remove_expired_uploads_task")
 def remove_expired_uploads_task() -> int:
     """Delete import uploads and reports past STEPWISE_RETENTION_DAYS (0 keeps them); run daily by beat."""
-    from django.conf import settings
-
-    from annotate.pool import importing
-
     if not settings.STEPWISE_RETENTION_DAYS:
         return 0
     return len(importing.remove_expired_uploads(days=settings.STEPWISE_RETENTION_DAYS))
@@ -51,10 +46,6 @@ def remove_expired_uploads_task() -> int:
 @shared_task(name="annotate.reconcile_jobs_task")
 def reconcile_jobs_task(pending_after: float | None = None) -> list[str]:
     """Beat's entry: resend the tasks of jobs whose message or worker was lost (annotate.pool.recovery)."""
-    from django.conf import settings
-
-    from annotate.pool import recovery
-
     return recovery.reconcile(
         pending_after=settings.STEPWISE_JOB_REQUEUE_SECONDS if pending_after is None else pending_after
     )

@@ -8,9 +8,9 @@ database. Then, per strategy and seed, rounds of the production loop run:
     label them            a simulated annotator claims each through annotate.labeling.queueing and
                           rates it through annotate.labeling.actions (+1 before the known first
                           error, -1 at it, stop there: the PRM800K rule)
-    retrain               retraining.gather_rows -> training.train (head only, on cached
+    retrain               label_rows.gather_rows -> training.train (head only, on cached
                           frozen-backbone features: the CPU default)
-    rescore               scoring.score_solutions, with the cached-feature fast path
+    rescore               scores.score_solutions, with the cached-feature fast path
                           (training.step_probabilities)
     evaluate              scoring.core.evaluation on held-out problems never in the pool
 
@@ -51,10 +51,8 @@ from bench.simulation_pool import (
 from bench.simulation_report import efficiency, summarize
 from scoring.core import evaluation
 from scoring.core.training_data import TrainConfig
-from scoring.learning import retraining
 from scoring.models import ModelVersion
-from scoring.rescoring import rescore as scoring
-from scoring.rescoring import selection
+from scoring.rescoring import label_rows, scores, selection
 
 if TYPE_CHECKING:
     from scoring.core import prm, training
@@ -105,7 +103,7 @@ class Backbone:
 
 @dataclass
 class CachedScorer:
-    """What scoring.score_solutions calls `prm`: step probabilities through the feature cache."""
+    """What scores.score_solutions calls `prm`: step probabilities through the feature cache."""
 
     backbone: Backbone
     loaded: prm.LoadedPRM
@@ -284,11 +282,11 @@ def one_round(ctx: Context, *, annotator, head: prm.StepHead, policy: selection.
     from scoring.core import training
 
     version = record_version(name, ctx.backbone, head)
-    scoring.score_solutions(model_version=version, solution_ids=ctx.pool_ids,
+    scores.score_solutions(model_version=version, solution_ids=ctx.pool_ids,
                             prm=CachedScorer(ctx.backbone, ctx.backbone.with_head(head)))
     selection.rebuild_queue(model_version=version, policy=policy)
     label_queue(annotator=annotator, limit=policy.size)
-    rows = retraining.gather_rows()
+    rows = label_rows.gather_rows()
     config = TrainConfig(head="beta", mode="head", layer=ctx.backbone.layer, epochs=ctx.settings.epochs,
                          lr=ctx.settings.lr, seed=seed)
     result = training.train(rows, backbone=ctx.backbone.loaded, config=config, cache=ctx.backbone.cache,
@@ -319,7 +317,7 @@ def simulate(*, backbone: Backbone, pool: Sequence[PoolProblem], held_out: Seque
     evaluation_set = HeldOut.from_problems(held_out)
     # Fill the feature cache once (the backbone's only forward passes), with progress.
     featurize_started, before = time.perf_counter(), backbone.cache.computed_tokens
-    items = scoring.read_items(pool_ids)[2] + evaluation_set.items
+    items = scores.read_items(pool_ids)[2] + evaluation_set.items
     for start in range(0, len(items), 64):
         backbone.cache.features(backbone.loaded, items[start:start + 64], layer=backbone.layer,
                                 backbone_id=backbone.backbone_id)

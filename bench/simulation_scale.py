@@ -10,7 +10,7 @@ owners for each of them:
                with the ensemble's uncertainty for the ensemble reasons
     label      simulation_pool.known_ratings (what the simulated annotator answers)
     weights    training_data.stratum_weights over the pool's answer-correctness mix (what
-               retraining.gather_rows does), or none, for the bias-correction comparison
+               label_rows.gather_rows does), or none, for the bias-correction comparison
     train      training_data.build_examples + training.step_tensors + the converged head
                (training.regularized, what TrainConfig(fit="converged") runs)
     ensemble   scoring.rescoring.ensemble on the same labels

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
+from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, connection, models
 from django.utils import timezone
@@ -192,6 +193,16 @@ class Job(models.Model):
 
     def mark_enqueued(self) -> None:
         self._rows().update(enqueued_at=timezone.now())
+
+    def send_task(self) -> None:
+        """Send this job's task (`task_name`, with the job's id); a new job's creator calls it
+        on commit (`transaction.on_commit(job.send_task)`), so no worker reads a row not yet there.
+
+        By name, so the stage that records a job never imports the tasks modules (which import
+        every stage); the task's route and options still apply (a signature finds the task when
+        this process has registered it, and sends its name otherwise).
+        """
+        current_app.signature(self.task_name, args=(self.pk,)).apply_async()
 
     def succeed(self, **fields) -> bool:
         """End an active job as succeeded; False if it had already ended."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from celery import current_app
 from django.apps import apps
 from django.db.models import Q
 from django.utils import timezone
@@ -51,7 +50,7 @@ def reconcile(*, pending_after: float) -> list[str]:
                    if job.resumable or job.requeue()]
         for job in [*waiting, *orphans]:
             job.mark_enqueued()
-            current_app.send_task(job.task_name, args=(job.pk,))
+            job.send_task()
             resent.append(f"{model.__name__}:{job.pk}")
     if resent:
         logger.warning("reconciler resent the tasks of %s", ", ".join(resent))

@@ -25,7 +25,7 @@ from annotate.models import Problem, Solution, Step
 from annotate.models.pool import content_hash
 from annotate.pool import synthetic
 from scoring.models import ModelVersion, SolutionScore, StepScore
-from scoring.rescoring import rescore as scoring
+from scoring.rescoring import scores
 from scoring.store import registry
 
 STEPS = 8
@@ -133,7 +133,7 @@ class Command(BaseCommand):
             n = options["solutions"] or (64 if options["model"] == "default" else 512)
             ids = make_pool("rates", n)
             model = registry.load(version)
-            _, _, items = scoring.read_items(ids)
+            _, _, items = scores.read_items(ids)
             encoded = model.encode_many(items)
             tokens = model.count_tokens(encoded)
             model.forward_only(encoded[:8])  # warm-up: first calls pay one-off costs
@@ -143,7 +143,7 @@ class Command(BaseCommand):
                 bare.append(self.timed(lambda: model.forward_only(encoded)))
                 SolutionScore.objects.filter(model_version=version).delete()
                 StepScore.objects.filter(model_version=version).delete()
-                e2e.append(self.timed(lambda: [scoring.score_solutions(model_version=version, solution_ids=c, prm=model)
+                e2e.append(self.timed(lambda: [scores.score_solutions(model_version=version, solution_ids=c, prm=model)
                                                for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)]))
             bare, e2e = min(bare), min(e2e)
             subset = max(1, n // 8)
@@ -164,8 +164,8 @@ class Command(BaseCommand):
             version = self.tiny_version(Path(workdir), "bench-pool")
             ids = make_pool("pool", size)
             model = registry.load(version)
-            model.forward_only(model.encode_many(scoring.read_items(ids[:8])[2]))
-            seconds = self.timed(lambda: [scoring.score_solutions(model_version=version, solution_ids=c, prm=model)
+            model.forward_only(model.encode_many(scores.read_items(ids[:8])[2]))
+            seconds = self.timed(lambda: [scores.score_solutions(model_version=version, solution_ids=c, prm=model)
                                           for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)])
         return {"tiny_pool_solutions": size, "tiny_pool_rescore_s": round(seconds, 2)}
 

@@ -34,10 +34,8 @@ from django.test import override_settings
 from annotate.labeling import roles
 from annotate.models import Annotation, Solution
 from bench import simulation, simulation_pool
-from scoring.learning import retraining
 from scoring.models import ModelVersion
-from scoring.rescoring import ensemble, selection
-from scoring.rescoring import rescore as scoring
+from scoring.rescoring import ensemble, label_rows, scores, selection
 from scoring.store import registry
 
 SOURCE = "bench-selection"
@@ -86,7 +84,7 @@ class Command(BaseCommand):
             self.timed("new labels", version)
             self.timed("warm again", version)
         rows = time.perf_counter()
-        retraining.gather_rows()
+        label_rows.gather_rows()
         self.stdout.write(f"of which reading the labeled rows (gather_rows, every rebuild): "
                           f"{time.perf_counter() - rows:.2f} s")
 
@@ -141,7 +139,7 @@ class Command(BaseCommand):
         ids = list(Solution.objects.filter(source=SOURCE).values_list("pk", flat=True))
         started = time.perf_counter()
         for start in range(0, len(ids), 5000):
-            scoring.score_solutions(model_version=version, solution_ids=ids[start:start + 5000])
+            scores.score_solutions(model_version=version, solution_ids=ids[start:start + 5000])
         if time.perf_counter() - started > 1:
             self.stdout.write(f"scored the pool in {time.perf_counter() - started:.0f} s")
 

@@ -33,6 +33,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.test import override_settings
 
+from scoring.rescoring import scores
+
 STEPS = 8
 BENCH_PROBLEMS = 12  # synthetic problems (about 4 solutions each) labeled for --retrains
 
@@ -187,7 +189,6 @@ def _retrain_loop(workdir: Path, backbone: Path, n: int, log) -> dict:
     from bench import simulation, simulation_pool
     from scoring.core import prm
     from scoring.learning import retraining
-    from scoring.rescoring import rescore as scoring
     from scoring.store import registry
 
     registry.forget_loaded()
@@ -206,7 +207,7 @@ def _retrain_loop(workdir: Path, backbone: Path, n: int, log) -> dict:
         started = time.perf_counter()
         run = retraining.run_training(run_id=retraining.start_training_run(options=options, enqueue=False).pk)
         if run.gate.get("promoted"):
-            scoring.score_solutions(model_version=run.result, solution_ids=pool_ids)  # the rescore that follows
+            scores.score_solutions(model_version=run.result, solution_ids=pool_ids)  # the rescore that follows
         seconds.append(round(time.perf_counter() - started, 2))
         gc.collect()
         rss.append(round(rss_mib(), 1))

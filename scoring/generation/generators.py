@@ -15,7 +15,7 @@ whole-solution sampling leaves `stop` empty and splits afterwards.
 
 Every sample carries the tokens it cost, so search and rollouts can count compute exactly.
 
-`generator_from_spec(spec)` builds either backend from the dict a run stores
+`backends.generator_from_spec(spec)` builds either backend from the dict a run stores
 (`{"backend": "local", "model": folder}` or `{"backend": "openai", "base_url": ..., ...}`);
 only its default local model reads a Django setting (MODELS_DIR), lazily.
 """
@@ -226,14 +226,3 @@ def default_generator_folder() -> Path:
     if not (folder / "config.json").exists():
         build_default_model()
     return folder
-
-
-def generator_from_spec(spec: dict) -> Generator:
-    """A generator built from a stored spec (see `check_spec`)."""
-    spec = check_spec(spec)
-    options = {key: value for key, value in spec.items() if key not in ("backend", "model", "base_url")}
-    if spec["backend"] == "openai":
-        from scoring.generation.openai_generator import OpenAIGenerator
-
-        return OpenAIGenerator(spec["base_url"], spec["model"], **options)
-    return LocalGenerator(spec.get("model") or default_generator_folder(), **options)

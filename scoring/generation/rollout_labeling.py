@@ -22,6 +22,7 @@ from django.db.models import F
 
 from annotate.models import AutoLabelRun, AutoStepLabel, Solution
 from scoring.generation import rollouts
+from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_STEP_DELIMITER,
@@ -29,7 +30,6 @@ from scoring.generation.generators import (
     SamplingParams,
     check_spec,
     default_generator_folder,
-    generator_from_spec,
 )
 from scoring.models import RolloutLabelJob
 
@@ -76,8 +76,6 @@ def start_rollout_labeling(
 
     Solutions asked for by id but not eligible (no steps, no known answer) are counted as skipped.
     """
-    from scoring.tasks import label_rollouts_task
-
     if method not in rollouts.METHODS:
         raise ValueError(f"method={method!r}; expected one of {', '.join(rollouts.METHODS)}")
     sampling = replace(params or SamplingParams(), n=n, stop=())  # a rollout runs to the end of the solution
@@ -92,7 +90,7 @@ def start_rollout_labeling(
         job = RolloutLabelJob.objects.create(run=run, generator_spec=spec, solution_ids=chosen, total=len(chosen),
                                              skipped=len(wanted or chosen) - len(chosen), created_by=created_by)
     if enqueue:
-        label_rollouts_task.delay_on_commit(job.pk)
+        transaction.on_commit(job.send_task)
     return job
 
 
@@ -128,11 +126,9 @@ def run_rollout_job(*, job_id: int, chunk_seconds: float = CHUNK_SECONDS, resend
 
 
 def _continue_later(job: RolloutLabelJob, *, resend: bool) -> RolloutLabelJob:
-    from scoring.tasks import label_rollouts_task
-
     if job.release() and resend:  # back to pending: the next chunk's task claims it like a new job
         job.mark_enqueued()
-        label_rollouts_task.delay(job.pk)
+        job.send_task()
     job.refresh_from_db()
     return job
 

@@ -30,13 +30,13 @@ from annotate.pool.importing.formats import check_size
 from annotate.pool.prm800k import LineError
 from annotate.text.answers import extract_answer
 from annotate.text.splitting import check_mode, split_steps
+from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     Generator,
     Sample,
     SamplingParams,
     check_spec,
-    generator_from_spec,
     render_prompt,
 )
 from scoring.models import GenerationChunk, GenerationRun
@@ -70,9 +70,7 @@ def start_generation_run(
         split_mode=check_mode(split_mode), seed=seed, chunk_size=chunk_size, created_by=created_by,
     )
     if enqueue:
-        from scoring.tasks import generate_solutions_task
-
-        generate_solutions_task.delay_on_commit(run.pk)
+        transaction.on_commit(run.send_task)
     return run
 
 
@@ -144,12 +142,10 @@ def run_generation(*, run_id: int, time_budget: float | None = None) -> Generati
 
 def hand_on(*, run: GenerationRun) -> None:
     """Give a running run back (pending) and send its task again, unless it just ended."""
-    from scoring.tasks import generate_solutions_task
-
     run.refresh_from_db()
     if run.state == JobState.RUNNING and run.release():
         run.mark_enqueued()
-        generate_solutions_task.delay_on_commit(run.pk)
+        transaction.on_commit(run.send_task)
 
 
 def plan_chunks(*, run: GenerationRun) -> bool:

@@ -20,8 +20,9 @@ from annotate.labeling import verdicts
 from annotate.models import Solution
 from scoring.core import evaluation
 from scoring.core.training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
-from scoring.learning import retraining
+from scoring.learning.options import RunOptions
 from scoring.models import ModelVersion, TrainingRun
+from scoring.rescoring import label_rows
 
 if TYPE_CHECKING:
     from scoring.core import prm
@@ -66,7 +67,7 @@ def eval_set(
             by_problem[solution.problem_id].append(solution)
     # At least two samples, counting repeats: a problem whose samples all agree still has a vote.
     chosen = [p for p in sorted(by_problem) if sum(s.sample_count for s in by_problem[p]) >= 2][:max_problems]
-    texts = retraining.step_texts(
+    texts = label_rows.step_texts(
         [s.pk for s in references] + [s.pk for p in chosen for s in by_problem[p][:max_candidates]]
     )
     return EvalSet(
@@ -87,7 +88,7 @@ def measure(
     """All evaluation metrics of one loaded model on one EvalSet."""
     from scoring.core import training
 
-    cache = retraining.feature_cache()
+    cache = label_rows.feature_cache()
     labeled_items = [(e.row.problem, list(e.row.steps)) for e in data.labeled]
     ref_items = [(problem, steps) for _, problem, steps in data.references]
     bon_items = [(s.problem.statement, steps) for cands in data.bon for s, steps in cands]
@@ -139,7 +140,7 @@ def evaluate_version(
     """Metrics of any registered version on today's held-out set (`eval_prm`)."""
     from scoring.store import registry
 
-    train, val = split_by_problem(build_examples(retraining.gather_rows()), val_fraction=val_fraction, seed=seed)
+    train, val = split_by_problem(build_examples(label_rows.gather_rows()), val_fraction=val_fraction, seed=seed)
     data = eval_set(
         examples=val,
         trained_on={e.row.problem_id for e in train},
@@ -156,7 +157,7 @@ def evaluate_and_gate(
     version: ModelVersion,
     *,
     examples: list[Example],
-    options: retraining.RunOptions,
+    options: RunOptions,
     log: Callable[[str], None],
 ) -> dict:
     """Measure the new version and the current one on the same held-out data, record the

@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F
 from django.utils import timezone
 
-from annotate.labeling import verdicts
-from annotate.models import Annotation, AutoStepLabel, Solution, Step
-from scoring.core import evaluation
-from scoring.core.training_data import LABEL_SOURCES, Example, LabeledRow, TrainConfig, build_examples, stratum_weights
+from annotate.models import Annotation
+from scoring.core.training_data import Example, TrainConfig, build_examples
+from scoring.learning import promotion
+from scoring.learning.options import RunOptions
 from scoring.models import ModelVersion, TrainingRun
+from scoring.rescoring import label_rows
 
 if TYPE_CHECKING:
     from scoring.core import (
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 
 SCHEDULE_NAME = "stepwise: retrain the PRM when enough new labels exist"
 SCHEDULE_TASK = "scoring.tasks.scheduled_retrain_task"
-DEFAULT_GATE_METRIC = "step_auc"
 
 
 class TrainingAlreadyActive(Exception):
@@ -46,33 +44,6 @@ class TrainingAlreadyActive(Exception):
 
 
 # --- starting runs and the lock ---------------------------------------------------------------
-
-
-@dataclass
-class RunOptions:
-    """What a run is asked to do: the training config plus evaluation and gate options."""
-
-    train: dict
-    gate_metric: str = DEFAULT_GATE_METRIC
-    # How much worse the new model may be and still pass; negative demands an improvement.
-    tolerance: float = 0.0
-    bon_max_problems: int = 32
-    bon_max_candidates: int = 8
-
-    @classmethod
-    def parse(cls, data: dict | None) -> RunOptions:
-        """Check a run's options now, so a typo fails the start, not the worker an hour later."""
-        data = dict(data or {})
-        options = cls(train=data.pop("train", {}), **{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown run option(s): {', '.join(sorted(unknown))}")
-        TrainConfig.from_dict(options.train)
-        if options.gate_metric not in evaluation.GATE_METRICS:
-            raise ValueError(
-                f"gate_metric={options.gate_metric!r}; expected one of {', '.join(evaluation.GATE_METRICS)}"
-            )
-        return options
 
 
 def active_run() -> TrainingRun | None:
@@ -85,8 +56,6 @@ def start_training_run(*, options: dict | None = None, created_by=None,
 
     `enqueue=False` leaves the run for the caller to execute in-process (`train_prm --inline`).
     """
-    from scoring.tasks import train_prm_task
-
     parsed = RunOptions.parse(options)
     fail_stale_runs()  # a run whose worker was killed must not hold the slot forever
     try:
@@ -99,7 +68,7 @@ def start_training_run(*, options: dict | None = None, created_by=None,
         # The unique active_slot: someone else's run holds it (maybe committed a moment ago).
         raise TrainingAlreadyActive(f"training run {_describe(active_run())} is still active") from None
     if enqueue:
-        train_prm_task.delay_on_commit(run.pk)
+        transaction.on_commit(run.send_task)
     return run
 
 
@@ -115,84 +84,6 @@ def fail_stale_runs(*, now: dt.datetime | None = None) -> int:
 
 
 # --- labels -------------------------------------------------------------------------------------
-
-
-def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]:
-    """Every labeled solution as a LabeledRow, from the labels `labels` names (TrainConfig.labels).
-
-    "human": one rating list per trainable annotation. Each rating is the verdict of the
-    pool's own step, the text the row trains on (`annotate.labeling.verdicts`' `pool_path`: a step
-    the annotator rewrote keeps its -1, a reviewer's override wins), given up to and
-    including the first error; steps after it carry None (no label), as in PRM800K.
-    "automatic": the AutoStepLabels of every run as (K, N) counts per step
-    (`AutoStepLabel.counts`; several runs of one step add up). "both": a row carries both.
-    """
-    if labels not in LABEL_SOURCES:
-        raise ValueError(f"labels={labels!r}; expected one of {', '.join(LABEL_SOURCES)}")
-    ratings = human_ratings(solution_ids=solution_ids) if labels != "automatic" else {}
-    counts = automatic_counts(solution_ids=solution_ids) if labels != "human" else {}
-    labeled = sorted(set(ratings) | set(counts))
-    solutions = list(Solution.objects.filter(pk__in=labeled).select_related("problem").order_by("pk"))
-    texts = step_texts(labeled)
-    weights = stratum_weights([s.is_correct for s in solutions], pool_strata())
-    result = []
-    for solution, weight in zip(solutions, weights):
-        steps = texts.get(solution.pk, [])
-        by_index = counts.get(solution.pk, {})
-        result.append(LabeledRow(
-            solution_id=solution.pk, problem_id=solution.problem_id, problem=solution.problem.statement,
-            steps=tuple(steps), ratings=ratings.get(solution.pk, ()), weight=weight,
-            counts=tuple(by_index.get(index, (0, 0)) for index in range(len(steps))) if by_index else (),
-        ))
-    return result
-
-
-def human_ratings(*, solution_ids=None) -> dict[int, tuple[tuple[int | None, ...], ...]]:
-    """Per solution, one rating list per trainable annotation (in annotation order).
-
-    An annotation whose labels may not leave Stepwise is left out by the export's own rule
-    (`Verdicts.withheld`: a finish reason its ratings contradict), so a model never learns
-    from labels no export would hand out.
-    """
-    annotations = Annotation.objects.trainable()
-    if solution_ids is not None:
-        annotations = annotations.filter(solution_id__in=solution_ids)
-    finished = {pk: (solution_id, reason) for pk, solution_id, reason
-                in annotations.values_list("pk", "solution_id", "finish_reason")}
-    labeled: dict[int, list[tuple[int, verdicts.Verdicts]]] = defaultdict(list)
-    for annotation_id, verdict in verdicts.verdicts_by_annotation(annotations).items():
-        solution_id, finish_reason = finished.get(annotation_id, (None, None))  # None: submitted since
-        if solution_id is not None and verdict.withheld(finish_reason) is None:
-            labeled[solution_id].append((annotation_id, verdict))
-    return {solution_id: tuple(verdict.pool_path for _, verdict in sorted(pairs, key=lambda pair: pair[0]))
-            for solution_id, pairs in labeled.items()}
-
-
-def automatic_counts(*, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
-    """Per solution, step index -> (K, N) summed over every automatic label of that step."""
-    labels = AutoStepLabel.objects.annotate(solution_id=F("step__solution_id"), index=F("step__index"))
-    if solution_ids is not None:
-        labels = labels.filter(step__solution_id__in=solution_ids)
-    found: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
-    for label in labels.only("n_rollouts", "n_correct", "soft").iterator(chunk_size=5000):
-        k, n = label.counts
-        old_k, old_n = found[label.solution_id].get(label.index, (0, 0))
-        found[label.solution_id][label.index] = (old_k + k, old_n + n)
-    return found
-
-
-def step_texts(solution_ids) -> dict[int, list[str]]:
-    texts: dict[int, list[str]] = defaultdict(list)
-    rows = Step.objects.filter(solution_id__in=solution_ids).order_by("solution_id", "index")
-    for solution_id, text in rows.values_list("solution_id", "text").iterator(chunk_size=5000):
-        texts[solution_id].append(text)
-    return texts
-
-
-def pool_strata() -> dict[bool | None, int]:
-    """How the pool splits by answer correctness: the mix labels are reweighted to."""
-    pool = Solution.objects.filter(is_reference=False, is_gold=False)
-    return {row["is_correct"]: row["n"] for row in pool.values("is_correct").annotate(n=Count("pk"))}
 
 
 def new_label_count() -> int:
@@ -217,8 +108,6 @@ def run_training(*, run_id: int) -> TrainingRun:
     Any exception, in training, evaluation or promotion, ends the run failed with its
     message and frees the slot (`Job.failure_recorded`); nothing half-written stays behind.
     """
-    from scoring.learning import promotion
-
     run = TrainingRun.objects.select_related("parent").get(pk=run_id)
     if not run.start(started_at=timezone.now()):
         return run
@@ -249,20 +138,13 @@ def run_inputs(run: TrainingRun) -> tuple[RunOptions, list[Example]]:
     """What a run is asked to do, and today's labeled examples it learns from (and is gated on)."""
     options = RunOptions.parse(run.config)
     config = TrainConfig.from_dict(options.train)
-    return options, build_examples(gather_rows(labels=config.labels), neutral=config.neutral)
+    return options, build_examples(label_rows.gather_rows(labels=config.labels), neutral=config.neutral)
 
 
 def _log(run: TrainingRun, line: str) -> None:
     stamp = timezone.now().strftime("%H:%M:%S")
     run.log = f"{run.log}{stamp} {line}\n"
     TrainingRun.objects.filter(pk=run.pk).update(log=run.log)
-
-
-def feature_cache() -> training.FeatureCache:
-    """The app's feature cache, under the data dir (settings.FEATURE_CACHE_DIR)."""
-    from scoring.core.training import FeatureCache
-
-    return FeatureCache(settings.FEATURE_CACHE_DIR)
 
 
 def _parent_backbone(parent: ModelVersion | None) -> tuple[ModelVersion, Path, str, dict]:
@@ -331,7 +213,8 @@ def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[
               f"{config.head} head, mode {config.mode}")
     backbone = _training_backbone(parent, backbone_folder, separator, config)
     progress = _ProgressWriter(run)
-    result = training.train([e.row for e in examples], backbone=backbone, config=config, cache=feature_cache(),
+    result = training.train([e.row for e in examples], backbone=backbone, config=config,
+                            cache=label_rows.feature_cache(),
                             backbone_id=training.backbone_fingerprint(backbone_folder), progress=progress)
     progress.flush()
     shutil.rmtree(folder, ignore_errors=True)  # what a killed attempt wrote before registering: not a version

@@ -32,6 +32,7 @@ import torch
 
 from scoring.core.training import regularized
 from scoring.core.training.losses import StepTensors
+from scoring.rescoring import label_rows, scores
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def uncertainties(ensemble: Ensemble, features: Sequence[torch.Tensor]) -> list[
 
 def fit_from_rows(rows, *, backbone, cache, backbone_id: str, layer: int, members: int = MEMBERS,
                   seed: int = 0) -> Ensemble:
-    """An ensemble on retraining.gather_rows() rows (importance weights included), features cached."""
+    """An ensemble on label_rows.gather_rows() rows (importance weights included), features cached."""
     from scoring.core.training.losses import step_tensors
     from scoring.core.training_data import TrainConfig, build_examples
 
@@ -150,9 +151,8 @@ def fit_from_rows(rows, *, backbone, cache, backbone_id: str, layer: int, member
 def pool_uncertainty(ensemble: Ensemble, solution_ids, *, backbone, cache, backbone_id: str,
                      layer: int) -> dict[int, SolutionUncertainty]:
     """solution id -> SolutionUncertainty, what selection.rebuild_queue(uncertainty=...) takes."""
-    from scoring.rescoring.rescore import read_items
 
-    ids, _, items = read_items(list(solution_ids))
+    ids, _, items = scores.read_items(list(solution_ids))
     features = cache.features(backbone, items, layer=layer, backbone_id=backbone_id)
     return dict(zip(ids, uncertainties(ensemble, features)))
 
@@ -163,12 +163,11 @@ def for_model_version(model_version, solution_ids, *, members: int = MEMBERS) ->
     labels, stored) and the pool's uncertainties under it (`pool_uncertainty_for`: computed
     once per solution, stored). Empty without labels or for a model that is not a head on a
     backbone (its reasons' shares then go to random picks)."""
-    from scoring.learning import retraining
     from scoring.models import ModelVersion
 
     if model_version.kind != ModelVersion.Kind.HEAD:
         return {}
-    rows = retraining.gather_rows()
+    rows = label_rows.gather_rows()
     if not any(any(r is not None for r in ratings) for row in rows for ratings in row.ratings):
         return {}
     fitted = fitted_for_version(model_version, rows, members=members)
@@ -333,7 +332,6 @@ def feature_source(model_version) -> dict:
     """The version's frozen backbone, feature cache and read-out layer: what fitting and
     featurizing the pool take (the backbone loads once per worker, in the registry)."""
     from scoring.core import prm, training
-    from scoring.learning import retraining
     from scoring.store import registry
 
     config = prm.read_model_config(model_version.path)
@@ -341,7 +339,7 @@ def feature_source(model_version) -> dict:
     loaded = registry.load(model_version)
     layer = (config.get("head") or {}).get("layer")
     layer = layer if layer is not None else training.default_layer(loaded.model.config.num_hidden_layers)
-    return {"backbone": loaded, "cache": retraining.feature_cache(), "layer": layer,
+    return {"backbone": loaded, "cache": label_rows.feature_cache(), "layer": layer,
             "backbone_id": training.backbone_fingerprint(folder)}
 
 

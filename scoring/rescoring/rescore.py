@@ -15,69 +15,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import Solution, Step
 from annotate.models.jobs import JobState, heartbeats, holder_gone, this_worker
-from scoring.core.step_scores import aggregate
-from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
+from scoring.models import ModelVersion, RescoreChunk, RescoreJob
+from scoring.rescoring import scores
 from scoring.store import registry
 
 if TYPE_CHECKING:
-    from scoring.core.prm import LoadedPRM
-    from scoring.store.remote_scorer import RemotePRM
-
-
-def unscored_solution_ids(*, model_version: ModelVersion, solution_ids: Sequence[int] | None = None) -> list[int]:
-    """Solutions with steps that this version has not scored yet, in id order."""
-    solutions = Solution.objects.filter(steps__isnull=False)
-    if solution_ids is not None:
-        solutions = solutions.filter(pk__in=solution_ids)
-    solutions = solutions.exclude(scores__model_version=model_version)
-    return sorted(set(solutions.values_list("pk", flat=True)))
-
-
-def read_items(solution_ids: Sequence[int]) -> tuple[list[int], list[list[int]], list[tuple[str, list[str]]]]:
-    """(solution ids, step ids per solution, (problem, step texts) per solution) in two queries."""
-    problems = dict(
-        Solution.objects.filter(pk__in=solution_ids).values_list("pk", "problem__statement")
-    )
-    step_ids: dict[int, list[int]] = {pk: [] for pk in problems}
-    texts: dict[int, list[str]] = {pk: [] for pk in problems}
-    rows = Step.objects.filter(solution_id__in=problems).order_by("solution_id", "index")
-    for solution_id, step_id, text in rows.values_list("solution_id", "pk", "text").iterator(chunk_size=2000):
-        step_ids[solution_id].append(step_id)
-        texts[solution_id].append(text)
-    ordered = [pk for pk in sorted(problems) if texts[pk]]
-    return ordered, [step_ids[pk] for pk in ordered], [(problems[pk], texts[pk]) for pk in ordered]
-
-
-def write_scores(
-    *, model_version: ModelVersion, solution_ids: Sequence[int], step_ids: Sequence[Sequence[int]], results
-) -> int:
-    """Insert step and solution scores; rows that already exist are left alone."""
-    step_rows, solution_rows = [], []
-    for solution_id, ids, steps in zip(solution_ids, step_ids, results):
-        step_rows.extend(
-            StepScore(step_id=step_id, model_version=model_version, p=s.p, mean=s.mean, sigma=s.sigma)
-            for step_id, s in zip(ids, steps)
-        )
-        solution_rows.append(SolutionScore(solution_id=solution_id, model_version=model_version, **aggregate(steps)))
-    with transaction.atomic():
-        StepScore.objects.bulk_create(step_rows, ignore_conflicts=True, batch_size=2000)
-        SolutionScore.objects.bulk_create(solution_rows, ignore_conflicts=True, batch_size=2000)
-    return len(solution_rows)
-
-
-def score_solutions(
-    *, model_version: ModelVersion, solution_ids: Sequence[int], prm: LoadedPRM | RemotePRM | None = None
-) -> int:
-    """Score the given solutions that this version has not scored yet; returns how many."""
-    todo = unscored_solution_ids(model_version=model_version, solution_ids=solution_ids)
-    if not todo:
-        return 0
-    prm = prm or registry.load(model_version)
-    ids, step_ids, items = read_items(todo)
-    results = prm.step_probabilities(items)
-    return write_scores(model_version=model_version, solution_ids=ids, step_ids=step_ids, results=results)
+    pass
 
 
 def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersion | None = None) -> list[list[dict]]:
@@ -105,51 +49,6 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
             for steps, spread_row in zip(results, spreads)]
 
 
-class ScoringUnavailable(RuntimeError):
-    """No ml worker answered in time, or the model cannot be used: the API says 503."""
-
-
-def score_on_worker(
-    *, items: list[tuple[str, list[str]]], model_version: ModelVersion, timeout: float | None = None
-) -> list[list[dict]]:
-    """score_texts, computed by the ml worker: the web process waits at most `timeout` seconds.
-
-    The model lives in the worker (loaded once, on the GPU where there is one), never in
-    each web process. The message expires with the wait, so a worker that comes up late
-    does not compute answers nobody is waiting for. Raises ValueError for bad items.
-    """
-    from scoring.tasks import score_texts_task
-
-    timeout = settings.STEPWISE_SCORE_API_TIMEOUT if timeout is None else timeout
-    answer = answer_from_worker(score_texts_task, (model_version.pk, [list(item) for item in items]),
-                                timeout=timeout, what="scoring")
-    return answer["steps"]
-
-
-def answer_from_worker(task, args: tuple, *, timeout: float, what: str) -> dict:
-    """Run `task` on the ml worker and wait at most `timeout` seconds for its answer.
-
-    The task answers data: {"error", "status": 400} becomes ValueError, any other error
-    ScoringUnavailable (the API's 503). The message expires with the wait, so a worker that
-    comes up late does not compute answers nobody is waiting for.
-    """
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
-    result = task.apply_async(args=args, expires=timeout)
-    try:
-        answer = result.get(timeout=timeout, interval=0.02)
-    except CeleryTimeout:
-        raise ScoringUnavailable(
-            f"no {what} worker answered within {timeout:g} s; is the ml worker running?"
-        ) from None
-    result.forget()  # Answered once, read once: no result left in the backend.
-    if answer.get("status") == 400:
-        raise ValueError(answer["error"])
-    if "error" in answer:
-        raise ScoringUnavailable(answer["error"])
-    return answer
-
-
 # --- rescore jobs -------------------------------------------------------------------------
 
 
@@ -161,10 +60,8 @@ def start_rescore(
     Nothing is loaded or hashed here, so the web process never imports torch: the worker
     verifies the model's files when it loads them, and a changed model fails the job.
     """
-    from scoring.tasks import rescore_task
-
     job = RescoreJob.objects.create(model_version=model_version, created_by=created_by, rebuild_queue=rebuild_queue)
-    rescore_task.delay_on_commit(job.pk)
+    transaction.on_commit(job.send_task)
     return job
 
 
@@ -180,7 +77,7 @@ def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[Resco
         RescoreJob.objects.select_for_update().filter(pk=job.pk).first()
         job.refresh_from_db()
         if job.state == JobState.PENDING:
-            todo = unscored_solution_ids(model_version=job.model_version)
+            todo = scores.unscored_solution_ids(model_version=job.model_version)
             RescoreChunk.objects.bulk_create(
                 RescoreChunk(job=job, index=i, solution_ids=todo[start : start + chunk_size])
                 for i, start in enumerate(range(0, len(todo), chunk_size))
@@ -240,13 +137,13 @@ def claim_chunk(chunk: RescoreChunk) -> bool:
 
 def _score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int]) -> tuple[int, int]:
     """score_solutions for a chunk, also counting the tokens the model read (for tokens/s)."""
-    todo = unscored_solution_ids(model_version=model_version, solution_ids=solution_ids)
+    todo = scores.unscored_solution_ids(model_version=model_version, solution_ids=solution_ids)
     if not todo:
         return 0, 0
     prm = registry.load(model_version)
-    ids, step_ids, items = read_items(todo)
+    ids, step_ids, items = scores.read_items(todo)
     results, tokens = prm.score_counting_tokens(items)
-    scored = write_scores(model_version=model_version, solution_ids=ids, step_ids=step_ids, results=results)
+    scored = scores.write_scores(model_version=model_version, solution_ids=ids, step_ids=step_ids, results=results)
     return scored, tokens
 
 

@@ -1,7 +1,7 @@
 """PRM-guided search for the API and the `search` command: the Django side of `scoring.search`.
 
 Which generator a search uses: `settings.STEPWISE_GENERATOR` when it names one (read by
-`generators.generator_from_spec` when that exists), else a local model on the PRM version's
+`backends.generator_from_spec`), else a local model on the PRM version's
 own backbone folder, a causal LM for the default SmolLM2 model. Both the PRM (through the
 registry's LRU) and the generator are loaded once per worker process.
 """
@@ -25,16 +25,15 @@ _lock = threading.Lock()
 def generator_for(version: ModelVersion, spec: str | None = None) -> Generator:
     """The generator a search with `version` uses (module docstring), cached per process."""
     from scoring.core import prm
-    from scoring.generation import generators
+    from scoring.generation import backends, generators
 
     spec = spec if spec is not None else getattr(settings, "STEPWISE_GENERATOR", "") or ""
     key = spec or f"local:{version.path}"
     with _lock:
         if key not in _generators:
             _generators.clear()  # one generator per process: a second would double the memory
-            from_spec = getattr(generators, "generator_from_spec", None)
-            if spec and from_spec is not None:
-                _generators[key] = from_spec(spec)
+            if spec:
+                _generators[key] = backends.generator_from_spec(spec)
             else:
                 folder = spec or prm.backbone_folder(version.path, prm.read_model_config(version.path))
                 trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
@@ -59,12 +58,3 @@ def run_search(*, body: dict, model_version: ModelVersion, generator: Generator 
     result = search.run(method=body["method"], problem=body["problem"], generator=generator,
                         scorer=search.prm_scorer(prm), budget=budget, **arguments)
     return {"model": model_version.name, "generator": generator.name, **result.as_dict()}
-
-
-def search_on_worker(*, body: dict, model_version: ModelVersion, timeout: float | None = None) -> dict:
-    """run_search, computed by the ml worker; the web process waits at most `timeout` seconds."""
-    from scoring.rescoring.rescore import answer_from_worker
-    from scoring.tasks import search_task
-
-    timeout = settings.STEPWISE_SEARCH_API_TIMEOUT if timeout is None else timeout
-    return answer_from_worker(search_task, (model_version.pk, body), timeout=timeout, what="search")

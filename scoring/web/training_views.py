@@ -18,6 +18,7 @@ from annotate.web.htmx import page_or_partial
 from scoring.core import evaluation
 from scoring.core.training_data import HEAD_TYPES, LABEL_SOURCES, MODES
 from scoring.learning import retraining
+from scoring.learning.options import DEFAULT_GATE_METRIC
 from scoring.models import ModelVersion, TrainingRun
 from scoring.web.charts import best_of_n_chart, dotted, loss_chart, reliability_chart
 
@@ -30,7 +31,7 @@ class StartRunForm(forms.Form):
     labels = forms.ChoiceField(choices=[(s, s) for s in LABEL_SOURCES], initial="human", required=False,
                                help_text="automatic: rollout / imported step labels (K of N), never mixed in silently")
     gate_metric = forms.ChoiceField(
-        choices=[(m, m) for m in evaluation.GATE_METRICS], initial=retraining.DEFAULT_GATE_METRIC
+        choices=[(m, m) for m in evaluation.GATE_METRICS], initial=DEFAULT_GATE_METRIC
     )
 
     def options(self) -> dict:

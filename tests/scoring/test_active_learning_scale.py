@@ -18,8 +18,7 @@ from scoring.core.training import regularized
 from scoring.core.training.losses import StepTensors
 from scoring.core.training_data import LabeledRow, TrainConfig
 from scoring.learning import retraining
-from scoring.rescoring import ensemble, selection
-from scoring.rescoring import rescore as scoring
+from scoring.rescoring import ensemble, label_rows, scores, selection
 from scoring.store import registry
 
 
@@ -152,11 +151,11 @@ def test_rebuild_queue_serves_the_ensembles_picks_from_the_database(db, tiny):
     ids = simulation_pool.write_problems(problems, split="pool", source="tests")
     head = simulation.untrained_head(tiny, 0)
     version = simulation.record_version("round-0", tiny, head)
-    scoring.score_solutions(model_version=version, solution_ids=ids,
+    scores.score_solutions(model_version=version, solution_ids=ids,
                             prm=simulation.CachedScorer(tiny, tiny.with_head(head)))
     # Labels for a third of the pool, as gather_rows reads them, fit the production ensemble.
     solutions = {s.pk: s for s in retraining.Solution.objects.filter(pk__in=ids)}
-    texts = retraining.step_texts(ids)
+    texts = label_rows.step_texts(ids)
     rows = []
     for pk in ids[::3]:
         ratings = simulation_pool.known_ratings(len(texts[pk]), solutions[pk].meta["first_error"])
@@ -179,7 +178,7 @@ def test_rebuild_queue_fits_the_ensemble_itself_when_the_shares_ask_for_it(db, t
     version = registry.register_model_version(name="tiny-head", path=build_tiny_prm(tmp_path / "model"))
     problems, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=12, n_heldout=0)
     ids = simulation_pool.write_problems(problems, split="pool", source="tests")
-    scoring.score_solutions(model_version=version, solution_ids=ids)
+    scores.score_solutions(model_version=version, solution_ids=ids)
     selection.rebuild_queue(model_version=version, policy=selection.Policy(size=10, shares={"random": 1.0}, seed=0))
     assert len(simulation.label_queue(annotator=annotator, limit=10)) == 10
     generation = selection.rebuild_queue(

@@ -6,7 +6,7 @@ from django.core.management import call_command
 from annotate.models import Step
 from scoring.core.prm import load_prm
 from scoring.models import ModelVersion, SolutionScore, StepScore
-from scoring.rescoring import rescore as scoring
+from scoring.rescoring import scores
 from scoring.store import default_model, registry
 from tests.factories import SolutionFactory
 
@@ -30,7 +30,7 @@ def test_default_model_is_converted_once_registered_current_and_scores_solutions
         SolutionFactory(steps=["We need 2 + 3.", "2 + 3 = 5.", "# Answer\n\n5"]),
         SolutionFactory(steps=["Multiply: 4 * 6 = 24.", "# Answer\n\n24"], is_correct=False),
     ]
-    assert scoring.score_solutions(model_version=version, solution_ids=[s.pk for s in solutions]) == 2
+    assert scores.score_solutions(model_version=version, solution_ids=[s.pk for s in solutions]) == 2
     assert StepScore.objects.count() == Step.objects.count() == 5
     assert all(0 < s.product < 1 for s in SolutionScore.objects.all())
 

@@ -9,9 +9,8 @@ import torch
 from annotate.models import QueueItem, Solution
 from bench import simulation, simulation_pool
 from bench.tiny import build_tiny_prm
-from scoring.learning import retraining
 from scoring.models import ModelVersion, StepScore
-from scoring.rescoring import ensemble, selection
+from scoring.rescoring import ensemble, label_rows, scores, selection
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
 
@@ -33,7 +32,7 @@ def labeled_pool(version, annotator):
     """A scored 12-problem pool with 10 solutions labeled through the real queue."""
     problems, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=12, n_heldout=0)
     ids = simulation_pool.write_problems(problems, split="pool", source="tests")
-    scoring.score_solutions(model_version=version, solution_ids=ids)
+    scores.score_solutions(model_version=version, solution_ids=ids)
     rebuild(version, {"random": 1.0}, size=10)
     assert len(simulation.label_queue(annotator=annotator, limit=10)) == 10
     return ids
@@ -132,7 +131,7 @@ def test_a_missing_store_is_refitted(version, labeled_pool, calls):
 
 
 def test_two_workers_asking_at_once_fit_once_and_get_the_same_heads(version, labeled_pool, calls):
-    rows = retraining.gather_rows()
+    rows = label_rows.gather_rows()
     results, errors = [], []
 
     def ask():
@@ -161,7 +160,7 @@ def test_scoring_with_the_ensemble_costs_one_backbone_pass_when_the_head_reads_i
         version, labeled_pool, tmp_path):
     # A trained head reads the training layer (~60 % depth), the layer the ensemble is fitted at.
     same_layer = registry.register_model_version(name="tiny-layer-1", path=build_tiny_prm(tmp_path / "l1", layer=1))
-    fitted = ensemble.fitted_for_version(same_layer, retraining.gather_rows())
+    fitted = ensemble.fitted_for_version(same_layer, label_rows.gather_rows())
     assert fitted.layer == 1
     solution = Solution.objects.get(pk=labeled_pool[0])
     items = [(solution.problem.statement, [s.text for s in solution.steps.order_by("index")])]
@@ -171,6 +170,6 @@ def test_scoring_with_the_ensemble_costs_one_backbone_pass_when_the_head_reads_i
     assert loaded.forward_passes - before == 1
     assert all(step["spread"] > 0 for step in steps)
     # The same probabilities as a rescore stores.
-    scoring.score_solutions(model_version=same_layer, solution_ids=[solution.pk])
+    scores.score_solutions(model_version=same_layer, solution_ids=[solution.pk])
     stored = StepScore.objects.filter(step__solution=solution, model_version=same_layer).order_by("step__index")
     assert [step["p"] for step in steps] == pytest.approx([s.p for s in stored], abs=1e-6)

@@ -7,12 +7,12 @@ import openai
 import pytest
 
 from bench.openai_server import ServerProcess
+from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     LocalGenerator,
     SamplingParams,
     check_spec,
-    generator_from_spec,
     render_prompt,
 )
 from scoring.generation.openai_generator import OpenAIGenerator, split_tokens

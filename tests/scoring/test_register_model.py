@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 
 from bench.tiny import build_tiny_backbone, build_tiny_prm, build_tiny_tokenizer, tiny_llama_config
 from scoring.models import ModelVersion, StepScore
-from scoring.rescoring import rescore as scoring
+from scoring.rescoring import scores
 from scoring.store import registry
 from scoring.store.checkpoint_export import export_checkpoint
 from tests.factories import SolutionFactory
@@ -81,7 +81,7 @@ def test_a_math_shepherd_folder_reads_plus_and_minus_at_the_tag_and_scores_the_p
     assert version.kind == "step_token" and version.config["separator"] == " ки"
     assert version.config["good_token_id"] == tokenizer.convert_tokens_to_ids("+")
     assert version.config["bad_token_id"] == tokenizer.convert_tokens_to_ids("-")
-    assert scoring.score_solutions(model_version=version, solution_ids=[s.pk for s in pool]) == len(pool)
+    assert scores.score_solutions(model_version=version, solution_ids=[s.pk for s in pool]) == len(pool)
     want = scores_by_hand(folder, version, pool)
     assert stored_scores(version, pool) == pytest.approx(want, abs=1e-5)
 
@@ -92,7 +92,7 @@ def test_a_qwen_prm_style_folder_reads_softmax_1_at_extra_0(tmp_path, pool):
     version = ModelVersion.objects.get(name="qwen-like")
     assert version.kind == "token_classification" and version.config["separator"] == "<extra_0>"
     assert not version.trust_remote_code
-    scoring.score_solutions(model_version=version, solution_ids=[s.pk for s in pool])
+    scores.score_solutions(model_version=version, solution_ids=[s.pk for s in pool])
     assert stored_scores(version, pool) == pytest.approx(scores_by_hand(folder, version, pool), abs=1e-5)
 
 
@@ -128,8 +128,8 @@ def test_an_exported_version_registers_back_and_rescores_the_pool_with_the_same_
     back = ModelVersion.objects.get(name="exported")
     assert back.config == json.loads((exported.folder / "stepwise.json").read_text())  # ids read from the folder
     ids = [s.pk for s in pool]
-    scoring.score_solutions(model_version=head, solution_ids=ids)
-    scoring.score_solutions(model_version=back, solution_ids=ids)
+    scores.score_solutions(model_version=head, solution_ids=ids)
+    scores.score_solutions(model_version=back, solution_ids=ids)
     assert stored_scores(back, pool) == pytest.approx(stored_scores(head, pool), abs=1e-4)
 
 

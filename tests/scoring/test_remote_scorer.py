@@ -17,6 +17,7 @@ from bench.tiny import build_tiny_prm
 from scoring.core.prm import read_model_config, write_model_config
 from scoring.models import RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring
+from scoring.rescoring import scores
 from scoring.store import registry
 from scoring.store.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 from scoring.tasks import rescore_chunk_task
@@ -189,7 +190,7 @@ def test_two_workers_rescore_one_pool_through_a_failing_server_scoring_each_solu
     assert len(holders) == 2, holders  # both workers took chunks
 
     local = registry.register_model_version(name="local", path=tiny_folder)
-    scoring.score_solutions(model_version=local, solution_ids=list(Solution.objects.values_list("pk", flat=True)))
+    scores.score_solutions(model_version=local, solution_ids=list(Solution.objects.values_list("pk", flat=True)))
     remote_p, local_p = scores_by_step(remote), scores_by_step(local)
     assert set(remote_p) == set(Step.objects.values_list("pk", flat=True))
     assert max(abs(remote_p[step] - local_p[step]) for step in remote_p) < 1e-5
@@ -227,9 +228,9 @@ def test_scoring_through_a_remote_version_never_imports_torch(server, tiny_folde
     ids = list(Solution.objects.values_list("pk", flat=True))
     script = (
         "import sys, django; django.setup()\n"
-        "from scoring import scoring\nfrom scoring.models import ModelVersion\n"
+        "from scoring.rescoring import scores\nfrom scoring.models import ModelVersion\n"
         f"version = ModelVersion.objects.get(pk={version.pk})\n"
-        f"scored = scoring.score_solutions(model_version=version, solution_ids={ids})\n"
+        f"scored = scores.score_solutions(model_version=version, solution_ids={ids})\n"
         "print(scored, 'torch' in sys.modules)\n"
     )
     env = {**worker_environment(), "DJANGO_SETTINGS_MODULE": "config.settings"}

@@ -20,6 +20,7 @@ from scoring.core import evaluation
 from scoring.core.prm import StepHead, save_head_model
 from scoring.learning import promotion, retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
+from scoring.rescoring import label_rows
 from scoring.store import registry
 from scoring.tasks import scheduled_retrain_task
 from tests.annotate.test_exporting import PHASE1_LINE, import_lines
@@ -91,7 +92,7 @@ def test_rows_hold_one_rating_list_per_annotator_up_to_the_first_error(db):
     annotate(solution, [1, 0, 1], labeler="two")
     annotate(solution, [1, 1, 1], labeler="three", finish_reason="bad_problem")  # not used
     annotate(solution, [1, 1, 1], labeler="four", status=Annotation.Status.IN_PROGRESS)  # not used
-    [row] = retraining.gather_rows()
+    [row] = label_rows.gather_rows()
     assert row.steps == ("a", "b", "c")
     assert sorted(row.ratings) == [(1, -1, None), (1, 0, 1)]
 
@@ -100,7 +101,7 @@ def test_rows_hold_one_rating_list_per_annotator_up_to_the_first_error(db):
 def test_training_rows_read_the_step_verdict_so_a_human_completion_is_a_good_step(db, tmp_path):
     # PRM800K phase 1: step 2's rated alternatives were rejected and a human completion written.
     import_lines(tmp_path, [PHASE1_LINE])
-    [row] = retraining.gather_rows()
+    [row] = label_rows.gather_rows()
     [annotation] = Annotation.objects.all()
     assert row.ratings == (verdicts.verdicts(annotation).ratings,) == ((1, 1),)
 
@@ -109,11 +110,11 @@ def test_training_rows_read_the_step_verdict_so_a_human_completion_is_a_good_ste
 def test_training_rows_end_at_the_first_error_and_follow_a_reviewer_override(db, reviewer):
     solution = SolutionFactory(steps=["a", "b", "c"], is_correct=False)
     annotation = annotate(solution, [1, 1, 1])
-    assert retraining.gather_rows()[0].ratings == ((1, 1, 1),)
+    assert label_rows.gather_rows()[0].ratings == ((1, 1, 1),)
     # A reviewer overrides step 2 (the chosen completion's rating): training sees it at once,
     # and the finish reason follows the ratings (solution -> found_error), so it is exported too.
     reviewing.override_rating(annotation=annotation, index=1, rating=-1, reviewer=reviewer)
-    assert retraining.gather_rows()[0].ratings == ((1, -1, None),)
+    assert label_rows.gather_rows()[0].ratings == ((1, -1, None),)
     assert [row["label"] for row in exporting.iter_rows(format="processbench", options=ExportOptions())] == [1]
 
 
@@ -127,7 +128,7 @@ def test_an_annotation_its_finish_reason_contradicts_is_neither_exported_nor_tra
     tally = ExportTally()
     assert len(list(exporting.iter_rows(format="soft", options=ExportOptions(), tally=tally))) == 1
     assert tally.skipped == {"inconsistent": 1}
-    [row] = retraining.gather_rows()
+    [row] = label_rows.gather_rows()
     assert row.ratings == ((1, -1, None),)  # the consistent annotation's only
 
 
@@ -138,7 +139,7 @@ def test_labels_from_a_skewed_selection_are_reweighted_to_the_pool_mix(db, annot
     wrong = [SolutionFactory(problem=problem, is_correct=False) for _ in range(5)]
     for solution in right[:1] + wrong:  # selection served 5 wrong answers to 1 right one
         annotate(solution, [1, 1, 1], labeler=f"l{solution.pk}")
-    weights = {r.solution_id: r.weight for r in retraining.gather_rows()}
+    weights = {r.solution_id: r.weight for r in label_rows.gather_rows()}
     assert weights[right[0].pk] == pytest.approx(0.5 / (1 / 6))
     assert weights[wrong[0].pk] == pytest.approx(0.5 / (5 / 6))
 

@@ -11,8 +11,8 @@ from scoring.core.prm import META_NAME, StepHead, save_head_model
 from scoring.core.training_data import LabeledRow, TrainConfig, build_examples
 from scoring.generation import rollout_labeling
 from scoring.generation.generators import SamplingParams
-from scoring.learning import retraining
 from scoring.models import TrainingRun
+from scoring.rescoring import label_rows
 from scoring.store import registry
 from tests.annotations import annotate
 from tests.factories import ProblemFactory, SolutionFactory
@@ -77,14 +77,14 @@ def test_the_label_source_is_validated_by_name():
 
 def test_rows_carry_rollout_counts_and_inferred_labels_as_one_vote(rollout_labeled_pool):
     solution = rollout_labeled_pool[0]  # right at step 0, wrong from step 1
-    by_id = {r.solution_id: r for r in retraining.gather_rows(labels="automatic")}
+    by_id = {r.solution_id: r for r in label_rows.gather_rows(labels="automatic")}
     assert by_id[solution.pk].counts == ((4, 4), (0, 4), (0, 4)) and by_id[solution.pk].ratings == ()
-    assert retraining.gather_rows(labels="human") == []
+    assert label_rows.gather_rows(labels="human") == []
     # An inferred (or imported) label has no counts: it trains as one vote, round(soft) of 1.
     run = AutoLabelRun.objects.create(method=AutoLabelRun.Method.OMEGAPRM)
     first = solution.steps.get(index=0)
     AutoStepLabel.objects.create(run=run, step=first, soft=1.0)
-    [row_] = retraining.gather_rows(labels="automatic", solution_ids=[solution.pk])
+    [row_] = label_rows.gather_rows(labels="automatic", solution_ids=[solution.pk])
     assert row_.counts[0] == (5, 5)
 
 

@@ -8,6 +8,7 @@ from bench.tiny import build_tiny_prm
 from scoring.core.prm import aggregate
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring
+from scoring.rescoring import scores
 from scoring.store import registry
 from tests.factories import SolutionFactory
 
@@ -32,7 +33,7 @@ def pool(db):
 
 
 def test_every_step_and_solution_gets_one_score(tiny_version, pool):
-    scored = scoring.score_solutions(model_version=tiny_version, solution_ids=[s.pk for s in pool])
+    scored = scores.score_solutions(model_version=tiny_version, solution_ids=[s.pk for s in pool])
     assert scored == len(pool)
     assert StepScore.objects.filter(model_version=tiny_version).count() == Step.objects.count()
     assert SolutionScore.objects.filter(model_version=tiny_version).count() == len(pool)
@@ -40,7 +41,7 @@ def test_every_step_and_solution_gets_one_score(tiny_version, pool):
 
 
 def test_solution_scores_aggregate_their_step_scores(tiny_version, pool):
-    scoring.score_solutions(model_version=tiny_version, solution_ids=[s.pk for s in pool])
+    scores.score_solutions(model_version=tiny_version, solution_ids=[s.pk for s in pool])
     for solution in pool:
         steps = StepScore.objects.filter(step__solution=solution, model_version=tiny_version).order_by("step__index")
         ps = [s.p for s in steps]
@@ -52,7 +53,7 @@ def test_solution_scores_aggregate_their_step_scores(tiny_version, pool):
 
 
 def test_stored_scores_match_the_model_on_the_same_texts(tiny_version, pool):
-    scoring.score_solutions(model_version=tiny_version, solution_ids=[pool[3].pk])
+    scores.score_solutions(model_version=tiny_version, solution_ids=[pool[3].pk])
     items = [(pool[3].problem.statement, [s.text for s in pool[3].steps.order_by("index")])]
     direct = scoring.score_texts(items=items, model_version=tiny_version)[0]
     stored = StepScore.objects.filter(step__solution=pool[3], model_version=tiny_version).order_by("step__index")
@@ -62,14 +63,14 @@ def test_stored_scores_match_the_model_on_the_same_texts(tiny_version, pool):
 
 def test_unchanged_pool_with_same_model_costs_zero_forward_passes(tiny_version, pool):
     ids = [s.pk for s in pool]
-    scoring.score_solutions(model_version=tiny_version, solution_ids=ids)
+    scores.score_solutions(model_version=tiny_version, solution_ids=ids)
     model = registry.load(tiny_version)
     passes = model.forward_passes
-    assert scoring.score_solutions(model_version=tiny_version, solution_ids=ids) == 0
+    assert scores.score_solutions(model_version=tiny_version, solution_ids=ids) == 0
     assert model.forward_passes == passes
     # A new solution is the only thing scored next time.
     new = SolutionFactory(steps=["Only new work."])
-    assert scoring.score_solutions(model_version=tiny_version, solution_ids=[*ids, new.pk]) == 1
+    assert scores.score_solutions(model_version=tiny_version, solution_ids=[*ids, new.pk]) == 1
     assert model.forward_passes == passes + 1
 
 
@@ -88,10 +89,10 @@ def test_rerunning_a_chunk_writes_nothing_twice(tiny_version, pool):
 
 
 def test_writing_the_same_results_twice_keeps_one_row_each(tiny_version, pool):
-    ids, step_ids, items = scoring.read_items([s.pk for s in pool])
+    ids, step_ids, items = scores.read_items([s.pk for s in pool])
     results = registry.load(tiny_version).step_probabilities(items)
     for _ in range(2):
-        scoring.write_scores(model_version=tiny_version, solution_ids=ids, step_ids=step_ids, results=results)
+        scores.write_scores(model_version=tiny_version, solution_ids=ids, step_ids=step_ids, results=results)
     assert StepScore.objects.count() == Step.objects.count()
     assert SolutionScore.objects.count() == len(pool)
 

@@ -9,10 +9,8 @@ import bench
 from annotate.models import Annotation, QueueItem, Solution
 from bench import simulation, simulation_pool, simulation_report
 from bench.tiny import build_tiny_backbone
-from scoring.learning import retraining
 from scoring.models import ModelVersion, SolutionScore
-from scoring.rescoring import rescore as scoring
-from scoring.rescoring import selection
+from scoring.rescoring import label_rows, scores, selection
 
 INITIAL, BATCH, ROUNDS = 6, 5, 2
 
@@ -37,7 +35,7 @@ def scored_pool(backbone, pool, seed=0):
     ids = simulation_pool.write_problems(pool, split="pool", source="tests")
     head = simulation.untrained_head(backbone, seed)
     version = simulation.record_version("round-0", backbone, head)
-    scoring.score_solutions(model_version=version, solution_ids=ids,
+    scores.score_solutions(model_version=version, solution_ids=ids,
                             prm=simulation.CachedScorer(backbone, backbone.with_head(head)))
     return ids, version
 
@@ -47,7 +45,7 @@ def test_simulated_annotator_labels_equal_the_known_first_errors(db, backbone, p
     selection.rebuild_queue(model_version=version, policy=simulation.policy_for("random", size=12, seed=1))
     labeled = simulation.label_queue(annotator=annotator, limit=12)
     assert len(labeled) == 12
-    rows = retraining.gather_rows()
+    rows = label_rows.gather_rows()
     assert sorted(r.solution_id for r in rows) == sorted(labeled)
     wrong = 0
     for row in rows:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from annotate.models import ExportJob, JobState
@@ -115,10 +116,8 @@ def _suffix(job: ExportJob) -> str:
 
 def create_export_job(*, format: str, options: ExportOptions, user=None) -> ExportJob:
     """An ExportJob row, queued for a worker once the transaction commits."""
-    from annotate.tasks import export_task
-
     job = ExportJob.objects.create(format=check_format(format), options=options.to_dict(), created_by=user)
-    export_task.delay_on_commit(job.pk)
+    transaction.on_commit(job.send_task)
     return job
 
 

@@ -18,12 +18,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from annotate.labeling import queueing
 from annotate.models import ImportJob
 from annotate.pool.importing.formats import check_format
+from annotate.pool.importing.pipeline import import_pool
 from annotate.pool.importing.report import ImportSummary
 from annotate.text.splitting import check_mode
 
@@ -49,22 +51,18 @@ def create_import_job(
     atomic: bool = False, user=None,
 ) -> ImportJob:
     """An ImportJob row for a saved file, queued for a worker once the transaction commits."""
-    from annotate.tasks import import_pool_task
-
     check_format(format)
     job = ImportJob.objects.create(
         path=str(path), original_name=original_name[:300], format=format, split_mode=check_mode(split_mode),
         source=source, atomic=atomic,
         report_path=str(path.with_name(path.stem + "-report.jsonl")), created_by=user,
     )
-    import_pool_task.delay_on_commit(job.pk)
+    transaction.on_commit(job.send_task)
     return job
 
 
 def run_import_job(*, job_id: int) -> ImportJob:
     """Run one ImportJob with its progress in the row; see the module docstring for redelivery."""
-    from annotate.pool.importing import import_pool  # the package's entry point, which imports this module
-
     job = ImportJob.objects.get(pk=job_id)
     if not job.start():
         return job

@@ -13,6 +13,7 @@ from annotate.models.jobs import JobState
 from scoring.core import evaluation
 from scoring.core.training_data import BIAS_CORRECTIONS, HEAD_TYPES, LABEL_SOURCES, MODES, NEUTRAL_MODES
 from scoring.learning import retraining
+from scoring.learning.options import DEFAULT_GATE_METRIC
 from scoring.models import TrainingRun
 
 
@@ -33,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--target-base-rate", type=float)
         parser.add_argument("--seed", type=int)
         parser.add_argument(
-            "--gate-metric", choices=list(evaluation.GATE_METRICS), default=retraining.DEFAULT_GATE_METRIC
+            "--gate-metric", choices=list(evaluation.GATE_METRICS), default=DEFAULT_GATE_METRIC
         )
         parser.add_argument(
             "--tolerance", type=float, default=0.0, help="allowed drop of the gate metric (negative: required gain)"

@@ -1,0 +1,110 @@
+"""The README stays a short user's guide whose configuration table matches the settings.
+
+The environment variables are read from `config/settings.py`'s source text (and the env
+helpers it calls), not by importing it: the test needs no database and no environment.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+SETTINGS = ROOT / "config" / "settings.py"
+# The module with env_str, env_int, ... (it moved from config/ to infra/).
+ENV_HELPERS = [path for path in (ROOT / "infra" / "env.py", ROOT / "config" / "env.py") if path.exists()]
+MAX_LINES = 300
+
+NAME = r"[A-Z][A-Z0-9_]*"
+# A call whose callee names the environment and whose first argument is a variable's name:
+# env_int("NAME", ...), env_str("NAME"), os.environ.get("NAME"), os.getenv("NAME"), ...
+ENV_CALL = re.compile(rf"""\b([\w.]*env[\w.]*)\(\s*(['"])({NAME})\2""", re.IGNORECASE)
+# os.environ["NAME"]
+ENV_INDEX = re.compile(rf"""\benviron\[\s*(['"])({NAME})\1\s*\]""")
+# Any call whose first argument is a bare upper-case name: the guard against a new way of reading.
+ANY_CALL = re.compile(rf"""\b([\w.]+)\(\s*(['"])({NAME})\2\s*[,)]""")
+
+
+def env_names(source: str) -> set[str]:
+    names = {m.group(3) for m in ENV_CALL.finditer(source)}
+    names |= {m.group(2) for m in ENV_INDEX.finditer(source)}
+    # ENV_CALL is case-insensitive for the callee only; the name itself must be upper case.
+    return {name for name in names if re.fullmatch(NAME, name)}
+
+
+def settings_env_names() -> set[str]:
+    names = env_names(SETTINGS.read_text())
+    for helper in ENV_HELPERS:
+        names |= env_names(helper.read_text())
+    return names
+
+
+def configuration_section() -> str:
+    text = README.read_text()
+    match = re.search(r"^## Configuration\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
+    assert match, "README.md has no '## Configuration' section"
+    return match.group(1)
+
+
+def table_names(section: str) -> set[str]:
+    """The variables in the first column of the section's first table."""
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    body = rows[2:]  # below the header and its |---| line
+    assert body, "the configuration table has no rows"
+    names = set()
+    for row in body:
+        first_cell = row.split("|")[1]
+        names |= set(re.findall(rf"`({NAME})`", first_cell))
+    return names
+
+
+def test_settings_parsing_finds_the_variables():
+    names = settings_env_names()
+    # If these go missing, the regexes no longer see how settings.py reads the environment.
+    assert {"DATABASE_URL", "SECRET_KEY", "DEBUG", "STEPWISE_LEASE_SECONDS", "STEPWISE_SCORE_RATE"} <= names
+    assert len(names) >= 40
+
+
+def test_settings_read_the_environment_only_in_ways_this_test_knows():
+    source = SETTINGS.read_text()
+    unknown = {
+        f"{m.group(1)}({m.group(3)!r})"
+        for m in ANY_CALL.finditer(source)
+        if "env" not in m.group(1).lower()
+    }
+    assert not unknown, (
+        f"config/settings.py passes an upper-case name to {sorted(unknown)}; if that reads the "
+        "environment, teach ENV_CALL in tests/test_readme.py about it"
+    )
+
+
+def test_every_setting_read_from_the_environment_is_in_the_readme():
+    section = configuration_section()
+    missing = sorted(name for name in settings_env_names() if f"`{name}`" not in section)
+    assert not missing, f"README.md's Configuration section does not describe {missing}"
+
+
+def test_every_variable_in_the_configuration_table_is_read_by_the_settings():
+    listed = table_names(configuration_section())
+    assert listed
+    unknown = sorted(listed - settings_env_names())
+    assert not unknown, f"README.md's configuration table lists {unknown}, which config/settings.py never reads"
+
+
+def test_readme_is_short():
+    lines = len(README.read_text().splitlines())
+    assert lines <= MAX_LINES, f"README.md has {lines} lines; keep it to {MAX_LINES} (details go under docs/)"
+
+
+def test_every_benchmark_has_its_command_line():
+    names = sorted(p.stem for p in (ROOT / "bench" / "commands").glob("*.py") if not p.stem.startswith("_"))
+    assert names
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    missing = [name for name in names if f"./stepwise bench {name}" not in text]
+    assert not missing, f"docs/benchmarks.md gives no command line for {missing}"
