@@ -1,0 +1,4 @@
+"""The ground floor the apps share: environment parsing (`env`), limits, throttling, the raw
+statements of the labeling fast path (`statements`), the process memo, the login backend, the
+Redis cache and the PostgreSQL backend. It imports no app.
+"""

@@ -44,6 +44,7 @@ from typing import NamedTuple
 from annotate.text import normalizing
 
 DEFAULT_TIMEOUT = 5.0
+_default_timeout = DEFAULT_TIMEOUT  # set_default_timeout: the one setting read from outside
 # math-verify rounds floats to 6 places: numbers closer than this may still be equal to it.
 _NEAR = Fraction(1, 10**5)
 
@@ -80,15 +81,14 @@ def judge(*, answer: str | None, truth: str | None, timeout: float | None = None
     return _judge_cached(answer.strip(), truth.strip(), _timeout(timeout))
 
 
-def _timeout(timeout: float | None) -> float:
-    if timeout is not None:
-        return timeout
-    try:
-        from django.conf import settings
+def set_default_timeout(seconds: float) -> None:
+    """The timeout of a grade that names none: the app sets STEPWISE_GRADING_TIMEOUT at start."""
+    global _default_timeout
+    _default_timeout = float(seconds)
 
-        return float(getattr(settings, "STEPWISE_GRADING_TIMEOUT", DEFAULT_TIMEOUT))
-    except Exception:  # no Django settings configured: plain library use
-        return DEFAULT_TIMEOUT
+
+def _timeout(timeout: float | None) -> float:
+    return _default_timeout if timeout is None else timeout
 
 
 @lru_cache(maxsize=200_000)

@@ -1,0 +1,3 @@
+"""Learning from the labels: training runs (`retraining`), their options (`options`) and the
+promotion gate that decides whether a new version replaces the current one (`promotion`).
+"""

@@ -1,0 +1,1 @@
+"""The labeling side's REST API: pool, annotations, imports and exports, with object-level permissions."""
