@@ -15,7 +15,8 @@ _GSM8K_FINAL = re.compile(r"^[ \t]*####[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 _THE_ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(r"^\s*(?:final\s+answer|answer|a)\s*:\s*", re.IGNORECASE)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_CALCULATOR = re.compile(r"<<[^<>]*>>")
+# GSM8K's calculator annotations, ``<<48/2=24>>``: in stored text, never shown.
+CALCULATOR_ANNOTATION = re.compile(r"<<[^<>]*>>")
 
 
 def extract_answer(text: str | None) -> str | None:
@@ -118,7 +119,7 @@ def strip_calculator_annotations(text: str) -> str:
 
     The annotations stay in stored text (they are part of the dataset); only display hides them.
     """
-    return _CALCULATOR.sub("", text)
+    return CALCULATOR_ANNOTATION.sub("", text)
 
 
 def end_of_answer(text: str) -> str:

@@ -3,9 +3,11 @@
 Real model output writes display math over several lines (``\\[`` on one line, the formula on
 the next, ``\\]`` on a third) and bolds its lead-ins (``**Identify the outcomes:**``). Turning
 line breaks into ``<br>`` before the math is found cuts every such formula in pieces that KaTeX
-never sees whole, so the order here is: split the raw text into math, code and text segments;
-escape everything; apply Markdown (emphasis, lists, headings, line breaks) to the text only,
-with each math or code segment standing in as an opaque placeholder; put the segments back as
+never sees whole, so the order here is: split the raw text into math, code and text segments
+(``annotate.text.scanning`` finds the formulas and the code, as it does for the step splitter,
+so a step shows the formulas the whole text shows); escape everything; apply Markdown
+(emphasis, lists, headings, line breaks) to the text only, with each math or code segment
+standing in as an opaque placeholder; put the segments back as
 ``<span class="math" data-display="true|false">TeX</span>``, which ``static/js/math.js`` renders
 with ``katex.render`` (``trust: false``). No HTML from the data survives: it is all escaped
 before any tag is written, and every tag written comes from this module.
@@ -15,18 +17,10 @@ Django-free: the template filters in ``annotate/templatetags/workspace.py`` mark
 import functools
 import html
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-# Environments that are math on their own, without $ or \[ around them (KaTeX renders each in
-# display mode). ``aligned`` and ``cases`` need math mode, which display mode gives them.
-ENVIRONMENTS = ("align", "align*", "aligned", "alignat", "alignat*", "gather", "gather*", "gathered",
-                "equation", "equation*", "cases", "split", "array", "matrix", "pmatrix", "bmatrix", "multline")
-_ENV = "|".join(re.escape(env) for env in ENVIRONMENTS)
-_OPENER = re.compile(r"```|`|\\\$|\$\$|\$|\\\[|\\\(|\\begin\{(" + _ENV + r")\}")
-_CLOSERS = {"$$": "$$", "\\[": "\\]", "\\(": "\\)"}
-_BLANK_LINE = re.compile(r"\n[ \t]*\n")
-_TEX_MARK = re.compile(r"[\\^_{}]")
-_WORDS = re.compile(r"[a-z]{2,}[ ,]+[a-z]{2,}")
+from annotate.text import scanning
+
 # Placeholders in private-use characters: input has them removed, so they cannot be forged.
 _PH_OPEN, _PH_CLOSE = "\ue000", "\ue001"
 _PLACEHOLDER = re.compile(_PH_OPEN + r"(\d+)" + _PH_CLOSE)
@@ -34,11 +28,10 @@ _PLACEHOLDER = re.compile(_PH_OPEN + r"(\d+)" + _PH_CLOSE)
 
 @dataclass(frozen=True)
 class Segment:
-    kind: str  # "text", "math", "code" (inline) or "codeblock"
+    kind: str  # "text", or a scanning.Span's kind: "math", "code" (inline) or "codeblock"
     body: str  # text as written, TeX without its delimiters, or code
     display: bool = False
-    # Where it stands in clean(text), delimiters included: a step splitter that must not cut
-    # inside a formula can ask segments() where the formulas are.
+    # Where it stands in clean(text), delimiters included.
     start: int = 0
     end: int = 0
 
@@ -54,76 +47,18 @@ def clean(text: str | None) -> str:
 
 
 def segments(text: str) -> list[Segment]:
-    """The text cut into math, code and text segments; an unclosed delimiter is plain text."""
+    """The text cut into math, code and text segments: ``scanning.spans`` and the text between."""
     text = clean(text)
     found: list[Segment] = []
-    plain_from = pos = 0
-    while (opener := _OPENER.search(text, pos)) is not None:
-        match = _segment_at(text, opener)
-        if match is None:
-            pos = opener.end()  # a literal character (an escaped \$, a lone $ or backtick)
-            continue
-        segment, end = match
-        if opener.start() > plain_from:
-            found.append(Segment("text", text[plain_from:opener.start()], start=plain_from, end=opener.start()))
-        found.append(replace(segment, start=opener.start(), end=end))
-        plain_from = pos = end
+    plain_from = 0
+    for span in scanning.spans(text):
+        if span.start > plain_from:
+            found.append(Segment("text", text[plain_from:span.start], start=plain_from, end=span.start))
+        found.append(Segment(span.kind, span.body, span.display, start=span.start, end=span.end))
+        plain_from = span.end
     if plain_from < len(text):
         found.append(Segment("text", text[plain_from:], start=plain_from, end=len(text)))
     return found
-
-
-def _segment_at(text: str, opener: re.Match) -> tuple[Segment, int] | None:
-    token, start, after = opener.group(0), opener.start(), opener.end()
-    if token == "\\$":
-        return None
-    if token == "```":
-        return _fenced_code(text, after)
-    if token == "`":
-        end = text.find("`", after)
-        if end <= after or "\n" in text[after:end]:
-            return None
-        return Segment("code", text[after:end]), end + 1
-    if token == "$":
-        return _inline_dollar(text, after)
-    if token.startswith("\\begin"):
-        closer = f"\\end{{{opener.group(1)}}}"
-        end = text.find(closer, after)
-        return None if end < 0 else (Segment("math", text[start:end + len(closer)], True), end + len(closer))
-    end = text.find(_CLOSERS[token], after)
-    if end < 0 or not text[after:end].strip():
-        return None
-    return Segment("math", text[after:end].strip(), token != "\\("), end + len(_CLOSERS[token])
-
-
-def _inline_dollar(text: str, after: int) -> tuple[Segment, int] | None:
-    """``$...$`` up to the next unescaped ``$``, on no blank line. Pandoc's rule keeps prices
-    apart ("$5 and $10" stays text): the math opens before and closes after a non-space, and
-    the closing ``$`` is not followed by a digit. For GSM8K's ``=$12`` on every line, it does
-    not go over a line break nor hold two words in a row ("2 $5 loaves of bread, 2 3$").
-    Content with TeX in it (a backslash, ``^``, ``_``, a brace) is math either way: MATH writes
-    ``$ x = \\boxed{83}$``, ``$\\$$1500`` and formulas wrapped over lines."""
-    end = after
-    while (end := text.find("$", end)) >= 0 and text[end - 1] == "\\":
-        end += 1
-    if end <= after or _BLANK_LINE.search(text, after, end) or not text[after:end].strip():
-        return None
-    body = text[after:end]
-    prose_like = body[0].isspace() or body[-1].isspace() or text[end + 1:end + 2].isdigit() or "\n" in body
-    if (prose_like or _WORDS.search(body)) and not _TEX_MARK.search(body):
-        return None
-    return Segment("math", body.strip(), False), end + 1
-
-
-def _fenced_code(text: str, after: int) -> tuple[Segment, int] | None:
-    end = text.find("```", after)
-    if end < 0:
-        return None
-    body = text[after:end]
-    first, newline, rest = body.partition("\n")
-    if newline and re.fullmatch(r"[\w+-]*", first.strip()):
-        body = rest  # the fence's language name
-    return Segment("codeblock", body.strip("\n")), end + 3
 
 
 # The labeling page renders the same few step texts on every click: a pure function of the

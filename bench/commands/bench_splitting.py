@@ -26,7 +26,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.text import splitting
+from annotate.text import scanning, splitting
 
 CORPORA = {
     "qwen25-math": ("model-responses/math_qwen25_cot_20x8.jsonl", "response"),
@@ -73,7 +73,7 @@ def measure(texts: list[str], split) -> Figures:
     splits = [split(text) for text in texts]
     seconds = time.perf_counter() - started
     steps = [step for split_steps in splits for step in split_steps]
-    cut = sum(1 for text, split_steps in zip(texts, splits) for block in splitting.math_blocks(text)
+    cut = sum(1 for text, split_steps in zip(texts, splits) for block in scanning.spans(text)
               if not any(text[block.start:block.end] in step for step in split_steps))
     return Figures(
         solutions=len(texts), steps=len(steps), lone_equations=sum(map(splitting.is_lone_equation, steps)),

@@ -107,8 +107,8 @@ def test_line_breaks_only_outside_math_and_none_around_a_display_formula():
     ("Sum: $$\n1 + 2\n+ 3\n$$ done", "1 + 2\n+ 3", True),
     ("So \\(x\n= 2\\) here", "x\n= 2", False),
     ("with $\\frac{a}{b}\n+ c$ here", "\\frac{a}{b}\n+ c", False),
-    ("so $ x = \\boxed{83}$.", "x = \\boxed{83}", False),
-    ("costs $\\$$1500 now", "\\$", False),
+    ("so $x = \\boxed{83}$.", "x = \\boxed{83}", False),
+    ("costs $\\$1500$ now", "\\$1500", False),
     ("\\begin{align*}\nx &= 1 \\\\\ny &= 2\n\\end{align*}",
      "\\begin{align*}\nx &= 1 \\\\\ny &= 2\n\\end{align*}", True),
     ("\\[\nf(x) = \\begin{cases} 1 & x > 0 \\\\ 0 & \\text{else} \\end{cases}\n\\]",
@@ -129,6 +129,17 @@ def test_every_delimiter_real_models_write_is_one_formula(text, tex, display):
 ])
 def test_prices_escaped_dollars_code_and_unclosed_delimiters_are_not_math(text):
     assert [s for s in rendering.segments(text) if s.kind == "math"] == []
+
+
+@pytest.mark.parametrize("text,shown", [
+    ("so $ x = \\boxed{83}$.", "<p>so $ x = \\boxed{83}$.</p>"),
+    ("costs $\\$$1500 now", "<p>costs $$$1500 now</p>"),
+])
+def test_dollars_that_break_pandocs_rule_are_plain_dollars_even_around_tex(text, shown):
+    """A space just inside a dollar, or a digit right after the closing one, makes both plain
+    dollars, as for prices; the splitter reads the same rule. MATH-500 writes each of these twice."""
+    assert [s for s in rendering.segments(text) if s.kind == "math"] == []
+    assert rendering.render(text) == shown
 
 
 def test_gsm8k_prices_never_swallow_words_into_math():

@@ -6,13 +6,13 @@ from io import StringIO
 import pytest
 
 import bench
+from annotate.text import scanning
 from annotate.text.answers import extract_answer
 from annotate.text.splitting import (
     SPLIT_MODES,
     check_mode,
     is_lead_in,
     is_lone_equation,
-    math_blocks,
     split_steps,
 )
 from tests.conftest import SHARED_DATA
@@ -140,14 +140,8 @@ def test_the_boxed_final_answer_is_still_found_in_the_split_steps():
         assert extract_answer("\n\n".join(split_steps(QWEN_STYLE, mode))) == "12"
 
 
-def test_dollar_amounts_are_not_math_but_dollar_math_is():
-    assert math_blocks("He pays $2 per egg and earns $18 a day.") == []
-    assert [b.display for b in math_blocks("So $x = 2$ and $$y$$ and \\(z\\).")] == [False, True, False]
-    assert math_blocks("A literal \\$5 and \\\\[2pt] break") == []
-
-
 def test_an_unclosed_block_from_a_truncated_generation_is_plain_text():
-    assert math_blocks("We get\n\\[\nx = 1 + 2 +") == []
+    assert scanning.spans("We get\n\\[\nx = 1 + 2 +") == []
     assert split_steps("We get\n\\[\nx = 1 + 2 +", "line") == ["We get\n\\[\nx = 1 + 2 +"]
 
 
@@ -193,7 +187,7 @@ def test_on_real_text_no_step_but_the_last_ends_with_a_colon(corpus, mode):
 def test_on_real_text_no_math_block_is_split(corpus, mode):
     for text in CORPORA[corpus]():
         spans = _offsets(text, split_steps(text, mode))
-        for block in math_blocks(text):
+        for block in scanning.spans(text):
             assert any(start <= block.start and block.end <= end for start, end in spans), text[block.start:block.end]
 
 
