@@ -72,7 +72,7 @@ def evaluate(loaded, examples, answers, *, threshold: float, lam: float) -> dict
     for e, ps in zip(examples, probs):
         labels = [None if n == 0 else int(k == n) for k, n in zip(e.k, e.n)]
         final, correct = answers[e.row.solution_id]
-        first = next((i for i, y in enumerate(labels) if y == 0), -1)
+        first = next((i for i, y in enumerate(labels) if y == 0), None)
         samples.append(
             evaluation.LabeledSample(e.row.problem_id, [s.p for s in ps], labels, first, is_reference=correct)
         )

@@ -162,9 +162,9 @@ def evaluate_probs(held_out: HeldOut, probs: Sequence[Sequence[float]], sigmas=N
     samples, by_problem = [], {}
     for index, ((problem_id, _, steps, first, is_ref, answer), p) in enumerate(zip(held_out.solutions, probs)):
         labels = [1 if first is None or i < first else 0 if i == first else None for i in range(len(steps))]
-        samples.append(evaluation.LabeledSample(problem_id, list(p), labels, -1 if first is None else first))
+        samples.append(evaluation.LabeledSample(problem_id, list(p), labels, first))
         if is_ref:  # the reference again, as the pair partner of its problem's corrupted steps
-            samples.append(evaluation.LabeledSample(problem_id, list(p), labels, -1, is_reference=True))
+            samples.append(evaluation.LabeledSample(problem_id, list(p), labels, None, is_reference=True))
         sigma = list(sigmas[index]) if sigmas is not None else None
         by_problem.setdefault(problem_id, []).append(
             evaluation.Candidate(mu=list(p), correct=first is None, answer=answer, sigma=sigma))
@@ -175,7 +175,7 @@ def evaluate_probs(held_out: HeldOut, probs: Sequence[Sequence[float]], sigmas=N
     # evaluate() counts each reference twice in step AUC (labeled and as pair partner): recompute on `labeled`.
     report["step_auc"] = evaluation.roc_auc(*evaluation.step_arrays(labeled))
     candidates = [c for cands in by_problem.values() for c in cands]
-    report["solution_auc"] = evaluation.roc_auc([evaluation.aggregate(c.mu, "product") for c in candidates],
+    report["solution_auc"] = evaluation.roc_auc([evaluation.solution_score(c.mu, "product") for c in candidates],
                                                 [int(c.correct) for c in candidates])
     return report
 

@@ -10,12 +10,11 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from scoring.core import step_scores
-
-AGGREGATIONS = ("product", "min", "last", "mean")
+from annotate.text import steps
 
 
 @dataclass(frozen=True)
@@ -23,13 +22,13 @@ class LabeledSample:
     """One labeled solution: model probabilities per step and the human step labels.
 
     `labels[i]` is 1 (step fine), 0 (step wrong) or None (no label: after the first
-    error, or not rated). `first_error` is the index of the first wrong step, -1 if none.
+    error, or not rated). `first_error` is the index of the first wrong step, None if none.
     """
 
     problem_id: int
     probs: Sequence[float]
     labels: Sequence[int | None]
-    first_error: int
+    first_error: int | None
     is_reference: bool = False
 
 
@@ -98,29 +97,21 @@ def reference_pairs(samples: Sequence[LabeledSample]) -> list[tuple[float, float
     for sample in samples:
         ref = references.get(sample.problem_id)
         k = sample.first_error
-        if sample.is_reference or ref is None or k < 0 or k >= len(ref.probs) or k >= len(sample.probs):
+        if sample.is_reference or ref is None or k is None or k >= len(ref.probs) or k >= len(sample.probs):
             continue
         pairs.append((float(sample.probs[k]), float(ref.probs[k])))
     return pairs
 
 
-def predicted_first_error(probs: Sequence[float], threshold: float) -> int:
-    """Index of the first step whose probability is below the threshold, -1 if none."""
-    for i, p in enumerate(probs):
-        if p < threshold:
-            return i
-    return -1
-
-
-def processbench_f1(samples: Sequence[LabeledSample], threshold: float = 0.5) -> dict:
+def processbench_f1(samples: Sequence[LabeledSample], threshold: float = 0.5) -> dict[str, Any]:
     """ProcessBench: exact first-error accuracy on erroneous samples and on correct ones.
 
     F1 is their harmonic mean; None when either group is empty.
     """
-    erroneous = [s for s in samples if s.first_error >= 0]
-    correct = [s for s in samples if s.first_error < 0]
-    acc_err = _mean([predicted_first_error(s.probs, threshold) == s.first_error for s in erroneous])
-    acc_ok = _mean([predicted_first_error(s.probs, threshold) == -1 for s in correct])
+    erroneous = [s for s in samples if s.first_error is not None]
+    correct = [s for s in samples if s.first_error is None]
+    acc_err = _mean([steps.predicted_first_error(s.probs, threshold) == s.first_error for s in erroneous])
+    acc_ok = _mean([steps.predicted_first_error(s.probs, threshold) is None for s in correct])
     f1 = None
     if acc_err is not None and acc_ok is not None:
         f1 = 0.0 if acc_err + acc_ok == 0 else 2 * acc_err * acc_ok / (acc_err + acc_ok)
@@ -132,18 +123,9 @@ def _mean(values: Sequence[float | bool]) -> float | None:
     return float(np.mean(values)) if len(values) else None
 
 
-def aggregate(mu: Sequence[float], how: str, sigma: Sequence[float] | None = None, lam: float = 1.0) -> float:
-    """One solution score from its step scores: one of step_scores.aggregate's (the rule that
-    rescoring stores), or "risk", S = mean(mu - lam * sigma). No steps score 0."""
-    if len(mu) == 0:
-        return 0.0
-    if how == "risk":
-        m = np.asarray(mu, dtype=float)
-        s = np.zeros_like(m) if sigma is None else np.asarray(sigma, dtype=float)
-        return float((m - lam * s).mean())
-    if how not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {how!r}; expected one of {', '.join(AGGREGATIONS + ('risk',))}")
-    return float(step_scores.aggregate([step_scores.StepProbability(p=float(p)) for p in mu])[how])
+def solution_score(mu: Sequence[float], how: str, sigma: Sequence[float] | None = None, lam: float = 1.0) -> float:
+    """A candidate's score for best-of-N: the step core's aggregation (risk included); no steps score 0."""
+    return steps.aggregate(mu, how, sigmas=sigma, lam=lam) if len(mu) else 0.0
 
 
 def best_of_n(
@@ -153,7 +135,7 @@ def best_of_n(
     draws: int = 32,
     lam: float = 1.0,
     seed: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """Accuracy of picking 1 of N candidates per aggregation, vs majority vote and oracle.
 
     For each N (1, 2, 4, ... up to the largest candidate set unless given) and each
@@ -167,7 +149,7 @@ def best_of_n(
     if ns is None:
         largest = max((len(c) for c in problems), default=0)
         ns = [2**i for i in range(int(math.log2(largest)) + 1)] if largest else []
-    methods = [*AGGREGATIONS, "risk", "majority", "oracle"]
+    methods = [*steps.AGGREGATIONS_WITH_RISK, "majority", "oracle"]
     table: dict[str, dict[str, float | int]] = {}
     for n in ns:
         eligible = [c for c in problems if len(c) >= n]
@@ -190,8 +172,8 @@ def _subsets(total: int, n: int, draws: int, rng: np.random.Generator) -> list[n
     return [rng.choice(total, size=n, replace=False) for _ in range(draws)]
 
 
-def _choose(cands: Sequence[Candidate], subset: np.ndarray, method: str, lam: float, rng) -> float:
-    chosen = [cands[i] for i in subset]
+def _choose(cands: Sequence[Candidate], subset: np.ndarray, method: str, lam: float, rng: np.random.Generator) -> float:
+    chosen = [cands[int(i)] for i in subset]
     if method == "oracle":
         return any(c.correct for c in chosen)
     if method == "majority":
@@ -202,7 +184,7 @@ def _choose(cands: Sequence[Candidate], subset: np.ndarray, method: str, lam: fl
         winners = sorted(a for a, v in votes.items() if v == top)
         answer = winners[int(rng.integers(len(winners)))]
         return next(c.correct for c in chosen if c.answer == answer)
-    scores = [aggregate(c.mu, method, c.sigma, lam) for c in chosen]
+    scores = [solution_score(c.mu, method, c.sigma, lam) for c in chosen]
     # Ties are broken at random, counted exactly as the tied candidates' mean correctness:
     # taking the first would let a constant scorer look perfect when candidates arrive
     # in a favourable order (references first, say).
@@ -211,7 +193,7 @@ def _choose(cands: Sequence[Candidate], subset: np.ndarray, method: str, lam: fl
     return float(np.mean(tied))
 
 
-def calibration(probs: Sequence[float], labels: Sequence[int], bins: int = 10) -> dict:
+def calibration(probs: Sequence[float], labels: Sequence[int], bins: int = 10) -> dict[str, Any]:
     """Expected calibration error over equal-width bins, and the reliability diagram's data."""
     p = np.asarray(probs, dtype=float)
     y = np.asarray(labels, dtype=float)
@@ -249,7 +231,7 @@ def evaluate(
     threshold: float = 0.5,
     lam: float = 1.0,
     seed: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """All metrics of one model on one held-out set, as a JSON-ready dict."""
     scores, labels = step_arrays(samples)
     return {
@@ -274,7 +256,7 @@ GATE_METRICS = {
 }
 
 
-def metric_value(metrics: dict, name: str) -> float | None:
+def metric_value(metrics: dict[str, Any], name: str) -> float | None:
     """Read a gate metric out of an `evaluate` dict by its dotted path."""
     path, _ = GATE_METRICS[name]
     value: object = metrics
@@ -285,7 +267,7 @@ def metric_value(metrics: dict, name: str) -> float | None:
     return value if isinstance(value, (int, float)) else None
 
 
-def not_worse(new: dict, current: dict, metric: str, tolerance: float = 0.0) -> bool:
+def not_worse(new: dict[str, Any], current: dict[str, Any], metric: str, tolerance: float = 0.0) -> bool:
     """The promotion gate: the new model's metric is at least the current one's.
 
     Without a value for the new model (e.g. the held-out steps are all good, so no AUC)

@@ -20,6 +20,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 CONFIG_NAME = "stepwise.json"
 HEAD_NAME = "head.safetensors"
@@ -38,13 +39,13 @@ class ModelFormatError(ValueError):
     """The folder is not a model we can load safely (missing files, pickle weights, bad config)."""
 
 
-def write_model_config(folder: str | Path, config: dict) -> None:
+def write_model_config(folder: str | Path, config: dict[str, Any]) -> None:
     """Write stepwise.json after checking it describes a model we can load."""
     validate_config(config, where=str(Path(folder) / CONFIG_NAME))
     (Path(folder) / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
 
 
-def validate_config(config: dict, *, where: str) -> None:
+def validate_config(config: dict[str, Any], *, where: str) -> None:
     """Fail with the offending field named, before anything is loaded."""
     kind = config.get("kind")
     if kind not in KINDS:
@@ -71,7 +72,7 @@ def validate_config(config: dict, *, where: str) -> None:
                 raise ModelFormatError(f"{where}: '{key}' must be a token id (integer) for kind 'step_token'")
 
 
-def read_model_config(folder: str | Path) -> dict:
+def read_model_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / CONFIG_NAME
     if not path.exists():
         raise ModelFormatError(f"{path} is missing: not a Stepwise model folder")
@@ -85,8 +86,9 @@ def read_model_config(folder: str | Path) -> dict:
     return config
 
 
-def backbone_folder(folder: str | Path, config: dict) -> Path:
-    return (Path(folder) / config["backbone"]).resolve()
+def backbone_folder(folder: str | Path, config: dict[str, Any]) -> Path:
+    backbone: str = config["backbone"]  # a string: validate_config checked it
+    return (Path(folder) / backbone).resolve()
 
 
 def check_safetensors_only(folder: Path) -> None:

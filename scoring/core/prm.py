@@ -16,11 +16,12 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from scoring.core.model_files import (  # noqa: F401  (re-exported: the format is part of prm's API)
+from scoring.core.model_files import (
     CONFIG_NAME,
     DEFAULT_SEPARATOR,
     HEAD_NAME,
@@ -38,7 +39,21 @@ from scoring.core.model_files import (  # noqa: F401  (re-exported: the format i
     weights_sha256,
     write_model_config,
 )
-from scoring.core.step_scores import StepProbability, aggregate, build_input  # noqa: F401  (re-exported, as above)
+from scoring.core.step_scores import StepProbability, aggregate, build_input
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+
+__all__ = [
+    # Re-exported (the format and the step scores are part of prm's API).
+    "CONFIG_NAME", "DEFAULT_SEPARATOR", "HEAD_NAME", "IDENTITY_GLOBS", "KINDS", "META_NAME", "PICKLE_SUFFIXES",
+    "ModelFormatError", "StepProbability", "aggregate", "backbone_folder", "build_input", "check_safetensors_only",
+    "hash_files", "identity_files", "read_model_config", "validate_config", "weights_sha256", "write_model_config",
+    # Defined here.
+    "Encoded", "Item", "LoadedPRM", "StepHead", "choose_device", "choose_dtype", "default_token_budget", "encode",
+    "encode_many", "load_prm", "save_head_model", "token_budget_batches",
+]
 
 Item = tuple[str, Sequence[str]]
 
@@ -79,7 +94,7 @@ class StepHead(nn.Module):
         sigma = torch.sqrt(mu * (1 - mu) / (kappa + 1))
         return [StepProbability(p=float(m), mean=float(m), sigma=float(s)) for m, s in zip(mu.tolist(), sigma.tolist())]
 
-    def config(self, layer: int | None) -> dict:
+    def config(self, layer: int | None) -> dict[str, Any]:
         return {"type": self.head_type, "layer": layer, "hidden_size": self.hidden_size}
 
     def save(self, folder: str | Path) -> None:
@@ -89,7 +104,7 @@ class StepHead(nn.Module):
         save_file(state, str(Path(folder) / HEAD_NAME))
 
     @classmethod
-    def load(cls, folder: str | Path, head_config: dict) -> StepHead:
+    def load(cls, folder: str | Path, head_config: dict[str, Any]) -> StepHead:
         from safetensors.torch import load_file
 
         path = Path(folder) / HEAD_NAME
@@ -108,7 +123,7 @@ class StepHead(nn.Module):
 
 def save_head_model(
     folder: str | Path, *, head: StepHead, backbone: str, layer: int | None = None,
-    separator: str = DEFAULT_SEPARATOR, meta: dict | None = None,
+    separator: str = DEFAULT_SEPARATOR, meta: dict[str, Any] | None = None,
 ) -> Path:
     """Write a complete kind-'head' model folder (config, head weights, optional metadata)."""
     folder = Path(folder)
@@ -148,11 +163,15 @@ class Encoded:
     positions: list[int]  # index of each step's separator's last token in ids
 
 
-def encode(tokenizer, problem: str, steps: Sequence[str], *, separator: str = DEFAULT_SEPARATOR) -> Encoded:
+def encode(
+    tokenizer: PreTrainedTokenizerBase, problem: str, steps: Sequence[str], *, separator: str = DEFAULT_SEPARATOR
+) -> Encoded:
     return encode_many(tokenizer, [(problem, steps)], separator=separator)[0]
 
 
-def encode_many(tokenizer, items: Sequence[Item], *, separator: str = DEFAULT_SEPARATOR) -> list[Encoded]:
+def encode_many(
+    tokenizer: PreTrainedTokenizerBase, items: Sequence[Item], *, separator: str = DEFAULT_SEPARATOR
+) -> list[Encoded]:
     """Encode many solutions with one (batched, native) tokenizer call over all pieces."""
     pieces = [build_input(problem, steps, separator=separator) for problem, steps in items]
     flat = [piece for solution in pieces for piece in solution]
@@ -169,14 +188,15 @@ def encode_many(tokenizer, items: Sequence[Item], *, separator: str = DEFAULT_SE
     return encoded
 
 
-def _token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+def _token_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
     if not texts:
         return []
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
     if backend is not None:
         # The Rust tokenizer directly: the Python wrapper's per-text conversion costs as much again.
         return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
-    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+    ids: list[list[int]] = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return ids
 
 
 def token_budget_batches(lengths: Sequence[int], *, max_tokens: int) -> Iterator[list[int]]:
@@ -204,9 +224,9 @@ class LoadedPRM:
     """A PRM ready to score: backbone, tokenizer and the kind-specific read-out."""
 
     kind: str
-    config: dict
-    model: nn.Module
-    tokenizer: object
+    config: dict[str, Any]
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     device: torch.device
     dtype: torch.dtype
     head: StepHead | None = None
@@ -216,7 +236,8 @@ class LoadedPRM:
 
     @property
     def separator(self) -> str:
-        return self.config.get("separator", DEFAULT_SEPARATOR)
+        separator: str = self.config.get("separator", DEFAULT_SEPARATOR)
+        return separator
 
     def encode(self, problem: str, steps: Sequence[str]) -> Encoded:
         return encode(self.tokenizer, problem, steps, separator=self.separator)
@@ -295,8 +316,10 @@ class LoadedPRM:
         if self.kind == "head" or features:
             wants_layer = layer is not None
             out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=wants_layer)
-            return out.hidden_states[layer] if wants_layer else out.last_hidden_state
-        return self.model(input_ids=ids, attention_mask=mask).logits
+            states: torch.Tensor = out.hidden_states[layer] if wants_layer else out.last_hidden_state
+            return states
+        logits: torch.Tensor = self.model(input_ids=ids, attention_mask=mask).logits
+        return logits
 
     def score_per_prefix(self, items: Sequence[Item]) -> list[list[StepProbability]]:
         """The slow reference: one forward per step prefix, each read at its last token."""
@@ -315,7 +338,7 @@ class LoadedPRM:
         return results
 
 
-def _backbone_class(kind: str):
+def _backbone_class(kind: str) -> type[_BaseAutoModelClass]:
     import transformers
 
     if kind == "head":

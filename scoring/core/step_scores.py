@@ -7,10 +7,10 @@ never imports torch.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from annotate.text import steps
 from scoring.core.model_files import DEFAULT_SEPARATOR
 
 
@@ -33,16 +33,11 @@ def build_input(problem: str, steps: Sequence[str], *, separator: str = DEFAULT_
     return [problem.strip() + "\n\n", *(step.strip() + separator for step in steps)]
 
 
-def aggregate(probabilities: Sequence[StepProbability]) -> dict:
+def aggregate(probabilities: Sequence[StepProbability]) -> dict[str, float | None]:
     """Solution-level scores from its steps: product, min, last, mean (and mean sigma)."""
     ps = [s.p for s in probabilities]
     if not ps:
         raise ValueError("a solution with no steps has no score")
     sigmas = [s.sigma for s in probabilities if s.sigma is not None]
-    return {
-        "product": math.prod(ps),
-        "min": min(ps),
-        "last": ps[-1],
-        "mean": sum(ps) / len(ps),
-        "sigma": sum(sigmas) / len(sigmas) if sigmas else None,
-    }
+    scores: dict[str, float | None] = {how: steps.aggregate(ps, how) for how in steps.AGGREGATIONS}
+    return scores | {"sigma": sum(sigmas) / len(sigmas) if sigmas else None}

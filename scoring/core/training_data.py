@@ -5,8 +5,9 @@ before queueing it, so it must stay importable without loading a model stack.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 NEUTRAL_MODES = ("positive", "negative", "ignore")
 HEAD_TYPES = ("point", "beta")
@@ -63,7 +64,7 @@ class TrainConfig:
                 raise ValueError(f"{name}={getattr(self, name)}; expected a positive integer")
 
     @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
@@ -185,15 +186,17 @@ def split_by_problem(
 
 # --- selection-bias correction --------------------------------------------------------------
 
+Stratum = TypeVar("Stratum", bound=Hashable)
 
-def stratum_weights(strata: Sequence[object], population: dict[object, float]) -> list[float]:
+
+def stratum_weights(strata: Sequence[Stratum], population: Mapping[Stratum, float]) -> list[float]:
     """Importance weights so the labeled set's strata mix matches the population's.
 
     Active selection may serve 90 % wrong-answer solutions; weighting each labeled
     solution by P_pool(stratum) / P_labeled(stratum) restores the pool's mix (strata
     absent from the population keep weight 1).
     """
-    counts: dict[object, int] = {}
+    counts: dict[Stratum, int] = {}
     for s in strata:
         counts[s] = counts.get(s, 0) + 1
     pool_total = sum(population.get(s, 0) for s in counts)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from annotate.labeling import verdicts
 from annotate.models import Solution
+from annotate.text.steps import first_error
 from scoring.core import evaluation
 from scoring.core.training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
 from scoring.learning.options import RunOptions
@@ -26,6 +26,7 @@ from scoring.rescoring import label_rows
 
 if TYPE_CHECKING:
     from scoring.core import prm
+    from scoring.store.remote_scorer import RemotePRM
 
 
 @dataclass
@@ -83,28 +84,29 @@ def step_labels(k: list[int], n: list[int]) -> list[int | None]:
 
 
 def measure(
-    loaded: prm.LoadedPRM, data: EvalSet, *, backbone_id: str, lam: float = 1.0, threshold: float = 0.5
+    loaded: prm.LoadedPRM | RemotePRM, data: EvalSet, *, backbone_id: str, lam: float = 1.0, threshold: float = 0.5
 ) -> dict:
     """All evaluation metrics of one loaded model on one EvalSet."""
     from scoring.core import training
+    from scoring.store.remote_scorer import RemotePRM
 
     cache = label_rows.feature_cache()
     labeled_items = [(e.row.problem, list(e.row.steps)) for e in data.labeled]
     ref_items = [(problem, steps) for _, problem, steps in data.references]
     bon_items = [(s.problem.statement, steps) for cands in data.bon for s, steps in cands]
-    probs = training.step_probabilities(
-        loaded, labeled_items + ref_items + bon_items, cache=cache, backbone_id=backbone_id
-    )
+    items = labeled_items + ref_items + bon_items
+    if isinstance(loaded, RemotePRM):  # scored at its endpoint: no features to cache
+        probs = loaded.step_probabilities(items)
+    else:
+        probs = training.step_probabilities(loaded, items, cache=cache, backbone_id=backbone_id)
     samples = []
     for e, p in zip(data.labeled, probs):
         labels = step_labels(e.k, e.n)
-        first = verdicts.first_error(-1 if y == 0 else y for y in labels)
-        samples.append(
-            evaluation.LabeledSample(e.row.problem_id, [s.p for s in p], labels, -1 if first is None else first)
-        )
+        first = first_error(-1 if y == 0 else y for y in labels)
+        samples.append(evaluation.LabeledSample(e.row.problem_id, [s.p for s in p], labels, first))
     for (problem_id, _, steps), p in zip(data.references, probs[len(labeled_items) :]):
         samples.append(
-            evaluation.LabeledSample(problem_id, [s.p for s in p], [None] * len(steps), -1, is_reference=True)
+            evaluation.LabeledSample(problem_id, [s.p for s in p], [None] * len(steps), None, is_reference=True)
         )
     rest = iter(probs[len(labeled_items) + len(ref_items) :])
     problems = [[_candidate(s, next(rest)) for s, _ in cands] for cands in data.bon]

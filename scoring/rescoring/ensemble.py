@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from annotate.text.steps import predicted_first_error
 from scoring.core.training import regularized
 from scoring.core.training.losses import StepTensors
 from scoring.rescoring import label_rows, scores
@@ -95,19 +96,11 @@ def bootstrap(x: torch.Tensor, t: StepTensors, groups: Sequence[int], *, full: r
     return Ensemble(torch.stack(ws), torch.stack(bs).reshape(-1))
 
 
-def predicted_first_error(probs: torch.Tensor, threshold: float = THRESHOLD) -> list[int]:
-    """Per member ([M, n] probabilities): index of the first step below threshold, -1 if none."""
-    below = probs < threshold
-    any_below = below.any(1)
-    first = below.double().argmax(1)
-    return [int(f) if a else -1 for f, a in zip(first.tolist(), any_below.tolist())]
-
-
 def solution_uncertainty(probs: torch.Tensor, *, quantile: float = UPPER_QUANTILE) -> SolutionUncertainty:
     """The three selection numbers from one solution's [M, n_steps] member probabilities."""
     if probs.shape[1] == 0:
         return SolutionUncertainty(0.0, 0.0, 1.0)
-    votes = Counter(predicted_first_error(probs))
+    votes = Counter(predicted_first_error(member, THRESHOLD) for member in probs.tolist())
     product = probs.clamp_min(1e-12).log().sum(1).exp()
     return SolutionUncertainty(
         spread=float(probs.std(0, unbiased=False).max()),
@@ -337,6 +330,7 @@ def feature_source(model_version) -> dict:
     config = prm.read_model_config(model_version.path)
     folder = prm.backbone_folder(model_version.path, config)
     loaded = registry.load(model_version)
+    assert isinstance(loaded, prm.LoadedPRM)  # callers pass head versions only: loaded here, not remote
     layer = (config.get("head") or {}).get("layer")
     layer = layer if layer is not None else training.default_layer(loaded.model.config.num_hidden_layers)
     return {"backbone": loaded, "cache": label_rows.feature_cache(), "layer": layer,

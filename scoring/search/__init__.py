@@ -12,6 +12,7 @@ step scores, answer), the finished candidates and the compute spent.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import fields
 
 from scoring.search.beam import beam_search
@@ -20,7 +21,9 @@ from scoring.search.mcts import mcts
 from scoring.search.paths import Path, SearchResult, StepOptions
 from scoring.search.sampling import ACA_DEFAULTS, aca_best_of_n, aca_should_stop, best_of_n, confidence_bounds
 
-METHODS = {"best_of_n": best_of_n, "beam": beam_search, "mcts": mcts, "aca": aca_best_of_n}
+METHODS: dict[str, Callable[..., SearchResult]] = {
+    "best_of_n": best_of_n, "beam": beam_search, "mcts": mcts, "aca": aca_best_of_n,
+}
 
 __all__ = [
     "ACA_DEFAULTS", "METHODS", "Budget", "BudgetExhausted", "Compute", "Path", "Scorer", "SearchResult",

@@ -13,10 +13,12 @@ width of 1 without lookahead is greedy search by PRM score.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+from annotate.text import steps
 from scoring.generation.generators import Generator, SamplingParams
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
-from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation, extended
+from scoring.search.paths import Path, SearchResult, StepOptions, best_path, extended
 
 
 def next_steps(
@@ -46,12 +48,15 @@ def beam_search(
     expansions: int = 4, aggregation: str = "min", lookahead: int = 0, options: StepOptions | None = None,
 ) -> SearchResult:
     """Beam search over steps (module docstring); the best complete solution, else the best partial."""
-    check_aggregation(aggregation)
+    steps.check_aggregation(aggregation)
     if beam_width < 1 or expansions < 1 or lookahead not in (0, 1):
         raise ValueError(f"beam search needs beam_width >= 1, expansions >= 1, lookahead 0 or 1 "
                          f"(got {beam_width}, {expansions}, {lookahead})")
     options, compute = options or StepOptions(), Compute(budget or Budget())
-    beams, complete, trace, stopped = [Path()], [], [], "done"
+    beams: list[Path] = [Path()]
+    complete: list[Path] = []
+    trace: list[list[dict[str, Any]]] = []
+    stopped = "done"
     try:
         while beams and len(complete) < beam_width:
             # The first round samples the whole width from the empty solution; later rounds, each beam's
@@ -79,7 +84,7 @@ def beam_search(
 def _rank(children: list[Path], *, problem: str, scorer: Scorer, compute: Compute, generator: Generator,
           aggregation: str, lookahead: int, options: StepOptions) -> list[tuple[Path, float]]:
     """Children scored (as many as the PRM budget allows) and sorted best first, with their ranking value."""
-    ranked = []
+    ranked: list[tuple[Path, float]] = []
     for child in children:
         try:
             child = scored(child, problem=problem, scorer=scorer, compute=compute)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from annotate.text.grading import grade
 from scoring import search
@@ -27,7 +28,7 @@ from scoring.search.paths import whole_solution
 @dataclass(frozen=True)
 class EvalProblem:
     statement: str
-    truth: str
+    truth: str | None  # None: the record gave no answer (nothing is graded correct)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def cached(scorer: search.Scorer) -> search.Scorer:
     return score
 
 
-def is_correct(answer: str | None, truth: str) -> bool:
+def is_correct(answer: str | None, truth: str | None) -> bool:
     return bool(grade(answer=answer, truth=truth))
 
 
@@ -104,7 +105,9 @@ def evaluate_problem(problem: EvalProblem, *, index: int, generator: Generator, 
         candidates.append({"mu": [s.p for s in scores], "sigma": sigma, "answer": path.answer,
                            "correct": is_correct(path.answer, problem.truth), "tokens": sample.completion_tokens})
     runs = []
-    common = {"problem": problem.statement, "scorer": scorer, "aggregation": config.aggregation, "options": options}
+    common: dict[str, Any] = {
+        "problem": problem.statement, "scorer": scorer, "aggregation": config.aggregation, "options": options,
+    }
     if candidates and candidates[0]["sigma"] is not None:
         for lam in config.aca_lams:
             result = search.aca_best_of_n(generator=ReplayGenerator(pool), n0=config.aca_n0, m=config.aca_m,

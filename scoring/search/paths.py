@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from annotate.text import steps
 from annotate.text.answers import extract_answer
 from annotate.text.splitting import split_steps
-from scoring.core.evaluation import AGGREGATIONS, aggregate
 from scoring.core.prm import StepProbability
 from scoring.core.prm import aggregate as aggregate_all
 from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_DELIMITER, render_prompt
@@ -36,7 +36,7 @@ class Path:
         """The solution score the methods rank by; a path without scores ranks last."""
         if not self.scores:
             return float("-inf")
-        return aggregate([s.p for s in self.scores], aggregation)
+        return steps.aggregate([s.p for s in self.scores], aggregation)
 
     def sigma(self) -> float | None:
         """Mean step sigma (BetaPRM heads): how unsure the PRM is of this path."""
@@ -86,12 +86,6 @@ class SearchResult:
             "solution": self.best.as_dict(self.aggregation) if self.best else None,
             "candidates": len(self.candidates), "compute": self.compute, "details": self.details,
         }
-
-
-def check_aggregation(aggregation: str) -> str:
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
-    return aggregation
 
 
 def extended(path: Path, text: str, *, tokens: int, options: StepOptions) -> Path:

@@ -10,14 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any, TypedDict
 
+from annotate.text import steps
 from scoring.core.prm import StepProbability
 from scoring.core.prm import aggregate as aggregate_all
 from scoring.generation.generators import Generator, SamplingParams
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
-from scoring.search.paths import Path, SearchResult, StepOptions, best_path, check_aggregation, whole_solution
+from scoring.search.paths import Path, SearchResult, StepOptions, best_path, whole_solution
 
-ACA_DEFAULTS = {"n0": 4, "n_total": 16, "m": 4, "lam": 1.0}
+
+class AcaDefaults(TypedDict):
+    n0: int
+    n_total: int
+    m: int
+    lam: float
+
+
+ACA_DEFAULTS: AcaDefaults = {"n0": 4, "n_total": 16, "m": 4, "lam": 1.0}
 
 
 def sample_solutions(
@@ -45,9 +55,10 @@ def best_of_n(
     aggregation: str = "min", max_solution_tokens: int = 512, options: StepOptions | None = None,
 ) -> SearchResult:
     """Sample `n` solutions (fewer if the budget runs out), return the best by `aggregation`."""
-    check_aggregation(aggregation)
+    steps.check_aggregation(aggregation)
     options, compute = options or StepOptions(), Compute(budget or Budget())
-    paths, stopped = [], "done"
+    paths: list[Path] = []
+    stopped = "done"
     try:
         while len(paths) < n:
             paths += sample_solutions(problem=problem, generator=generator, scorer=scorer, compute=compute,
@@ -85,11 +96,13 @@ def aca_best_of_n(
     options: StepOptions | None = None,
 ) -> SearchResult:
     """Adaptive best-of-N: n0 samples, then m more at a time until one dominates or n_total."""
-    check_aggregation(aggregation)
+    steps.check_aggregation(aggregation)
     if not 1 <= n0 <= n_total or m < 1:
         raise ValueError(f"ACA needs 1 <= n0 <= n_total and m >= 1 (got n0={n0}, n_total={n_total}, m={m})")
     options, compute = options or StepOptions(), Compute(budget or Budget())
-    paths, stopped, rounds = [], "done", []
+    paths: list[Path] = []
+    rounds: list[dict[str, Any]] = []
+    stopped = "done"
     want = n0
     try:
         while True:

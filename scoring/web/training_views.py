@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling.roles import admin_required as admin_only
+from annotate.text import steps
 from annotate.web.htmx import page_or_partial
 from scoring.core import evaluation
 from scoring.core.training_data import HEAD_TYPES, LABEL_SOURCES, MODES
@@ -119,4 +120,4 @@ def best_of_n_rows(columns: list[tuple[str, dict | None]]) -> list[tuple[str, st
     return rows
 
 
-BON_METHODS = ("product", "min", "last", "mean", "risk", "majority", "oracle")
+BON_METHODS = (*steps.AGGREGATIONS_WITH_RISK, "majority", "oracle")

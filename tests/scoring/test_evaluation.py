@@ -15,9 +15,9 @@ def test_roc_auc_counts_ordered_pairs_and_half_ties():
 def test_paired_auc_compares_step_k_with_the_reference_step_k():
     samples = [
         LabeledSample(1, [0.9, 0.2, 0.1], [1, 0, None], first_error=1),
-        LabeledSample(1, [0.8, 0.7, 0.6], [None] * 3, first_error=-1, is_reference=True),
+        LabeledSample(1, [0.8, 0.7, 0.6], [None] * 3, first_error=None, is_reference=True),
         LabeledSample(2, [0.3], [0], first_error=0),
-        LabeledSample(2, [0.3], [None], first_error=-1, is_reference=True),
+        LabeledSample(2, [0.3], [None], first_error=None, is_reference=True),
         LabeledSample(3, [0.5], [0], first_error=0),  # no reference: no pair
     ]
     pairs = evaluation.reference_pairs(samples)
@@ -29,8 +29,8 @@ def test_processbench_f1_is_the_harmonic_mean_of_both_accuracies():
     samples = [
         LabeledSample(1, [0.9, 0.3, 0.2], [1, 0, None], first_error=1),  # predicted 1: right
         LabeledSample(2, [0.4, 0.9], [1, 0], first_error=1),  # predicted 0: wrong
-        LabeledSample(3, [0.8, 0.9], [1, 1], first_error=-1),  # predicted -1: right
-        LabeledSample(4, [0.8, 0.6], [1, 1], first_error=-1),  # right at 0.5, wrong at 0.7
+        LabeledSample(3, [0.8, 0.9], [1, 1], first_error=None),  # predicted None: right
+        LabeledSample(4, [0.8, 0.6], [1, 1], first_error=None),  # right at 0.5, wrong at 0.7
     ]
     at_half = evaluation.processbench_f1(samples, threshold=0.5)
     assert (at_half["acc_erroneous"], at_half["acc_correct"]) == (0.5, 1.0)
@@ -41,11 +41,11 @@ def test_processbench_f1_is_the_harmonic_mean_of_both_accuracies():
 
 def test_aggregations_and_risk_adjusted_score():
     mu, sigma = [0.9, 0.5, 0.8], [0.1, 0.3, 0.2]
-    assert evaluation.aggregate(mu, "product") == pytest.approx(0.36)
-    assert evaluation.aggregate(mu, "min") == 0.5
-    assert evaluation.aggregate(mu, "last") == 0.8
-    assert evaluation.aggregate(mu, "mean") == pytest.approx(2.2 / 3)
-    assert evaluation.aggregate(mu, "risk", sigma, lam=1.0) == pytest.approx((0.8 + 0.2 + 0.6) / 3)
+    assert evaluation.solution_score(mu, "product") == pytest.approx(0.36)
+    assert evaluation.solution_score(mu, "min") == 0.5
+    assert evaluation.solution_score(mu, "last") == 0.8
+    assert evaluation.solution_score(mu, "mean") == pytest.approx(2.2 / 3)
+    assert evaluation.solution_score(mu, "risk", sigma, lam=1.0) == pytest.approx((0.8 + 0.2 + 0.6) / 3)
 
 
 def test_best_of_n_against_majority_last_step_and_oracle():
@@ -94,7 +94,7 @@ def test_the_gate_passes_equal_and_better_and_stops_worse():
 
 def test_evaluate_puts_everything_in_one_json_ready_dict():
     samples = [
-        LabeledSample(1, [0.9, 0.2], [1, 0], first_error=1), LabeledSample(2, [0.8, 0.7], [1, 1], first_error=-1)
+        LabeledSample(1, [0.9, 0.2], [1, 0], first_error=1), LabeledSample(2, [0.8, 0.7], [1, 1], first_error=None)
     ]
     report = evaluation.evaluate(samples, [[Candidate([0.9], True, "1"), Candidate([0.1], False, "2")]])
     assert report["step_auc"] == 1.0 and report["n_steps"] == 4

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from scoring.core import prm
 from scoring.core.training.loop import TrainResult
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def save_checkpoint(
@@ -17,9 +21,9 @@ def save_checkpoint(
     folder: str | Path,
     *,
     parent_backbone: str | Path,
-    tokenizer,
+    tokenizer: PreTrainedTokenizerBase,
     separator: str = prm.DEFAULT_SEPARATOR,
-    extra_meta: dict | None = None,
+    extra_meta: dict[str, Any] | None = None,
 ) -> Path:
     """Write the model folder in prm's format: head.safetensors + stepwise.json + meta.json.
 

@@ -69,7 +69,11 @@ def truncated(model: nn.Module, layer: int | None) -> Iterator[int | None]:
     """
     owner = decoder_layers_owner(model)
     layers = owner.layers if owner is not None else None
-    if layer is None or layers is None or layer >= len(layers) or not hasattr(owner, "norm"):
+    # (An owner's `layers` is always a ModuleList: decoder_layers_owner looks for one.)
+    if (
+        layer is None or owner is None or not isinstance(layers, nn.ModuleList) or layer >= len(layers)
+        or not hasattr(owner, "norm")
+    ):
         yield layer
         return
     norm = owner.norm

@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -23,7 +24,11 @@ from scoring.core.training.features import FeatureCache, decoder_layers_owner, d
 from scoring.core.training.losses import StepTensors, head_loss, head_optimizer, new_head, step_tensors
 from scoring.core.training_data import Example, LabeledRow, TrainConfig, build_examples, split_by_problem
 
-Progress = Callable[[int, int, str, dict | None], None]
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+
+Progress = Callable[[int, int, str, dict[str, Any] | None], None]
 
 
 def seed_everything(seed: int) -> None:
@@ -39,9 +44,9 @@ class TrainResult:
     config: TrainConfig
     train_examples: list[Example]
     val_examples: list[Example]
-    loss_curve: list[dict] = field(default_factory=list)
-    metrics: dict = field(default_factory=dict)
-    backbone: nn.Module | None = None  # set when the backbone was trained (not head mode)
+    loss_curve: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    backbone: PreTrainedModel | None = None  # set when the backbone was trained (not head mode)
     tokens: int = 0
     seconds: float = 0.0
 
@@ -49,8 +54,8 @@ class TrainResult:
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
 
-    def data_snapshot(self) -> dict:
-        def describe(examples: Sequence[Example]) -> dict:
+    def data_snapshot(self) -> dict[str, Any]:
+        def describe(examples: Sequence[Example]) -> dict[str, Any]:
             k = sum(sum(e.k) for e in examples)
             n = sum(sum(e.n) for e in examples)
             return {
@@ -118,6 +123,7 @@ def train(
     notify = progress or (lambda *args: None)
     started = time.perf_counter()
     if config.mode == "head":
+        assert cache is not None  # checked above
         _train_head_only(result, backbone, cache, backbone_id, train_t, val_t, notify)
     else:
         _train_backbone(result, backbone, train_t, val_t, notify)
@@ -175,9 +181,10 @@ def _train_head_only(
             optimizer.step()
             total += loss.item() * len(idx)
         val_loss = _evaluate_loss(head, (x_val - center) / scale, val_t, config.lam)
-        point = {"epoch": epoch + 1, "train_loss": total / max(len(x_train), 1), "val_loss": val_loss}
+        train_loss = total / max(len(x_train), 1)
+        point = {"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss}
         result.loss_curve.append(point)
-        monitored = val_loss if val_loss is not None else point["train_loss"]
+        monitored = val_loss if val_loss is not None else train_loss
         if monitored < best[0]:
             best = (monitored, _copy_state(head))
         notify(
@@ -231,7 +238,7 @@ def _take(t: StepTensors, idx: torch.Tensor) -> StepTensors:
     return StepTensors(k=t.k[idx], n=t.n[idx], pos_weight=t.pos_weight[idx], neg_weight=t.neg_weight[idx])
 
 
-def _copy_state(module: nn.Module) -> dict:
+def _copy_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
@@ -284,10 +291,10 @@ def _train_backbone(
     model.eval()
     head.eval()
     if config.mode == "lora":
-        model = model.merge_and_unload()
+        model = cast("PeftModel", model).merge_and_unload()  # _prepare_backbone wrapped it
     if config.gradient_checkpointing:
         _checkpointing(model, enable=False)
-    result.backbone = model
+    result.backbone = cast("PreTrainedModel", model)  # backbone.model again (with LoRA merged back into it)
     result.head = head.cpu()
     result.metrics = {"final_loss": result.loss_curve[-1]["train_loss"], "val_loss": result.loss_curve[-1]["val_loss"]}
 
@@ -301,6 +308,7 @@ def _prepare_backbone(model: nn.Module, config: TrainConfig, layer: int | None) 
         if owner is None:
             raise ValueError("mode 'topk' needs a backbone with a `layers` list")
         layers = owner.layers
+        assert isinstance(layers, nn.ModuleList)  # what decoder_layers_owner looks for
         upto = layer if layer is not None and layer < len(layers) else len(layers)
         for block in layers[max(0, upto - config.topk) : upto]:
             for p in block.parameters():
@@ -319,8 +327,9 @@ def _prepare_backbone(model: nn.Module, config: TrainConfig, layer: int | None) 
         )
     if config.gradient_checkpointing:
         _checkpointing(model, enable=True)
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
+        enable_input_require_grads = getattr(model, "enable_input_require_grads", None)
+        if enable_input_require_grads is not None:
+            enable_input_require_grads()
     return model
 
 
@@ -336,7 +345,8 @@ def _checkpointing(model: nn.Module, *, enable: bool) -> None:
 
 
 def _hidden_at_labels(
-    backbone: prm.LoadedPRM, model: nn.Module, batch: Sequence[Example], encoded: dict, layer: int | None
+    backbone: prm.LoadedPRM, model: nn.Module, batch: Sequence[Example], encoded: dict[int, prm.Encoded],
+    layer: int | None,
 ) -> torch.Tensor:
     """Hidden states [labeled steps, H] at the separators of a batch, with gradients."""
     device = backbone.device
@@ -370,7 +380,7 @@ def _backbone_val_loss(
     model: nn.Module,
     head: prm.StepHead,
     result: TrainResult,
-    encoded: dict,
+    encoded: dict[int, prm.Encoded],
     val_t: StepTensors,
 ) -> float | None:
     if not result.val_examples:

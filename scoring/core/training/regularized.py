@@ -14,12 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from scoring.core.training.losses import StepTensors, inverse_softplus
 from scoring.core.training_data import problem_hash
+
+if TYPE_CHECKING:
+    from scoring.core.prm import StepHead
 
 LAMBDAS = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # per-step mean loss; 128 standardized directions
 RANK = 128  # principal directions the head may use (of 576 on SmolLM2-135M)
@@ -147,7 +151,7 @@ def folds(groups: Sequence[int], n_folds: int = FOLDS, seed: int = 0) -> torch.T
     return torch.tensor([int(problem_hash(g, seed + 7919) * n_folds) for g in groups])
 
 
-def choose_lambda(z: torch.Tensor, t: StepTensors, groups: Sequence[int], *, lambdas=LAMBDAS,
+def choose_lambda(z: torch.Tensor, t: StepTensors, groups: Sequence[int], *, lambdas: Sequence[float] = LAMBDAS,
                   seed: int = 0) -> tuple[float, dict[float, float]]:
     """The L2 strength with the lowest cross-validated log loss (folds by problem)."""
     fold = folds(groups, seed=seed)
@@ -155,7 +159,7 @@ def choose_lambda(z: torch.Tensor, t: StepTensors, groups: Sequence[int], *, lam
     if len(present) < 2:
         return lambdas[len(lambdas) // 2], {}
     losses: dict[float, float] = {}
-    starts: dict[int, tuple] = {}
+    starts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for lam in sorted(lambdas, reverse=True):  # strong to weak: each warm-starts the next
         total = 0.0
         for f in present:
@@ -164,7 +168,7 @@ def choose_lambda(z: torch.Tensor, t: StepTensors, groups: Sequence[int], *, lam
             w, b = starts[f]
             total += float(weighted_log_loss(z[test].double() @ w + b, take(t, test))) * int(test.sum())
         losses[lam] = total / len(fold)
-    return min(losses, key=losses.get), losses
+    return min(losses, key=losses.__getitem__), losses
 
 
 def fit_converged(x: torch.Tensor, t: StepTensors, groups: Sequence[int], *, lam: float | None = None,
@@ -180,7 +184,7 @@ def fit_converged(x: torch.Tensor, t: StepTensors, groups: Sequence[int], *, lam
     return Fit(w, b, lam, standardizer, cv)
 
 
-def into_head(head, fit: Fit, *, kappa: float) -> None:
+def into_head(head: StepHead, fit: Fit, *, kappa: float) -> None:
     """Write a fit into a StepHead (raw hidden states in); a beta head gets a constant kappa."""
     w, b = fit.raw()
     with torch.no_grad():
