@@ -20,13 +20,20 @@ from annotate.labeling import actions as labeling
 from annotate.labeling import quality, verdicts
 from annotate.models import Annotation, AutoStepLabel, FinishReason, RatingOverride, Step, StepLabel
 
+# Why an annotation is put before a reviewer: the filters of the review list, and the reason shown.
+REVIEW_REASONS = {
+    "disagreement": "another annotator or the gold label gives some step a different rating",
+    "answer_contradicts_labels": "every step is rated correct, but the final answer grades as wrong",
+}
+
 
 def annotations_for_review(*, annotator_id: int | None = None, generation: int | None = None,
-                           disagreement: bool = False) -> QuerySet[Annotation]:
+                           disagreement: bool = False, contradiction: bool = False) -> QuerySet[Annotation]:
     """Submitted annotations, newest first, optionally of one annotator / generation.
 
     `disagreement`: only those where another submitted annotation of the same solution,
-    or the solution's gold label, gives some step a different verdict.
+    or the solution's gold label, gives some step a different verdict. `contradiction`: only
+    those whose labels the automatic grade contradicts (`contradicting`).
     """
     qs = Annotation.objects.submitted().select_related("annotator", "solution__problem")
     if annotator_id is not None:
@@ -35,7 +42,26 @@ def annotations_for_review(*, annotator_id: int | None = None, generation: int |
         qs = qs.filter(generation=generation)
     if disagreement:
         qs = qs.filter(pk__in=disagreeing(qs))
+    if contradiction:
+        qs = qs.filter(pk__in=contradicting(qs))
     return qs.order_by("-timestamp", "-pk")
+
+
+def contradicting(annotations: QuerySet[Annotation]) -> list[int]:
+    """Ids of those `annotations` that rate every step correct (finished as solution) of a
+    solution whose final answer grades as wrong (`Verdicts.contradicts_grade`): an error missed,
+    or a grade that is wrong. ProcessBench leaves them out (its rows would state both)."""
+    candidates = annotations.filter(finish_reason=FinishReason.SOLUTION, solution__is_correct=False).order_by()
+    found = verdicts.verdicts_by_annotation(candidates)
+    return [pk for pk, verdict in found.items() if verdict.contradicts_grade(FinishReason.SOLUTION, False)]
+
+
+def review_reasons(annotation: Annotation) -> list[str]:
+    """Why this submitted annotation is before a reviewer (REVIEW_REASONS' keys); empty when
+    nothing singles it out."""
+    one = Annotation.objects.filter(pk=annotation.pk)
+    return [reason for reason, ids in (("disagreement", disagreeing(one)),
+                                       ("answer_contradicts_labels", contradicting(one))) if annotation.pk in ids]
 
 
 def disagreeing(annotations: QuerySet[Annotation]) -> list[int]:

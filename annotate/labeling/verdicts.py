@@ -21,6 +21,27 @@ annotator replaced a pool step (rated it -1 and wrote their own), the pool step'
 its -1, not the +1 of the text that replaced it; the other completions shown at a step are
 kept as `alternatives`, so that rating is never lost.
 
+**A rewritten step** (the annotator rated the pool's step -1 and wrote the step as it should
+be, a human completion; with written corrections on and stop-at-first-error off, they go on
+rating the steps after it) holds two labels, one per text, and each consumer takes the one
+about the text it writes:
+
+- PRM800K: the step keeps its rated completion(s), the pool's text with its -1;
+  `human_completion` holds the rewrite and `chosen_completion` is null: the path went on from
+  the rewrite. The steps labeled after it are chosen (0), as in PRM800K's phase-1 lines; only
+  the -1 a found_error task ends on is left unchosen (`chosen_at_submit`, which labeling's
+  submit writes).
+- TRL (JSONL and Parquet alike): a row for the path up to the step, ending in the pool's text
+  labeled False; the path goes on with the rewrite labeled True and the steps after it, to
+  the first -1 or unrated step, so nothing the annotator wrote is dropped. A task with one
+  rewrite that ends on a good step gives two rows.
+- ProcessBench, soft labels, training rows, QC against gold, agreement and review: the pool's
+  own step, rated -1. It is the solution's first error, and the steps after it carry no label
+  to learn from (`pool_path`), as after any first error.
+
+**The first error** is a step index, or None when no error was found. Only the ProcessBench
+export writes -1 for "no error", because its format says so.
+
 A reviewer's override changes the rating of the completion that carries the pool step's
 rating (its history kept in RatingOverride), so an override reaches every reader at once.
 
@@ -32,9 +53,12 @@ instances with prefetched relations and the exporter's plain records both are.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+# The text core's definition, which labeling and QC also reach as `verdicts.first_error`.
+from annotate.text.steps import first_error
 
 Source = Literal["chosen", "human", "stopped"]
 FOUND_ERROR, SOLUTION, BAD_PROBLEM = "found_error", "solution", "bad_problem"  # annotate.models.FinishReason values
@@ -191,29 +215,45 @@ class Verdicts:
             return "inconsistent"
         return None
 
-    def decided_first_error(self, finish_reason: str | None) -> int | None:
-        """The first error in the pool's own steps as a finished annotation decides it:
-        the index of the first -1 (every step before it rated), or -1 when every step is rated
-        and none is -1. None when the annotation does not decide it: not finished as
-        solution / found_error, contradicting its ratings, or leaving a step unrated before
-        any error."""
+    def decides_first_error(self, finish_reason: str | None) -> bool:
+        """Whether this finished annotation decides the first error in the pool's own steps
+        (`first_error`; None: every step is right): finished as solution / found_error without
+        contradicting its ratings, and every step before the first -1 rated (every step, when
+        there is none)."""
         if finish_reason not in (SOLUTION, FOUND_ERROR) or self.contradiction(finish_reason):
-            return None
-        for index, rating in enumerate(self.pool_ratings):
-            if rating is None:
-                return None
-            if rating == -1:
-                return index
-        return -1 if self.pool_ratings else None
+            return False
+        ratings = self.pool_ratings
+        end = len(ratings) if self.first_error is None else self.first_error
+        return bool(ratings) and None not in ratings[:end]
+
+    def contradicts_grade(self, finish_reason: str | None, final_answer_correct: bool | None) -> str | None:
+        """Why these labels and the automatic grade of the solution's final answer cannot both be
+        right; None when they can. Every step rated and none -1, yet the answer grades as wrong:
+        an error missed, or a grader that misread the answer. A reviewer decides
+        (annotate.labeling.reviewing); ProcessBench, whose rows state both, leaves it out. A
+        wrong step in a solution whose answer grades as right is no contradiction."""
+        if final_answer_correct is False and self.decides_first_error(finish_reason) and self.first_error is None:
+            return "every step is rated correct, but the final answer grades as wrong"
+        return None
 
 
-def first_error(ratings: Iterable[int | None]) -> int | None:
-    """Index of the first -1 in a sequence of ratings; None when there is none."""
-    return next((i for i, rating in enumerate(ratings) if rating == -1), None)
+def chosen_at_submit(ratings: Sequence[int | None], rewritten: Sequence[bool], finish_reason: str) -> list[int | None]:
+    """PRM800K's `chosen_completion` of each step a submitted task keeps (one completion shown
+    per step, index 0): the completion the annotator went on from.
+
+    None where they went on from their own text (a rewritten step: the human completion
+    continues the path) and at the -1 a found_error task ends on (nobody went on from it); 0
+    everywhere else, the steps rated after a rewrite included, as PRM800K's phase-1 lines have them.
+    """
+    last = len(ratings) - 1
+    return [None if wrote or (i == last and finish_reason == FOUND_ERROR and rating == -1) else 0
+            for i, (rating, wrote) in enumerate(zip(ratings, rewritten, strict=True))]
 
 
 def step_verdict(step_label: Any) -> StepVerdict:
-    """The verdict of one labeled step (see the module docstring for the rule)."""
+    """The verdict of one labeled step (the rule, and what each consumer reads of a rewritten
+    step, are the module docstring's): a rewritten step's verdict is its rewrite's, +1 unless a
+    reviewer rated it, and the pool's text it replaced keeps its -1 among `alternatives`."""
     completions = sorted(step_label.completions.all(), key=lambda c: c.index)
     chosen = next((c for c in completions if c.index == step_label.chosen_completion), None)
     if chosen is not None:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from celery import current_app
 from django.conf import settings
@@ -87,11 +87,14 @@ def stale_before() -> dt.datetime:
     return timezone.now() - dt.timedelta(seconds=settings.STEPWISE_JOB_STALE_SECONDS)
 
 
-class JobQuerySet(models.QuerySet):
-    def active(self) -> JobQuerySet:
+_J = TypeVar("_J", bound="Job")
+
+
+class JobQuerySet(models.QuerySet[_J]):
+    def active(self) -> JobQuerySet[_J]:
         return self.filter(state__in=ACTIVE_STATES)
 
-    def running_without_holder(self) -> list[Job]:
+    def running_without_holder(self) -> list[_J]:
         """Running jobs whose holder is gone: heartbeat stale or missing, or its process dead."""
         running = self.filter(state=JobState.RUNNING)
         stale = running.filter(models.Q(heartbeat_at__isnull=True) | models.Q(heartbeat_at__lt=stale_before()))
@@ -267,7 +270,7 @@ class Heartbeats:
     """
 
     def __init__(self) -> None:
-        self._held: dict[tuple[type, int], None] = {}
+        self._held: dict[tuple[type[models.Model], int], None] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = 0
@@ -290,7 +293,7 @@ class Heartbeats:
         with self._lock:
             self._held.clear()
 
-    def held(self) -> list[tuple[type, int]]:
+    def held(self) -> list[tuple[type[models.Model], int]]:
         with self._lock:
             return list(self._held)
 
@@ -347,6 +350,9 @@ class ExportJob(Job):
     lines = models.PositiveIntegerField(default=0)
     # What the export left out, by reason ({"give_up": 3, "unknown_grade": 1}): its summary.
     skipped = models.JSONField(default=dict, blank=True)
+    # What it says of the lines it wrote: {"total_time": {"active": 40, "claim_to_submit": 2}}
+    # (PRM800K: where each line's total_time came from, annotate.pool.prm800k.total_time).
+    report = models.JSONField(default=dict, blank=True)
 
     task_name = "annotate.export_task"
 

@@ -2,9 +2,10 @@
 fields and label semantics, and the text that carries each verdict.
 
 TRL's reference here is its own converter (trl 1.13, `examples/datasets/prm800k.py`), restated
-below as `trl_converter_rows`: every completion of a step that was not continued gives a row
-(the path so far plus it, labeled `rating == 1`), the path goes on with the chosen or human
-completion (a human one is good), and the walked path is the last row.
+in `tests/annotate/trl_reference.py` as `trl_converter_rows`: every completion of a step that
+was not continued gives a row (the path so far plus it, labeled `rating == 1`), the path goes
+on with the chosen or human completion (a human one is good), and the walked path is the last
+row.
 """
 import json
 
@@ -16,6 +17,8 @@ from annotate.labeling import queueing, reviewing, verdicts
 from annotate.models import Annotation, ExportJob, LabelingConfig, StepLabel
 from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions, ExportTally
+from scoring.rescoring import label_rows
+from tests.annotate.trl_reference import trl_converter_rows
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.conftest import SHARED_DATA
 from tests.factories import SolutionFactory
@@ -27,25 +30,6 @@ PROCESSBENCH_FIELDS = ["id", "generator", "problem", "steps", "final_answer_corr
 
 def rows(format: str, tally: ExportTally | None = None, **options) -> list[dict]:
     return list(exporting.iter_rows(format=format, options=ExportOptions(**options), tally=tally))
-
-
-def trl_converter_rows(line: dict) -> list[dict]:
-    """What TRL's PRM800K converter makes of one line (empty rows left out, as the export does)."""
-    prompt, texts, labels, out = line["question"]["problem"], [], [], []
-    for step in line["label"]["steps"]:
-        for i, completion in enumerate(step["completions"]):
-            if i != step["chosen_completion"]:
-                out.append({"prompt": prompt, "completions": [*texts, completion["text"]],
-                            "labels": [*labels, completion["rating"] == 1]})
-        if step["chosen_completion"] is not None:
-            continued = step["completions"][step["chosen_completion"]]
-            good = continued["rating"] == 1
-        elif step["human_completion"] is not None:
-            continued, good = step["human_completion"], True
-        else:
-            break
-        texts, labels = [*texts, continued["text"]], [*labels, good]
-    return [*out, {"prompt": prompt, "completions": texts, "labels": labels}] if texts else out
 
 
 @pytest.fixture
@@ -104,9 +88,8 @@ def test_a_rewritten_step_exports_its_minus_one_with_the_pool_text_and_the_plus_
     assert (bench["steps"], bench["label"]) == (steps, 1)
     (soft,) = rows("soft")
     assert (soft["k"], soft["n"]) == ([1, 0, 0], [1, 1, 0])
-    from scoring.learning import retraining
 
-    (row,) = retraining.gather_rows(solution_ids=[task.solution_id])
+    (row,) = label_rows.gather_rows(solution_ids=[task.solution_id])
     assert row.steps == tuple(steps) and row.ratings == ((1, -1, None),)
 
 
@@ -158,6 +141,18 @@ def test_processbench_leaves_out_give_up_bad_problem_and_unknown_grades_and_coun
     (row,) = rows("processbench", tally)
     assert row["id"].endswith(f"-{kept.solution_id}") and row["label"] == 1
     assert (tally.read, dict(tally.skipped)) == (4, {"give_up": 1, "bad_problem": 1, "unknown_grade": 1})
+
+
+def test_processbench_leaves_out_labels_the_grade_contradicts_and_counts_them(admin_user):
+    solution = SolutionFactory(steps=["a", "b"], is_correct=False)
+    annotate(solution, [1, 1], labeler="x")  # every step good, yet the answer grades as wrong
+    tally = ExportTally()
+    assert rows("processbench", tally) == [] and tally.skipped == {"answer_contradicts_labels": 1}
+    job = ExportJob.objects.create(format="processbench", options=ExportOptions().to_dict(), created_by=admin_user)
+    assert exporting.run_export_job(job_id=job.pk).skipped == {"answer_contradicts_labels": 1}
+    assert len(rows("soft")) == len(rows("trl")) == 1  # the other formats keep the labels
+    annotate(solution, [1, -1], labeler="y")  # another annotator found the error: theirs decides
+    assert [row["label"] for row in rows("processbench")] == [1]
 
 
 def test_processbench_writes_one_row_per_solution_when_its_annotators_agree():
@@ -271,7 +266,9 @@ def test_real_qwen_responses_export_as_processbench_and_trl_read_them(tmp_path, 
     out = tmp_path / "pb.jsonl"
     call_command("export_prm800k", str(out), "--format", "processbench")
     table = datasets.load_dataset("json", data_files=str(out), split="train")
-    assert table.to_list() == expected and len(expected) + tally.skipped["unknown_grade"] == len(solutions)
+    # Every solution is a row, but those of unknown grade and those rated all good whose answer grades wrong.
+    left_out = tally.skipped["unknown_grade"] + tally.skipped["answer_contradicts_labels"]
+    assert table.to_list() == expected and len(expected) + left_out == len(solutions)
     assert table.features["final_answer_correct"] == datasets.Value("bool")
     assert set(table["generator"]) == {"Qwen2.5-Math-7B-Instruct"}
     by_id = {row["id"]: row for row in expected}

@@ -89,3 +89,17 @@ def test_give_up_stands_whatever_the_override(reviewer, annotator_user):
     reviewing.override_rating(annotation=annotation, index=1, rating=-1, reviewer=reviewer)
     annotation.refresh_from_db()
     assert annotation.finish_reason == "give_up"
+
+
+def test_every_step_rated_good_on_an_answer_graded_wrong_goes_to_review_with_that_reason(reviewer, annotator_user):
+    contradicted = annotate(SolutionFactory(steps=["a", "b"], is_correct=False), [1, 0], annotator=annotator_user)
+    right = annotate(SolutionFactory(steps=["a", "b"], is_correct=True), [1, 1], annotator=annotator_user)
+    found = annotate(SolutionFactory(steps=["a", "b"], is_correct=False), [1, -1], annotator=annotator_user)
+    assert list(reviewing.annotations_for_review(contradiction=True)) == [contradicted]
+    assert reviewing.review_reasons(contradicted) == ["answer_contradicts_labels"]
+    assert reviewing.REVIEW_REASONS["answer_contradicts_labels"] == verdicts.verdicts(contradicted).contradicts_grade(
+        "solution", False)
+    assert reviewing.review_reasons(right) == reviewing.review_reasons(found) == []
+    # The reviewer finds the error the annotator missed: the labels and the grade agree now.
+    reviewing.override_rating(annotation=contradicted, index=1, rating=-1, reviewer=reviewer)
+    assert not reviewing.annotations_for_review(contradiction=True).exists()

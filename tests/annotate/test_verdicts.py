@@ -9,6 +9,7 @@ import pytest
 from annotate.labeling import quality, reviewing, verdicts
 from annotate.models import Annotation, Completion, RatingOverride, StepLabel
 from annotate.pool import exporting
+from scoring.rescoring import label_rows
 from tests.annotations import PHASE1_LINE, annotate, import_lines
 from tests.factories import user_with_role
 
@@ -137,11 +138,22 @@ def test_an_override_rates_the_pool_steps_own_text_not_the_alternative_stopped_a
 
 
 def test_phase1_line_training_rows_match_the_verdicts(phase1, reviewer):
-    from scoring.learning import retraining
 
     line, second = phase1
-    (row,) = retraining.gather_rows(solution_ids=[line.solution_id])
+    (row,) = label_rows.gather_rows(solution_ids=[line.solution_id])
     assert row.ratings == (verdicts.verdicts(line).ratings, verdicts.verdicts(second).ratings)
     reviewing.override_rating(annotation=line, index=1, rating=-1, reviewer=reviewer)
-    (row,) = retraining.gather_rows(solution_ids=[line.solution_id])
+    (row,) = label_rows.gather_rows(solution_ids=[line.solution_id])
     assert row.ratings[0] == (1, -1)
+
+
+def test_no_error_is_none_everywhere_and_minus_one_only_in_the_processbench_file():
+    from tests.factories import SolutionFactory
+
+    solution = SolutionFactory(steps=["a", "b"], is_correct=True)
+    clean = verdicts.verdicts(annotate(solution, [1, 0], labeler="x"))
+    assert clean.first_error is None and clean.decides_first_error("solution")
+    assert not clean.decides_first_error("give_up")
+    wrong = verdicts.verdicts(annotate(SolutionFactory(steps=["a", "b"], is_correct=False), [1, -1], labeler="y"))
+    assert wrong.first_error == 1 and wrong.decides_first_error("found_error")
+    assert [row["label"] for row in rows("processbench")] == [-1, 1]

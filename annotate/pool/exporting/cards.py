@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
+from annotate.pool import prm800k
 from annotate.pool.exporting.formats import FORMAT_HELP, PER_SOLUTION, ExportTally
 from annotate.pool.exporting.options import ExportOptions
 
@@ -15,7 +16,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "is_initial_screening_question": "a screening task",
         "question": "problem, ground truth, the pool's steps (`pre_generated_steps`) and answer",
         "label": "per step: the completions shown with their rating (-1, 0, +1) and flag, the human "
-                 "completion written, the chosen completion; total time (ms); the finish reason",
+                 "completion written, the chosen completion (null where the human completion was gone on "
+                 "from); total time (ms, always a whole number for tasks labeled here); the finish reason",
     },
     "trl": {
         "prompt": "the problem",
@@ -42,12 +44,21 @@ COLUMNS: dict[str, dict[str, str]] = {
 
 SEMANTICS = {
     "prm800k": "The annotators' ratings as given: +1 good, 0 neutral (reasonable but no progress), "
-               "-1 bad; a task ends at the first -1. The neutral rule below does not apply: 0 stays 0.",
+               "-1 bad; a task ends at the first -1 unless the project has annotators rate every step. "
+               "A step the annotator rewrote keeps its -1 completion, holds the rewrite in "
+               "`human_completion` and has `chosen_completion` null, as in PRM800K's phase 1. "
+               "`total_time` is the active time the labeling page measured, else (no time reported) the "
+               "time from claim to submit; the counts below say how many lines have each. The neutral "
+               "rule below does not apply: 0 stays 0.",
     "trl": "One row per rejected alternative and one per walked path, as TRL's PRM800K converter "
            "writes them; each path ends at the first bad or unrated step. Labels read the verdict of "
-           "the very text in the row (chosen, human-written or stopped-at completion).",
+           "the very text in the row (chosen, human-written or stopped-at completion): a step the "
+           "annotator rewrote is False in the row ending at it, and its rewrite is True in the path, "
+           "which goes on with the steps rated after it.",
     "processbench": "One row per solution whose deciding annotations agree on the first error (or "
-                    "a reviewer decided it); a -1 rating is an error.",
+                    "a reviewer decided it); a -1 rating is an error. An annotation rating every step "
+                    "correct of a solution whose answer grades as wrong is left out "
+                    "(`answer_contradicts_labels`): the review page lists it.",
     "soft": "Per pool step, of the annotators who rated that very text (up to each one's first error), "
             "how many rated it good.",
 }
@@ -93,7 +104,8 @@ def dataset_card(*, format: str, container: str, options: ExportOptions, tally: 
               f"**Neutral rule**: a neutral (0) rating counts as {neutral}.", "",
               f"**Label source**: {options.labels} (`human`: annotators only; `automatic`: automatic "
               "labels by rollouts or imported, never mixed with human ones; `both`: each row says which).", "",
-              "## Counts", "", f"- rows: {rows}", f"- {unit} read: {tally.read}", f"- left out: {left_out}", "",
+              "## Counts", "", f"- rows: {rows}", f"- {unit} read: {tally.read}", f"- left out: {left_out}",
+              *_total_time_counts(tally), "",
               "## Selection", "",
               f"- generations: {', '.join(map(str, options.generations)) or 'all'}",
               f"- since: {options.since.isoformat() if options.since else 'any time'}",
@@ -101,6 +113,20 @@ def dataset_card(*, format: str, container: str, options: ExportOptions, tally: 
               f"- finish reasons: {', '.join(options.finish_reasons) or 'all'}", "",
               "## Loading", "", "```python", *_loading(container), "```", ""]
     return "\n".join(lines)
+
+
+TOTAL_TIME_SOURCES = {
+    prm800k.ACTIVE: "the active time the labeling page measured",
+    prm800k.CLAIM_TO_SUBMIT: "no time reported: from the claim to the submit",
+    prm800k.IMPORTED: "the imported line's own value",
+}
+
+
+def _total_time_counts(tally: ExportTally) -> list[str]:
+    if not tally.total_time:
+        return []
+    return ["- `total_time`: " + "; ".join(f"{n} {TOTAL_TIME_SOURCES.get(source, source)}"
+                                            for source, n in sorted(tally.total_time.items()))]
 
 
 def _loading(container: str) -> list[str]:

@@ -125,7 +125,8 @@ def run_export_job(*, job_id: int) -> ExportJob:
     """Run one ExportJob: count, write with progress in the row, end it succeeded or failed.
 
     Progress counts what is read (annotations, or solutions for per-solution formats); the
-    finished row also holds the lines written and what was left out, by reason (`skipped`).
+    finished row also holds the lines written, what was left out, by reason (`skipped`), and
+    what the export says of its lines (`report`: where PRM800K's `total_time` came from).
 
     A finished job, failed or succeeded, is left alone on redelivery; a job an attempt left
     running is run again, rewriting its own file whole.
@@ -142,7 +143,7 @@ def run_export_job(*, job_id: int) -> ExportJob:
         lines = write_export(path=path, format=job.format, options=options, tally=tally,
                              on_progress=lambda _lines: job.record_progress(done=tally.read))
         job.succeed(path=str(path), lines=lines, done=tally.read, total=max(total, tally.read),
-                    skipped=dict(sorted(tally.skipped.items())))
+                    skipped=dict(sorted(tally.skipped.items())), report=tally.report())
     return job
 
 

@@ -31,13 +31,19 @@ PER_SOLUTION = ("processbench", "soft")
 
 @dataclass
 class ExportTally:
-    """What an export read and what it left out, by reason: the job summary."""
+    """What an export read and what it left out, by reason: the job summary. `total_time`
+    counts PRM800K lines by where their `total_time` came from (`prm800k.total_time`)."""
 
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
+    total_time: Counter = field(default_factory=Counter)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] += 1
+
+    def report(self) -> dict:
+        """What the export says of its lines beyond what it left out (ExportJob.report)."""
+        return {"total_time": dict(sorted(self.total_time.items()))} if self.total_time else {}
 
 
 def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
@@ -49,6 +55,7 @@ def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int
 
     def line_for(annotation) -> dict:
         tally.read += 1
+        tally.total_time[prm800k.total_time(annotation).source] += 1
         return prm800k.line_for_annotation(annotation)
 
     if options.labels != "human":  # Asked for: each step's automatic labels as an extra key.
@@ -109,11 +116,14 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
 def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     """ProcessBench rows, one per solution: its own steps and the index of the first wrong one.
 
-    `label` is the first pool step whose verdict is -1 (-1: every step correct), from the
-    annotations that decide it (finished as solution / found_error, consistent, every step
-    before the error rated). One label per solution: the annotations' label when they agree,
-    else the latest reviewed annotation's (a reviewer's decision); otherwise it is left out.
-    A solution with no known grade is left out: `final_answer_correct` is always a boolean.
+    `label` is the first pool step whose verdict is -1 (-1: every step correct, the one place
+    -1 means "no error"), from the annotations that decide it (finished as solution /
+    found_error, consistent, every step before the error rated). One label per solution: the
+    annotations' label when they agree, else the latest reviewed annotation's (a reviewer's
+    decision); otherwise it is left out. A solution with no known grade is left out:
+    `final_answer_correct` is always a boolean. An annotation rating every step correct of a
+    solution whose answer grades as wrong is left out too (`answer_contradicts_labels`, counted):
+    the row would state both; the review page lists it for a reviewer.
     """
     for group in solution_groups(options=options, chunk_size=chunk_size):
         tally.read += 1
@@ -121,8 +131,8 @@ def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size:
         if solution.is_correct is None:
             tally.skip("unknown_grade")
             continue
-        label = _solution_label(group, tally)
-        if label is None:
+        decided, label = _solution_label(group, tally)
+        if not decided:
             continue
         yield {
             "id": f"{solution.source or 'stepwise'}-{solution.id}",
@@ -130,31 +140,34 @@ def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size:
             "problem": solution.problem.statement,
             "steps": [step.text for step in solution.steps.all()],
             "final_answer_correct": bool(solution.is_correct),
-            "label": label,
+            "label": -1 if label is None else label,
         }
 
 
-def _solution_label(group: list[AnnotationRecord], tally: ExportTally) -> int | None:
-    decided: list[tuple[AnnotationRecord, int]] = []
+def _solution_label(group: list[AnnotationRecord], tally: ExportTally) -> tuple[bool, int | None]:
+    """(decided, the first error: None when there is none) of one solution's annotations."""
+    decided: list[tuple[AnnotationRecord, int | None]] = []
     for annotation in group:
         verdict = labeled(annotation, tally, trainable=False)
         if verdict is None:
             continue
-        label = verdict.decided_first_error(annotation.finish_reason)
-        if label is None:
+        if not verdict.decides_first_error(annotation.finish_reason):
             gave_up = annotation.finish_reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM)
             tally.skip(annotation.finish_reason if gave_up else "undecided")
             continue
-        decided.append((annotation, label))
+        if verdict.contradicts_grade(annotation.finish_reason, annotation.solution.is_correct):
+            tally.skip("answer_contradicts_labels")
+            continue
+        decided.append((annotation, verdict.first_error))
     if not decided:
-        return None
+        return False, None
     if len({label for _, label in decided}) == 1:
-        return decided[0][1]
+        return True, decided[0][1]
     reviewed = [(annotation.reviewed_at, label) for annotation, label in decided if annotation.reviewed_at]
     if reviewed:
-        return max(reviewed)[1]
+        return True, max(reviewed, key=lambda pair: pair[0])[1]
     tally.skip("disagreement")
-    return None
+    return False, None
 
 
 def soft_label_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:

@@ -21,8 +21,8 @@ from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions, selected_
 
 # Only the columns the formats read; rows become plain records, not model instances.
 ANNOTATION_FIELDS = (
-    "id", "solution_id", "queue_item_id", "labeler", "timestamp", "generation", "is_quality_control",
-    "is_initial_screening", "question_extra", "total_time_ms", "finish_reason",
+    "id", "solution_id", "queue_item_id", "annotator_id", "labeler", "timestamp", "created_at", "generation",
+    "is_quality_control", "is_initial_screening", "question_extra", "total_time_ms", "finish_reason",
 )
 SOLUTION_FIELDS = (
     "id", "problem_id", "final_answer", "is_correct", "source", "generator", "pre_generated_answer",

@@ -14,6 +14,8 @@ Phase 1 lines have no ``pre_generated_*`` (absent or null); phase 2 lines have t
 
 - ``parse_line(obj, line_no)`` validates a decoded line and returns a ``ParsedLine``; every
   error names the field (``label.steps[3].completions[0].rating``).
+- ``total_time(annotation)``: a line's ``total_time`` and where it comes from (the page's
+  active time, else claim to submit; an imported line's own).
 - ``line_for_annotation(annotation)`` rebuilds the line from the database. A line imported
   and rebuilt is the same JSON object (``==``): what the pool rows cannot hold (keys a line
   lacked, values that differ from the shared Problem/Solution rows, unknown keys, the
@@ -23,7 +25,16 @@ Phase 1 lines have no ``pre_generated_*`` (absent or null); phase 2 lines have t
 Modules: ``schema`` (keys, parsed types, value checks), ``parsing``, ``rebuilding``.
 """
 from annotate.pool.prm800k.parsing import parse_line
-from annotate.pool.prm800k.rebuilding import default_question, line_for_annotation, question_extra_for
+from annotate.pool.prm800k.rebuilding import (
+    ACTIVE,
+    CLAIM_TO_SUBMIT,
+    IMPORTED,
+    TotalTime,
+    default_question,
+    line_for_annotation,
+    question_extra_for,
+    total_time,
+)
 from annotate.pool.prm800k.schema import (
     LineError,
     ParsedCompletion,
@@ -35,6 +46,7 @@ from annotate.pool.prm800k.schema import (
 )
 
 __all__ = [
-    "LineError", "ParsedCompletion", "ParsedLine", "ParsedStep", "default_question", "format_timestamp",
-    "line_for_annotation", "parse_line", "question_extra_for", "require_str", "type_name",
+    "ACTIVE", "CLAIM_TO_SUBMIT", "IMPORTED", "LineError", "ParsedCompletion", "ParsedLine", "ParsedStep", "TotalTime",
+    "default_question", "format_timestamp", "line_for_annotation", "parse_line", "question_extra_for", "require_str",
+    "total_time", "type_name",
 ]

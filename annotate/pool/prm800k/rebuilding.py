@@ -6,9 +6,15 @@ what a line says otherwise is stored on its annotation.
 """
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from typing import Any, NamedTuple
 
 from annotate.pool.prm800k.schema import ABSENT, ParsedLine, format_timestamp
+
+# Where a line's `total_time` comes from (an export's report counts its lines by these).
+ACTIVE = "active"  # the active time the labeling page measured
+CLAIM_TO_SUBMIT = "claim_to_submit"  # no time was reported (an API client): from the claim to the submit
+IMPORTED = "imported"  # an imported line's own value, null where it gave none
 
 
 def default_question(*, problem, solution, step_texts: list[str], verifier_score: float | None) -> dict:
@@ -60,13 +66,36 @@ def line_for_annotation(annotation) -> dict:
         "question": _question(annotation, extra),
         "label": {
             "steps": [_step(step_label, extra) for step_label in _ordered(annotation.step_labels.all())],
-            "total_time": annotation.total_time_ms,
+            "total_time": total_time(annotation).ms,
             "finish_reason": annotation.finish_reason,
         },
     }
     line.update(extra.get("line", {}))
     line["label"].update(extra.get("label", {}))
     return line
+
+
+class TotalTime(NamedTuple):
+    ms: int | None
+    source: str
+
+
+def total_time(annotation) -> TotalTime:
+    """A line's `total_time` in whole milliseconds, and where it comes from.
+
+    For a task labeled here, always an integer: the active time the page measured, else (no
+    time was reported, as from an API client) the time from the claim to the submit. An
+    imported line keeps its own value, null included: it is written back as it was read.
+    Reads `total_time_ms`, `annotator_id`, `queue_item_id`, `created_at` and `timestamp`.
+    """
+    labeled_here = annotation.annotator_id is not None or annotation.queue_item_id is not None
+    if not labeled_here:
+        return TotalTime(annotation.total_time_ms, IMPORTED)
+    if annotation.total_time_ms is not None:
+        return TotalTime(annotation.total_time_ms, ACTIVE)
+    # The annotation row is written at the claim (created_at) and stamped at the submit.
+    end = annotation.timestamp or annotation.created_at
+    return TotalTime(max(0, (end - annotation.created_at) // dt.timedelta(milliseconds=1)), CLAIM_TO_SUBMIT)
 
 
 def _question(annotation, extra: dict) -> dict:
