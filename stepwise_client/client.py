@@ -1,33 +1,50 @@
 """The HTTP side: `POST /api/score` in batches the server accepts, with timeouts and retries.
 
-Plain standard library (urllib), so a training job needs nothing installed beyond Stepwise's
-source. The limits mirror scoring/web/api/serializers.py: a batch holds at most 64 solutions and
-400,000 characters of text; the client cuts batches to fit instead of getting a 400.
+Plain standard library (urllib), so a training job installs nothing beyond this package. The
+limits mirror scoring/web/api/serializers.py: a batch holds at most 64 solutions and 400,000
+characters of text; the client cuts batches to fit instead of getting a 400. A completion counts
+whole: the steps the server cuts from it are never longer than it is.
 """
 from __future__ import annotations
 
 import os
 import urllib.error
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, post_json
 
 MAX_ITEMS = 64
 MAX_TOTAL_TEXT = 400_000
 
+# JSON objects: one item of a request's `items`, and the server's answer for one solution.
+Item = dict[str, Any]
+Answer = dict[str, Any]
+
 
 class StepwiseError(RuntimeError):
     """The server refused a request (bad body, bad token) or kept failing after the retries."""
 
 
-def step_probabilities(answer: dict) -> list[float]:
+def step_probabilities(answer: Answer) -> list[float]:
     """The per-step rewards of one scored solution: each step's P(correct)."""
     return [step["p"] for step in answer["steps"]]
 
 
+def step_texts(answer: Answer) -> list[str]:
+    """The steps the server cut a completion into, in order (an answer to `completion_answers`)."""
+    return [step["text"] for step in answer["steps"]]
+
+
+def text_size(item: Item) -> int:
+    """The characters of one /api/score item, as the server counts them against its limit."""
+    return len(item["problem"]) + (len(item["completion"]) if "completion" in item else sum(map(len, item["steps"])))
+
+
 class StepwiseClient:
-    """Scores (problem, steps) pairs with the current PRM, or the version named in `model`.
+    """Scores solutions with the current PRM, or the version named in `model`: (problem, steps)
+    pairs, or (problem, completion) pairs the server splits into steps.
 
     `url` and `token` default to the STEPWISE_URL and STEPWISE_TOKEN environment variables
     (a token comes from `./stepwise manage create_api_token USERNAME`, a reviewer or admin).
@@ -67,40 +84,51 @@ class StepwiseClient:
         """Each step's probability of being correct, for every (problem, steps) pair, in order."""
         return [step_probabilities(answer) for answer in self.answers(items)]
 
-    def answers(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[dict]:
+    def answers(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[Answer]:
         """The server's answer for every (problem, steps) pair, in order: its `steps` (p, mean,
         sigma each) and its solution `score` (product, min, last, mean, sigma)."""
+        return self._answers([{"problem": problem, "steps": list(steps)} for problem, steps in items])
+
+    def completion_answers(self, items: Sequence[tuple[str, str]], *, split: str = "auto") -> list[Answer]:
+        """The server's answer for every (problem, completion) pair, in order. The server cuts each
+        completion into steps with the splitter its imports use, in mode `split` (`auto`,
+        `blank_line`, `line` or `sentence`), and answers each step's `text` beside its scores.
+        A completion must hold more than whitespace: the server refuses a blank one (400)."""
+        return self._answers([{"problem": problem, "completion": completion, "split": split}
+                              for problem, completion in items])
+
+    def _answers(self, items: list[Item]) -> list[Answer]:
         batches = list(self._batches(items))
         if self.concurrency == 1 or len(batches) < 2:
             answers = [self._score_batch(batch) for batch in batches]
         else:
             with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
                 answers = list(pool.map(self._score_batch, batches))
-        return [steps for answer in answers for steps in answer]
+        return [item for answer in answers for item in answer]
 
-    def _batches(self, items: Sequence[tuple[str, Sequence[str]]]):
-        batch: list[tuple[str, list[str]]] = []
-        characters = 0
-        for problem, steps in items:
-            size = len(problem) + sum(map(len, steps))
-            if batch and (len(batch) == self.batch_size or characters + size > MAX_TOTAL_TEXT):
+    def _batches(self, items: list[Item]) -> Iterator[list[Item]]:
+        batch: list[Item] = []
+        total = 0
+        for item in items:
+            size = text_size(item)
+            if batch and (len(batch) == self.batch_size or total + size > MAX_TOTAL_TEXT):
                 yield batch
-                batch, characters = [], 0
-            batch.append((problem, list(steps)))
-            characters += size
+                batch, total = [], 0
+            batch.append(item)
+            total += size
         if batch:
             yield batch
 
-    def _score_batch(self, batch: list[tuple[str, list[str]]]) -> list[dict]:
-        body: dict = {"items": [{"problem": problem, "steps": steps} for problem, steps in batch]}
+    def _score_batch(self, batch: list[Item]) -> list[Answer]:
+        body: dict[str, Any] = {"items": batch}
         if self.model:
             body["model"] = self.model
-        items = self._post("/api/score", body)["items"]
+        items: list[Answer] = self._post("/api/score", body)["items"]
         if any("score" not in item for item in items):
             raise StepwiseError("the server's /api/score answer has no solution `score`: update the server")
         return items
 
-    def _post(self, path: str, body: dict) -> dict:
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json",
                    "Accept": "application/json"}
         try:

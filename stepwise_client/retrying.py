@@ -21,8 +21,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TypeVar
+from datetime import datetime, timezone
+from typing import Any, TypeVar
 
 # 408 request timeout, 409 conflict (a lock held elsewhere), 429 rate limit; 5xx is checked apart.
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -32,6 +32,8 @@ MAX_DELAY = 30.0
 URLLIB_TRANSIENT = (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException)
 
 T = TypeVar("T")
+# datetime.UTC is Python 3.11+; the client installs on 3.10 too.
+UTC = timezone.utc  # noqa: UP017
 
 
 def is_retryable_status(status: int) -> bool:
@@ -120,8 +122,8 @@ def urllib_retry_after(error: Exception) -> float | None:
     return None
 
 
-def post_json(url: str, body: dict, *, headers: dict, timeout: float, policy: RetryPolicy,
-              on_attempt: Callable[[], None] | None = None) -> dict:
+def post_json(url: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float, policy: RetryPolicy,
+              on_attempt: Callable[[], None] | None = None) -> dict[str, Any]:
     """POST `body` as JSON through urllib and return the JSON answer, retried by `policy`.
 
     The last failure is raised as urllib raised it (HTTPError, URLError, ...) for the caller to
@@ -129,11 +131,12 @@ def post_json(url: str, body: dict, *, headers: dict, timeout: float, policy: Re
     """
     data = json.dumps(body).encode()
 
-    def send() -> dict:
+    def send() -> dict[str, Any]:
         if on_attempt is not None:
             on_attempt()
         request = urllib.request.Request(url, data=data, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
 
     return policy.call(send, retryable=urllib_retryable, retry_after=urllib_retry_after)

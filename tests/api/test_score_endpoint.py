@@ -8,19 +8,22 @@ import shutil
 import pytest
 from rest_framework.test import APIClient
 
+from annotate.text.splitting import split_steps
 from bench import simulation_pool
 from bench.tiny import build_tiny_prm
 from scoring.core.training_data import LabeledRow
 from scoring.models import SolutionScore
-from scoring.rescoring import ensemble
+from scoring.rescoring import ensemble, scores
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
-from scoring.web.api.serializers import MAX_ITEMS
+from scoring.web.api.serializers import MAX_ITEMS, MAX_STEPS, MAX_TEXT, MAX_TOTAL_TEXT
 from tests.conftest import WorkerProcess
 from tests.factories import ProblemFactory, SolutionFactory
 
 PROBLEM = "What is 12 + 7?"
 STEPS = ["First add the ones: 2 + 7 = 9.", "Then the tens: 10. So 12 + 7 = 19.", "# Answer\n\n19"]
+# The same solution as one text, as an RL policy writes it: the server splits it.
+COMPLETION = "\n\n".join(STEPS)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +114,7 @@ def test_the_solution_score_sent_is_the_one_rescoring_stores_for_the_same_soluti
                                                                                     tiny_models):
     beta, _ = tiny_models
     solution = SolutionFactory(problem=ProblemFactory(statement=PROBLEM), steps=STEPS)
-    scoring.score_solutions(model_version=beta, solution_ids=[solution.pk])
+    scores.score_solutions(model_version=beta, solution_ids=[solution.pk])
     stored = SolutionScore.objects.get(solution=solution, model_version=beta)
     stored = {field: getattr(stored, field) for field in ("product", "min", "last", "mean", "sigma")}
     single = client.post("/api/score", {"problem": PROBLEM, "steps": STEPS}, format="json").json()
@@ -154,9 +157,62 @@ def test_a_batch_beyond_the_limit_is_refused_with_a_clear_400(client, tiny_model
 
 
 def test_too_much_text_in_one_call_is_refused(client, tiny_models):
-    from scoring.web.api.serializers import MAX_TEXT, MAX_TOTAL_TEXT
-
     items = [{"problem": PROBLEM, "steps": ["x" * MAX_TEXT] * 10}] * (MAX_TOTAL_TEXT // (10 * MAX_TEXT) + 1)
+    response = client.post("/api/score", {"items": items}, format="json")
+    assert response.status_code == 400 and f"at most {MAX_TOTAL_TEXT}" in str(response.json())
+
+
+def test_a_completion_is_split_by_the_servers_splitter_and_scored_as_those_steps(scoring_worker, client,
+                                                                                 tiny_models):
+    beta, _ = tiny_models
+    for mode in ("auto", "line", "sentence"):
+        steps = split_steps(COMPLETION, mode)
+        body = client.post("/api/score", {"problem": PROBLEM, "completion": COMPLETION, "split": mode},
+                           format="json").json()
+        assert [step["text"] for step in body["steps"]] == steps  # what the client shows as the steps
+        direct = scoring.score_texts(items=[(PROBLEM, steps)], model_version=beta)[0]
+        assert [{k: v for k, v in step.items() if k != "text"} for step in body["steps"]] == pytest.approx(direct)
+        by_steps = client.post("/api/score", {"problem": PROBLEM, "steps": steps}, format="json").json()
+        assert body["score"] == pytest.approx(by_steps["score"])
+
+
+def test_a_batch_mixes_steps_and_completions_and_only_split_ones_carry_texts(scoring_worker, client, tiny_models):
+    _, point = tiny_models
+    items = [{"problem": PROBLEM, "steps": STEPS}, {"problem": PROBLEM, "completion": COMPLETION},
+             {"problem": PROBLEM, "completion": COMPLETION, "split": "lines"}]  # check_mode's old name
+    response = client.post("/api/score", {"items": items, "model": "tiny-point"}, format="json")
+    assert response.status_code == 200, response.content
+    answered = response.json()["items"]
+    split = [split_steps(COMPLETION, "auto"), split_steps(COMPLETION, "line")]
+    assert [[step.get("text") for step in item["steps"]] for item in answered] == [[None] * len(STEPS), *split]
+    direct = scoring.score_texts(items=[(PROBLEM, STEPS), *((PROBLEM, steps) for steps in split)], model_version=point)
+    assert [[step["p"] for step in item["steps"]] for item in answered] == [
+        pytest.approx([step["p"] for step in steps]) for steps in direct]
+
+
+@pytest.mark.parametrize("mode", ["paragraph", "explicit", ""])
+def test_a_bad_split_mode_is_a_400_naming_split(client, tiny_models, mode):
+    single = client.post("/api/score", {"problem": PROBLEM, "completion": COMPLETION, "split": mode}, format="json")
+    assert single.status_code == 400 and "split" in single.json()
+    items = [{"problem": PROBLEM, "steps": STEPS}, {"problem": PROBLEM, "completion": COMPLETION, "split": mode}]
+    batch = client.post("/api/score", {"items": items}, format="json")
+    assert batch.status_code == 400 and "split" in batch.json()["items"][1]
+
+
+def test_a_completion_is_held_to_the_limits_of_sent_steps(client, tiny_models):
+    too_many = "\n\n".join(f"Step {n} is done." for n in range(MAX_STEPS + 1))
+    assert len(split_steps(too_many)) == MAX_STEPS + 1
+    response = client.post("/api/score", {"problem": PROBLEM, "completion": too_many}, format="json")
+    assert response.status_code == 400 and f"1 to {MAX_STEPS}" in str(response.json()["completion"])
+
+    too_long = "Start.\n\n" + "x" * (MAX_TEXT + 1)
+    items = [{"problem": PROBLEM, "completion": COMPLETION}, {"problem": PROBLEM, "completion": too_long}]
+    response = client.post("/api/score", {"items": items}, format="json")
+    assert response.status_code == 400
+    assert response.json()["items"][0] == {} and f"at most {MAX_TEXT}" in str(response.json()["items"][1]["completion"])
+
+    # A completion counts whole against the request's total, before any splitting.
+    items = [{"problem": PROBLEM, "completion": "x" * (MAX_TOTAL_TEXT // 2)}] * 2
     response = client.post("/api/score", {"items": items}, format="json")
     assert response.status_code == 400 and f"at most {MAX_TOTAL_TEXT}" in str(response.json())
 
@@ -168,6 +224,11 @@ def test_too_much_text_in_one_call_is_refused(client, tiny_models):
     ({"problem": PROBLEM, "steps": ["ok", " "]}, "steps"),
     ({"problem": PROBLEM, "steps": STEPS, "model": "no-such-model"}, "model"),
     ({"items": [{"problem": PROBLEM}]}, "items"),
+    ({"problem": PROBLEM, "completion": " \n\n "}, "completion"),
+    ({"problem": PROBLEM, "completion": COMPLETION, "steps": STEPS}, "completion"),
+    ({"problem": PROBLEM, "steps": STEPS, "split": "line"}, "split"),
+    ({"completion": COMPLETION}, "problem"),
+    ({"items": [{"problem": PROBLEM, "completion": ""}]}, "items"),
 ])
 def test_bad_requests_name_the_field(client, tiny_models, body, field):
     response = client.post("/api/score", body, format="json")

@@ -16,10 +16,11 @@ def client(reviewer, tmp_path):
     return api
 
 
-def test_without_a_worker_the_endpoint_answers_503_within_its_timeout(client, settings):
+@pytest.mark.parametrize("solution", [{"steps": ["5"]}, {"completion": "2 + 3 = 5.\n\n# Answer\n\n5"}])
+def test_without_a_worker_the_endpoint_answers_503_within_its_timeout(client, settings, solution):
     settings.STEPWISE_SCORE_API_TIMEOUT = 1.0
     started = time.monotonic()
-    response = client.post("/api/score", {"problem": "What is 2 + 3?", "steps": ["5"]}, format="json")
+    response = client.post("/api/score", {"problem": "What is 2 + 3?", **solution}, format="json")
     assert response.status_code == 503
     assert "no scoring worker answered within 1 s" in response.json()["detail"]
     assert time.monotonic() - started < 5

@@ -21,11 +21,12 @@ class ScriptedServer:
 
     def __init__(self, failures: list[tuple[int, dict]], *, answers: dict | None = None):
         self.failures, self.requests, self.answers = list(failures), 0, {**ANSWERS, **(answers or {})}
+        self.bodies: list[dict] = []  # every request's JSON body, in the order they came
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                server.bodies.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
                 server.requests += 1
                 status, headers = server.failures.pop(0) if server.failures else (200, {})
                 body = json.dumps(server.answers[self.path] if status == 200 else {"error": {"message": "scripted"}})

@@ -113,6 +113,7 @@ def test_backoff_is_full_jitter_doubling_up_to_the_cap_and_retry_after_is_capped
 def test_the_client_package_imports_neither_django_nor_torch_nor_the_server():
     """RL trainers put stepwise_client on their path alone; scoring imports its retry policy, not the reverse."""
     probe = ("import sys, stepwise_client, stepwise_client.retrying; "
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'torch', 'scoring', 'rest_framework'}))")
+             "print(sorted({m.split('.')[0] for m in sys.modules}"
+             " & {'django', 'torch', 'rest_framework', 'annotate', 'scoring', 'config', 'infra'}))")
     imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert imported.strip() == "[]"

@@ -1,26 +1,32 @@
-"""The RL reward client against the running app: gunicorn, a real ml worker, the tiny PRM."""
+"""The RL reward client against the running app: gunicorn, a real ml worker, the tiny PRM.
+
+The client sends completions whole with a split mode; the server cuts them into steps with the
+splitter its imports use, so the rewards are the model's scores of exactly those steps.
+"""
 import threading
 import time
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 from annotate.text.splitting import split_steps
 from bench.loadtest import Server
-from bench.tiny import build_tiny_prm
 from scoring.core.prm import StepProbability, aggregate
 from scoring.rescoring.rescore import score_texts
 from scoring.store import registry
 from stepwise_client import (
     AGGREGATIONS,
+    EMPTY_REWARD,
     StepwiseClient,
     StepwiseError,
     make_prm_reward,
     make_prm_step_rewards,
     prm_reward,
     prm_step_rewards,
+    score_answers,
+    step_texts,
 )
-from tests.conftest import WorkerProcess, _test_database_url
+from tests.conftest import _test_database_url
+from tests.stepwise_client.conftest import tiny_version
 from tests.stepwise_client.scripted_server import ANSWERS, ScriptedServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,42 +45,8 @@ COMPLETIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def web(django_db_setup, django_db_blocker):
-    """gunicorn on the test database, as `./stepwise run` serves the app."""
-    server = Server(database_url=_test_database_url(), workers=1, threads=4)
-    try:
-        server.wait_until_up(90)
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def worker(django_db_setup, tmp_path_factory):
-    """One real ml worker for the module's tests (each starts from an empty database)."""
-    process = WorkerProcess(tmp_path_factory.mktemp("worker") / "worker.log")
-    process.start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def token(reviewer) -> str:
-    return Token.objects.create(user=reviewer).key
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    return build_tiny_prm(tmp_path_factory.mktemp("prm") / "tiny")
-
-
-def tiny_version(folder, *, make_current=True):
-    return registry.register_model_version(name="tiny", path=folder, make_current=make_current)
-
-
 def expected_items() -> list[tuple[str, list[str]]]:
-    """The problems and steps the rewards should send for the three completions that have text."""
+    """The problems, and the steps the server should cut, of the three completions that have text."""
     return [("What is 2 + 3?", split_steps(COMPLETIONS[0])),
             ("What is 7 * 6?", split_steps(COMPLETIONS[1][0]["content"])),
             ("Compute 10 - 4.", split_steps(COMPLETIONS[2]))]
@@ -100,9 +72,15 @@ def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, wo
         assert got == pytest.approx(want, abs=1e-6)
     assert dense[3] == []
 
-    # Each reward is the solution score the server computed by its one rule, and sent.
-    for answer, steps in zip(client.answers(expected_items()), expected, strict=True):
+    # The server split each completion as imports are split, and says where it cut.
+    answers = score_answers(PROMPTS, COMPLETIONS, client=client)
+    assert [step_texts(answer) for answer in answers[:3]] == [steps for _, steps in expected_items()]
+    assert answers[3] is None  # never sent
+    # Each reward is the solution score the server computed by its one rule, and sent; steps
+    # sent already split (the older request shape) are scored the same.
+    for answer, by_steps, steps in zip(answers[:3], client.answers(expected_items()), expected, strict=True):
         assert answer["score"] == pytest.approx(aggregate([StepProbability(p=p) for p in steps]), abs=1e-6)
+        assert by_steps["score"] == pytest.approx(answer["score"], abs=1e-6)
     for how in AGGREGATIONS:
         reward = make_prm_reward(aggregation=how, client=client)
         assert reward.__name__ == f"stepwise_prm_{how}"  # What TRL logs it under.
@@ -158,6 +136,14 @@ def test_a_server_that_does_not_answer_is_retried_then_reported(web):
         make_prm_reward(client=client)(PROMPTS[:1], COMPLETIONS[:1])
 
 
+def test_a_split_mode_the_server_does_not_know_fails_at_once_naming_it(web, token):
+    client = StepwiseClient(web.url, token, backoff=5, retries=5)
+    started = time.monotonic()
+    with pytest.raises(StepwiseError, match=r"400.*split"):
+        make_prm_reward(client=client, split="paragraph")(PROMPTS[:1], COMPLETIONS[:1])
+    assert time.monotonic() - started < 5  # Not retried: the request itself is wrong.
+
+
 def test_a_bad_token_fails_at_once_naming_the_status(web):
     client = StepwiseClient(web.url, "not-a-token", backoff=5, retries=5)
     started = time.monotonic()
@@ -182,3 +168,25 @@ def test_the_reward_names_a_server_whose_answer_has_no_solution_score():
     old_answer = {"/api/score": {"model": "m", "items": [{"steps": ANSWERS["/api/score"]["items"][0]["steps"]}]}}
     with ScriptedServer([], answers=old_answer) as server, pytest.raises(StepwiseError, match="no solution `score`"):
         make_prm_reward(client=StepwiseClient(server.url, "t"))(PROMPTS[:1], COMPLETIONS[:1])
+
+
+def test_the_rewards_send_completions_whole_with_the_split_mode():
+    """The client splits nothing: each completion with text goes out as one string, beside the mode."""
+    with ScriptedServer([]) as server:
+        client = StepwiseClient(server.url, "t", batch_size=1)
+        rewards = make_prm_reward(client=client, split="sentence")(PROMPTS, COMPLETIONS)
+    assert rewards == [0.75, 0.75, 0.75, EMPTY_REWARD]
+    assert [body["items"] for body in server.bodies] == [
+        [{"problem": "What is 2 + 3?", "completion": COMPLETIONS[0], "split": "sentence"}],
+        [{"problem": "What is 7 * 6?", "completion": COMPLETIONS[1][0]["content"], "split": "sentence"}],
+        [{"problem": "Compute 10 - 4.", "completion": COMPLETIONS[2], "split": "sentence"}],
+    ]
+
+
+def test_a_completion_with_no_text_earns_the_empty_reward_without_asking_the_server():
+    blank = ["", " \n\n\t ", [{"role": "assistant", "content": "  "}], [{"role": "assistant", "content": []}]]
+    with ScriptedServer([]) as server:
+        client = StepwiseClient(server.url, "t")
+        assert make_prm_reward(client=client)(PROMPTS, blank) == [EMPTY_REWARD] * 4
+        assert make_prm_step_rewards(client=client)(PROMPTS, blank) == [[]] * 4
+    assert server.requests == 0

@@ -1,8 +1,11 @@
 """Read shapes of model versions, training runs and scores; the scoring request."""
+from typing import Any
+
 from rest_framework import serializers
 
+from annotate.text import splitting
+from annotate.text.steps import AGGREGATIONS
 from scoring.core import step_scores
-from scoring.core.evaluation import AGGREGATIONS
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 
 # One request may not tie up a worker for long: bounded items, steps and text sizes.
@@ -68,39 +71,124 @@ def step_texts(*, required: bool = True) -> serializers.ListField:
     return serializers.ListField(required=required, child=text(), min_length=1, max_length=MAX_STEPS)
 
 
+# What `split` takes: the splitter's modes that cut a text (`explicit` never does) and the old
+# names check_mode still reads, as `import_pool --split` takes them.
+SPLIT_CHOICES = (*(mode for mode in splitting.SPLIT_MODES if mode != "explicit"), "blank", "lines")
+
+
+def completion_text() -> serializers.CharField:
+    # Bounded whole by the request's total; once split, each step is held to MAX_TEXT as sent steps are.
+    return serializers.CharField(
+        required=False, max_length=MAX_TOTAL_TEXT, trim_whitespace=False, validators=[not_blank],
+        help_text="The solution as one text, instead of `steps`: the server cuts it into steps with the splitter "
+                  "its imports use and answers each step's `text`")
+
+
+def split_mode() -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        SPLIT_CHOICES, required=False, help_text="How `completion` is cut into steps; default `auto`")
+
+
+def check_solution(data: dict) -> dict:
+    """One solution's text: `steps` or a `completion`, not both; `split` only with a completion."""
+    if "steps" in data and "completion" in data:
+        raise serializers.ValidationError({"completion": "Send `steps` or `completion`, not both."})
+    if "steps" not in data and "completion" not in data:
+        raise serializers.ValidationError({"steps": "This field is required (or send `completion`)."})
+    if "split" in data and "completion" not in data:
+        raise serializers.ValidationError({"split": "Only a `completion` is split; `steps` are scored as sent."})
+    return data
+
+
+def text_size(item: dict) -> int:
+    """The characters of one solution counted against MAX_TOTAL_TEXT; a completion counts whole."""
+    return len(item["problem"]) + (len(item["completion"]) if "completion" in item else sum(map(len, item["steps"])))
+
+
+def split_completion(item: dict) -> None:
+    """Cut an item's `completion` into its `steps`, held to the limits sent steps are held to."""
+    if "completion" not in item:
+        return
+    steps = splitting.split_steps(item["completion"], item.get("split", "auto"))
+    if not 1 <= len(steps) <= MAX_STEPS:
+        raise serializers.ValidationError(
+            {"completion": f"The completion splits into {len(steps)} steps; 1 to {MAX_STEPS} are scored."})
+    too_long = next((index for index, step in enumerate(steps) if len(step) > MAX_TEXT), None)
+    if too_long is not None:
+        raise serializers.ValidationError({"completion": (
+            f"Step {too_long + 1} of the completion holds {len(steps[too_long])} characters; at most {MAX_TEXT}.")})
+    item["steps"] = steps
+
+
+def split_each(items: list[dict]) -> None:
+    """`split_completion` on every item of a batch; the errors name the items, as DRF's own do."""
+    errors: list[Any] = []  # an item's detail, or {} for an item without error
+    for item in items:
+        try:
+            split_completion(item)
+            errors.append({})
+        except serializers.ValidationError as error:
+            errors.append(error.detail)
+    if any(errors):
+        raise serializers.ValidationError({"items": errors})
+
+
 class ScoreItemSerializer(serializers.Serializer):
+    """One solution: its `steps`, or a `completion` the server cuts into steps by `split`."""
+
     problem = text()
-    steps = step_texts()
+    steps = step_texts(required=False)
+    completion = completion_text()
+    split = split_mode()
+
+    def validate(self, data: dict) -> dict:
+        return check_solution(data)
 
 
 class ScoreRequestSerializer(serializers.Serializer):
-    """Either one solution (`problem`, `steps`) or a batch (`items`), and optionally a model name."""
+    """Either one solution (`problem`, and `steps` or `completion`) or a batch (`items`), and optionally a model."""
 
     problem = text(required=False)
     steps = step_texts(required=False)
+    completion = completion_text()
+    split = split_mode()
     items = ScoreItemSerializer(many=True, required=False, min_length=1, max_length=MAX_ITEMS)
     model = serializers.CharField(
         max_length=200, required=False, help_text="A model version name; default the current one"
     )
 
     def validate(self, data: dict) -> dict:
-        single = "problem" in data or "steps" in data
+        single = any(field in data for field in ("problem", "steps", "completion", "split"))
         if single == ("items" in data):
-            raise serializers.ValidationError("Send either `problem` and `steps`, or `items` (not both, not neither).")
-        if single and not ("problem" in data and "steps" in data):
-            raise serializers.ValidationError({"steps" if "problem" in data else "problem": "This field is required."})
+            raise serializers.ValidationError(
+                "Send either `problem` with `steps` or `completion`, or `items` (not both, not neither).")
+        if single:
+            if "problem" not in data:
+                raise serializers.ValidationError({"problem": "This field is required."})
+            check_solution(data)
         items = data.get("items") or [data]
-        total = sum(len(item["problem"]) + sum(map(len, item["steps"])) for item in items)
+        total = sum(map(text_size, items))
         if total > MAX_TOTAL_TEXT:
             raise serializers.ValidationError(
                 f"The request holds {total} characters of text; at most {MAX_TOTAL_TEXT} are scored in one call."
             )
+        # Split only once the request is known to be within its total: splitting is the costly part.
+        if single:
+            split_completion(data)
+        else:
+            split_each(items)
         return data
 
-    def pairs(self) -> list[tuple[str, list[str]]]:
+    def _items(self) -> list[dict]:
         data = self.validated_data
-        items = data["items"] if "items" in data else [data]
-        return [(item["problem"], list(item["steps"])) for item in items]
+        return data["items"] if "items" in data else [data]
+
+    def pairs(self) -> list[tuple[str, list[str]]]:
+        return [(item["problem"], list(item["steps"])) for item in self._items()]
+
+    def split_texts(self) -> list[list[str] | None]:
+        """The steps cut from each item's completion; None for an item sent as steps."""
+        return [list(item["steps"]) if "completion" in item else None for item in self._items()]
 
 
 class StepProbabilitySerializer(serializers.Serializer):
@@ -125,22 +213,30 @@ class SolutionAggregateSerializer(serializers.Serializer):
 SOLUTION_SCORE_HELP = "The solution's scores from its steps (RL trainers' per-completion reward)"
 
 
+class ScoredStepSerializer(StepProbabilitySerializer):
+    text = serializers.CharField(
+        required=False, help_text="For a solution sent as `completion`: the step's text, as the server cut it")
+
+
 class ScoredItemSerializer(serializers.Serializer):
-    steps = StepProbabilitySerializer(many=True)
+    steps = ScoredStepSerializer(many=True)
     score = SolutionAggregateSerializer(help_text=SOLUTION_SCORE_HELP)
 
 
 class ScoreResponseSerializer(serializers.Serializer):
     model = serializers.CharField(help_text="The model version that scored")
-    steps = StepProbabilitySerializer(many=True, required=False, help_text="For a single solution")
+    steps = ScoredStepSerializer(many=True, required=False, help_text="For a single solution")
     score = SolutionAggregateSerializer(required=False, help_text=f"For a single solution: {SOLUTION_SCORE_HELP}")
     items = ScoredItemSerializer(many=True, required=False, help_text="For a batch, in request order")
 
 
-def scored_item(steps: list[dict]) -> dict:
-    """One solution as /api/score answers it: its steps and, computed from them by the one rule
-    (`step_scores.aggregate`), its score, so that no client has to repeat the rule."""
+def scored_item(steps: list[dict], texts: list[str] | None = None) -> dict:
+    """One solution as /api/score answers it: its steps (with their `texts` when the server cut
+    them) and, computed from them by the one rule (`step_scores.aggregate`), its score, so that
+    no client has to repeat the rule."""
     probabilities = [step_scores.StepProbability(p=s["p"], mean=s.get("mean"), sigma=s.get("sigma")) for s in steps]
+    if texts is not None:
+        steps = [{**step, "text": text} for step, text in zip(steps, texts, strict=True)]
     return {"steps": steps, "score": step_scores.aggregate(probabilities)}
 
 

@@ -9,9 +9,8 @@ from rest_framework.views import APIView
 
 from annotate.web.api.permissions import IsReviewer
 from infra import throttling
+from scoring import on_worker
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
-from scoring.rescoring import rescore as scoring
-from scoring.search import runs as searching
 from scoring.store import registry
 from scoring.web.api import serializers
 
@@ -60,7 +59,11 @@ named in `model`: a dense reward source for RL trainers (one reward per step).
 
 Send one solution as `{{"problem": ..., "steps": [...]}}` or up to {serializers.MAX_ITEMS} as
 `{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`, at most {serializers.MAX_TOTAL_TEXT} characters of
-text in all; larger requests get a 400 naming the limit. Distributional
+text in all; larger requests get a 400 naming the limit. Instead of `steps`, a solution may be
+one text, `"completion": "..."`, with an optional `"split"` mode ({", ".join(serializers.SPLIT_CHOICES)};
+default auto): the server cuts it into steps with the splitter its imports and generation use,
+holds them to the limits sent steps have ({serializers.MAX_STEPS} steps of at most
+{serializers.MAX_TEXT} characters), and answers each step's `text` beside its scores. Distributional
 models also return each step's `mean` and `sigma`. `spread` is the standard deviation of the
 step's probability across the model's bootstrap ensemble of heads (epistemic: how much more
 labels could change it), once the version has one (fitted at its first queue rebuild with
@@ -106,13 +109,18 @@ class ScoreView(APIView):
             429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user; retry after `Retry-After`"),
             503: OpenApiResponse(description="No model to score with, or no ml worker answered in time"),
         },
-        summary="Score the steps of solutions with a PRM",
+        summary="Score the steps of solutions (sent as steps or as one text to split) with a PRM",
         description=SCORE_DESCRIPTION,
         examples=[
             OpenApiExample(
                 "One solution",
                 request_only=True,
                 value={"problem": "What is 2 + 3?", "steps": ["2 + 3 = 5.", "# Answer\n\n5"]},
+            ),
+            OpenApiExample(
+                "A completion the server splits",
+                request_only=True,
+                value={"problem": "What is 2 + 3?", "completion": "2 + 3 = 5.\n\n# Answer\n\n5", "split": "auto"},
             ),
             OpenApiExample(
                 "Scores", response_only=True,
@@ -130,15 +138,16 @@ class ScoreView(APIView):
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
         try:
             # Computed by the ml worker; this process never imports torch.
-            scored = scoring.score_on_worker(items=body.pairs(), model_version=model_version)
-        except scoring.ScoringUnavailable as error:
+            scored = on_worker.score_on_worker(items=body.pairs(), model_version=model_version)
+        except on_worker.ScoringUnavailable as error:
             return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         except ValueError as error:
             raise drf_serializers.ValidationError({"items": str(error)}) from None
-        results = [[_step(p) for p in steps] for steps in scored]
+        results = [serializers.scored_item([_step(p) for p in steps], texts)
+                   for steps, texts in zip(scored, body.split_texts(), strict=True)]
         if "items" in body.validated_data:
-            return Response({"model": model_version.name, "items": [serializers.scored_item(s) for s in results]})
-        return Response({"model": model_version.name, **serializers.scored_item(results[0])})
+            return Response({"model": model_version.name, "items": results})
+        return Response({"model": model_version.name, **results[0]})
 
     @staticmethod
     def _model_version(name: str | None) -> ModelVersion | None:
@@ -207,8 +216,8 @@ class SearchView(APIView):
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
         try:
             # Generated and scored by the ml worker; this process never imports torch.
-            return Response(searching.search_on_worker(body=body.body(), model_version=model_version))
-        except scoring.ScoringUnavailable as error:
+            return Response(on_worker.search_on_worker(body=body.body(), model_version=model_version))
+        except on_worker.ScoringUnavailable as error:
             return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         except ValueError as error:
             raise drf_serializers.ValidationError({"options": str(error)}) from None
