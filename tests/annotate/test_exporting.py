@@ -290,3 +290,11 @@ def test_a_job_resumed_after_a_dead_attempt_starts_its_progress_afresh():
     assert job.start(done=0) is True
     job.refresh_from_db()
     assert (job.state, job.done) == (JobState.RUNNING, 0)
+
+
+def test_an_export_refuses_a_generation_number_no_column_can_hold():
+    from annotate.pool.exporting.options import ExportError, ExportOptions
+
+    with pytest.raises(ExportError, match="generations: each must be between 0 and"):
+        ExportOptions.from_dict({"generations": ["9223372036854775808"]})
+    assert ExportOptions.from_dict({"generations": ["3"]}).generations == (3,)

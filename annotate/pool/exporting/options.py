@@ -21,6 +21,10 @@ class ExportError(ValueError):
     """Bad export options, with a message naming the option."""
 
 
+# Generation numbers are 32-bit integer columns: a larger one would overflow the query (a 500), not match nothing.
+MAX_GENERATION = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     """Which annotations go out, and how neutral (0) ratings count."""
@@ -41,6 +45,8 @@ class ExportOptions:
             generations = tuple(int(g) for g in data.get("generations") or ())
         except (TypeError, ValueError):
             raise ExportError(f"generations: {data.get('generations')!r} is not a list of integers") from None
+        if any(not 0 <= g <= MAX_GENERATION for g in generations):
+            raise ExportError(f"generations: each must be between 0 and {MAX_GENERATION}")
         reasons = tuple(data.get("finish_reasons") or ())
         unknown = sorted(set(reasons) - set(FinishReason.values))
         if unknown:
