@@ -130,3 +130,11 @@ def test_installed_alone_it_scores_completions_as_the_server_scores_their_steps(
     for how in ("min", "product"):
         want = [aggregate([StepProbability(p=p) for p in solution])[how] for solution in expected]
         assert answer[how] == pytest.approx([*want, 0.0], abs=1e-6)
+
+
+def test_the_clients_aggregations_are_the_servers():
+    # The client stands alone, so it names the aggregations itself; the server's step core owns them.
+    from annotate.text import steps
+    from stepwise_client.rewards import AGGREGATIONS
+
+    assert set(AGGREGATIONS) == set(steps.AGGREGATIONS)
