@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -19,6 +19,10 @@ SELECTION_REASONS = ("convincing_wrong", "convincing", "uncertain", "random", "d
                      "first_error_disagreement", "uncertain_convincing_wrong")
 
 
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return default if value is None or value == "" else value
@@ -68,7 +72,7 @@ RATE_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 
 
 class Rate(NamedTuple):
-    count: int  # requests allowed per window
+    count: int  # type: ignore[assignment]  # requests allowed per window (the field hides tuple.count)
     seconds: int  # the window's length
 
 

@@ -5,11 +5,13 @@ table of about 80 response callbacks: on the labeling hot path (a session read p
 was a measurable share of a rating's CPU. A `redis.Redis` is safe to share between threads (it
 takes a connection from its pool for each command), so one per pool serves them all.
 """
+from typing import Any
+
 from django.core.cache.backends import redis as django_redis
 
 
 class RedisCacheClient(django_redis.RedisCacheClient):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._clients: dict[int, object] = {}
 

@@ -64,8 +64,7 @@ class SolutionScoreAdmin(admin.ModelAdmin):
 
 class RescoreChunkInline(admin.TabularInline):
     model = RescoreChunk
-    fields = ["index", "state", "finished_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("index", "state", "finished_at")
     extra = 0
     can_delete = False
 

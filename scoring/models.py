@@ -5,7 +5,7 @@ from annotate.models import AutoLabelRun, Solution, Step
 from annotate.models.jobs import Job
 
 
-class ModelVersionQuerySet(models.QuerySet):
+class ModelVersionQuerySet(models.QuerySet["ModelVersion"]):
     def current(self) -> "ModelVersion | None":
         return self.filter(is_current=True).first()
 

@@ -7,8 +7,9 @@ from annotate.text.answers import strip_calculator_annotations
 
 register = template.Library()
 
-RATING_FACES = {-1: "😞", 0: "😐", 1: "😎"}
-RATING_WORDS = {-1: "wrong", 0: "neutral", 1: "good"}
+# Keyed by rating; an unrated step (None) finds no entry and gets the default.
+RATING_FACES: dict[int | None, str] = {-1: "😞", 0: "😐", 1: "😎"}
+RATING_WORDS: dict[int | None, str] = {-1: "wrong", 0: "neutral", 1: "good"}
 
 
 @register.filter

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 DEFAULT_STEP_DELIMITER = "\n\n"
 # The prompt template stored with every generation run; {problem} is the only field.
@@ -125,9 +125,10 @@ class LocalGenerator:
         self.device = torch.device(device) if device else choose_device()
         self.dtype = dtype or choose_dtype(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        # (ignore: transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to), which mypy reads unbound.)
         self.model = AutoModelForCausalLM.from_pretrained(
             folder, dtype=self.dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-        ).to(self.device).eval()
+        ).to(self.device).eval()  # type: ignore[arg-type]
         self.batch_size = batch_size
         self.name = name or f"local:{folder.name}"
         self.usage = Usage()
@@ -177,7 +178,8 @@ class LocalGenerator:
                 new = new[: new.index(tokenizer.eos_token_id)]
             while new and new[-1] == pad:
                 new.pop()
-            text, stopped = cut_at_stop(tokenizer.decode(new, skip_special_tokens=True), params.stop)
+            # One sequence of ids decodes to one str (decode is typed for a batch too).
+            text, stopped = cut_at_stop(cast(str, tokenizer.decode(new, skip_special_tokens=True)), params.stop)
             finish = "stop" if (ended or stopped or len(new) < params.max_tokens) else "length"
             results.append(Sample(text=text, prompt_tokens=len(tokens), completion_tokens=len(new),
                                   finish_reason=finish))

@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import openai
 
@@ -60,7 +61,7 @@ class OpenAIGenerator:
         return samples
 
     def _request(self, prompt: str, params: SamplingParams):
-        fields = {
+        fields: dict[str, Any] = {
             "model": self.model, "n": params.n, "temperature": params.temperature, "top_p": params.top_p,
             "max_tokens": params.max_tokens, "stop": list(params.stop) or None, "seed": params.seed,
             "timeout": self.timeout,

@@ -158,7 +158,9 @@ def label_solution(*, job: RolloutLabelJob, solution: Solution, generator: Gener
     """Roll out one solution and store its labels with their cost; False if it was labeled already."""
     run = job.run
     steps = sorted(solution.steps.all(), key=lambda step: step.index)
-    task = rollouts.RolloutTask(problem=solution.problem.statement, answer=solution.problem.ground_truth_answer,
+    answer = solution.problem.ground_truth_answer
+    assert answer is not None  # the job holds eligible solutions only: their problem has a known answer
+    task = rollouts.RolloutTask(problem=solution.problem.statement, answer=answer,
                                 steps=tuple(s.text for s in steps), template=run.params["template"],
                                 delimiter=run.params["delimiter"])
     result = rollouts.label_steps(run.method, task, generator, solution_params(run, solution))

@@ -196,7 +196,8 @@ def generate_chunk(*, run: GenerationRun, chunk: GenerationChunk, generator: Gen
         failed = [o for o in outcomes if o.status == "error"]
         if failed:
             raise ValueError(f"chunk {chunk.index}, sample line {failed[0].line_no}: {failed[0].error}")
-        created = [o.solution for o in outcomes if o.status == "created"]
+        # (A created outcome always names its solution: `is not None` is for the type checker.)
+        created = [o.solution for o in outcomes if o.status == "created" and o.solution is not None]
         GenerationChunk.objects.filter(pk=chunk.pk).update(
             state=GenerationChunk.State.DONE, finished_at=timezone.now(), created=len(created),
             duplicates=len(outcomes) - len(created), queued=queueing.enqueue_imported(solution_ids=created),

@@ -171,11 +171,13 @@ def _training_backbone(parent: ModelVersion, folder: Path, separator: str, confi
     """
     import torch
 
-    from scoring.core import training
+    from scoring.core import prm, training
     from scoring.store import registry
 
     if config.mode == "head" and parent.kind == ModelVersion.Kind.HEAD:
-        return registry.load(parent)
+        loaded = registry.load(parent)
+        assert isinstance(loaded, prm.LoadedPRM)  # a head version is loaded here (only remote ones are not)
+        return loaded
     dtype = registry._dtype_setting() if config.mode == "head" else torch.float32
     return training.load_backbone(folder, separator=separator, dtype=dtype)
 

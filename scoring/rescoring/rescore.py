@@ -42,7 +42,7 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
     fitted = ensemble.stored_ensemble(version)
     if fitted is None:
         results = loaded.step_probabilities(items)
-        spreads: list[list[float | None]] = [[None] * len(steps) for steps in results]
+        spreads: Sequence[Sequence[float | None]] = [[None] * len(steps) for steps in results]
     else:
         results, spreads = ensemble.scored_with_spread(loaded, fitted, items)
     return [[{"p": s.p, "mean": s.mean, "sigma": s.sigma, "spread": spread} for s, spread in zip(steps, spread_row)]
@@ -117,7 +117,8 @@ def claim_chunk(chunk: RescoreChunk) -> bool:
     """Claim a chunk for this process: pending -> running, or a running one whose holder is
     gone (heartbeat stale, process dead). One guarded UPDATE each, so of two workers handed
     the same chunk exactly one scores it; the claim is then beaten like a job's."""
-    claim = {"claimed_by": this_worker(), "heartbeat_at": timezone.now()}
+    worker, now = this_worker(), timezone.now()
+    claim = {"claimed_by": worker, "heartbeat_at": now}
     rows = RescoreChunk.objects.filter(pk=chunk.pk)
     won = rows.filter(state=RescoreChunk.State.PENDING).update(state=RescoreChunk.State.RUNNING, **claim) == 1
     if not won:
@@ -130,7 +131,7 @@ def claim_chunk(chunk: RescoreChunk) -> bool:
                             heartbeat_at=chunk.heartbeat_at).update(**claim) == 1
         )
     if won:
-        chunk.state, chunk.claimed_by, chunk.heartbeat_at = RescoreChunk.State.RUNNING, *claim.values()
+        chunk.state, chunk.claimed_by, chunk.heartbeat_at = RescoreChunk.State.RUNNING, worker, now
         heartbeats.hold(chunk)
     return won
 

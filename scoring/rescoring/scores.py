@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from annotate.models import Solution, Step
-from scoring.core.step_scores import aggregate
+from scoring.core.step_scores import StepProbability, aggregate
 from scoring.models import ModelVersion, SolutionScore, StepScore
 from scoring.store import registry
 
@@ -42,10 +42,12 @@ def read_items(solution_ids: Sequence[int]) -> tuple[list[int], list[list[int]],
 
 
 def write_scores(
-    *, model_version: ModelVersion, solution_ids: Sequence[int], step_ids: Sequence[Sequence[int]], results
+    *, model_version: ModelVersion, solution_ids: Sequence[int], step_ids: Sequence[Sequence[int]],
+    results: Sequence[Sequence[StepProbability]],
 ) -> int:
     """Insert step and solution scores; rows that already exist are left alone."""
-    step_rows, solution_rows = [], []
+    step_rows: list[StepScore] = []
+    solution_rows: list[SolutionScore] = []
     for solution_id, ids, steps in zip(solution_ids, step_ids, results):
         step_rows.extend(
             StepScore(step_id=step_id, model_version=model_version, p=s.p, mean=s.mean, sigma=s.sigma)

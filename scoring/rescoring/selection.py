@@ -84,7 +84,8 @@ def candidates(*, model_version: ModelVersion, score: str = "product",
     )
     unscored = solutions.exclude(pk__in=scores.values("solution_id")).values_list("pk", "problem_id", "is_correct")
     pool = [Candidate(*row) for row in rows.order_by("solution_id").iterator(chunk_size=2000)] + [
-        Candidate(*row, score=None, sigma=None) for row in unscored.order_by("pk").distinct().iterator(chunk_size=2000)
+        Candidate(pk, problem_id, is_correct, score=None, sigma=None)
+        for pk, problem_id, is_correct in unscored.order_by("pk").distinct().iterator(chunk_size=2000)
     ]
     return with_uncertainty(pool, uncertainty or {})
 
@@ -109,16 +110,17 @@ def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candi
     if reason == "convincing":
         # "Convincing" needs a score: unscored solutions reach the queue through the other reasons.
         return sorted((c for c in pool if c.is_correct is not False and c.score is not None), key=_by_score)
+    # Below, `or 0.0` only tells the type checker: the filter leaves no None.
     if reason == "uncertain":
-        return sorted((c for c in pool if c.sigma is not None), key=lambda c: (-c.sigma, c.solution_id))
+        return sorted((c for c in pool if c.sigma is not None), key=lambda c: (-(c.sigma or 0.0), c.solution_id))
     if reason == "disagreement":
-        return sorted((c for c in pool if c.spread is not None), key=lambda c: (-c.spread, c.solution_id))
+        return sorted((c for c in pool if c.spread is not None), key=lambda c: (-(c.spread or 0.0), c.solution_id))
     if reason == "first_error_disagreement":
         return sorted((c for c in pool if c.first_error_disagreement is not None),
-                      key=lambda c: (-c.first_error_disagreement, -(c.spread or 0.0), c.solution_id))
+                      key=lambda c: (-(c.first_error_disagreement or 0.0), -(c.spread or 0.0), c.solution_id))
     if reason == "uncertain_convincing_wrong":
         return sorted((c for c in pool if c.is_correct is False and c.upper_score is not None),
-                      key=lambda c: (-c.upper_score, c.solution_id))
+                      key=lambda c: (-(c.upper_score or 0.0), c.solution_id))
     shuffled = list(pool)
     rng.shuffle(shuffled)
     return shuffled

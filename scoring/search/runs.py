@@ -1,9 +1,9 @@
 """PRM-guided search for the API and the `search` command: the Django side of `scoring.search`.
 
-Which generator a search uses: `settings.STEPWISE_GENERATOR` when it names one (read by
-`backends.generator_from_spec`), else a local model on the PRM version's
-own backbone folder, a causal LM for the default SmolLM2 model. Both the PRM (through the
-registry's LRU) and the generator are loaded once per worker process.
+Which generator a search uses: the local causal-LM folder the `search` command names
+(`--generator`), else the PRM version's own backbone folder, a causal LM for the default
+SmolLM2 model. Both the PRM (through the registry's LRU) and the generator are loaded once
+per worker process.
 """
 from __future__ import annotations
 
@@ -22,25 +22,19 @@ _generators: dict[str, Generator] = {}
 _lock = threading.Lock()
 
 
-def generator_for(version: ModelVersion, spec: str | None = None) -> Generator:
+def generator_for(version: ModelVersion, folder: str | None = None) -> Generator:
     """The generator a search with `version` uses (module docstring), cached per process."""
-    from scoring.core import prm
-    from scoring.generation import backends, generators
+    from scoring.core import prm  # torch: loaded by the worker, never the web process
+    from scoring.generation import generators
 
-    spec = spec if spec is not None else getattr(settings, "STEPWISE_GENERATOR", "") or ""
-    key = spec or f"local:{version.path}"
+    folder = folder or str(prm.backbone_folder(version.path, prm.read_model_config(version.path)))
     with _lock:
-        if key not in _generators:
+        if folder not in _generators:
             _generators.clear()  # one generator per process: a second would double the memory
-            if spec:
-                # A str is not a spec: check_spec refuses it (a latent bug, reported; the code is kept as is).
-                _generators[key] = backends.generator_from_spec(spec)  # type: ignore[arg-type]
-            else:
-                folder = spec or prm.backbone_folder(version.path, prm.read_model_config(version.path))
-                trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
-                _generators[key] = generators.LocalGenerator(folder, dtype=registry._dtype_setting(),
-                                                             trust_remote_code=trust)
-        return _generators[key]
+            trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
+            _generators[folder] = generators.LocalGenerator(folder, dtype=registry._dtype_setting(),
+                                                            trust_remote_code=trust)
+        return _generators[folder]
 
 
 def run_search(*, body: dict, model_version: ModelVersion, generator: Generator | None = None) -> dict:

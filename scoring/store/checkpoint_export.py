@@ -159,7 +159,8 @@ def _linearized_llama(base, readout: HeadReadout, *, as_kind: str, good_token_id
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
     hidden = base.config.hidden_size
-    kept = base.config.num_hidden_layers if readout.normed else readout.layer
+    # (`layer is None` only where normed: the test is for the type checker.)
+    kept = base.config.num_hidden_layers if readout.normed or readout.layer is None else readout.layer
     extra = 2 if readout.normed else 1  # [z dimension,] constant dimension
     config = _widened_config(base.config, layers=kept + extra, extra=extra, mlp_bias=readout.normed)
     wide = config.hidden_size

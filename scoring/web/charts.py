@@ -120,7 +120,7 @@ def reliability_chart(columns: list[tuple[str, dict | None]]) -> SafeString:
 
 
 def best_of_n_chart(columns: list[tuple[str, dict | None]]) -> SafeString:
-    series = []
+    series: list[tuple[str, list[tuple[float, float]]]] = []
     for name, metrics in columns:
         table = dotted(metrics, "best_of_n.by_n") or {}
         series.append((f"{name} (product)", [(int(n), row["product"]) for n, row in table.items()]))

@@ -30,12 +30,14 @@ from scoring.web import search_report
 @roles.reviewer_required
 def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
-    versions = ModelVersion.objects.select_related("parent").order_by("-is_current", "-created_at")
+    versions = list(ModelVersion.objects.select_related("parent").order_by("-is_current", "-created_at"))
     jobs = RescoreJob.objects.select_related("model_version")[:20]
-    versions = list(versions)
     for version in versions:  # only admins see (and may build) exports
         is_head = version.kind == ModelVersion.Kind.HEAD
-        version.export_links = _export_links(version) if is_head and roles.is_admin(request.user) else []
+        # An attribute for the template only, not a model field.
+        version.export_links = (  # type: ignore[attr-defined]
+            _export_links(version) if is_head and roles.is_admin(request.user) else []
+        )
     report = search_report.latest()
     return render(request, "scoring/model_list.html", {
         "versions": versions, "jobs": jobs, "can_rescore": roles.is_admin(request.user),
@@ -65,7 +67,8 @@ def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
     return redirect("scoring:models")
 
 
-@roles.admin_required
+# roles.View is typed Callable[..., HttpResponse]; a FileResponse is a StreamingHttpResponse.
+@roles.admin_required  # type: ignore[arg-type]
 def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileResponse:
     """The built archive; nothing before it is complete, nothing outside the exports folder."""
     version = get_object_or_404(ModelVersion, pk=version_id)

@@ -166,6 +166,21 @@ def test_the_search_command_runs_a_search_with_the_current_model_and_prints_its_
     assert result["compute"]["generated_tokens"] <= 20 and result["solution"]["steps"]
 
 
+def test_the_search_command_generates_with_the_local_folder_it_is_given(db, tmp_path, tiny_causal_lm, one_thread):
+    import json
+
+    from django.core.management import call_command
+
+    from scoring.store import registry
+
+    registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"), make_current=True)
+    out = io.StringIO()
+    call_command("search", PROBLEM, "--method", "best_of_n", "--max-tokens", "12", "--generator", str(tiny_causal_lm),
+                 "--json", stdout=out)
+    result = json.loads(out.getvalue())
+    assert result["generator"] == f"local:{tiny_causal_lm.name}"
+
+
 def test_the_search_command_names_an_option_the_method_does_not_take(db, tmp_path):
     from django.core.management import CommandError, call_command
 

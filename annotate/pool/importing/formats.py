@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, overload
 
 from django.conf import settings
 
@@ -152,6 +152,10 @@ def check_size(record: Record) -> None:
                                    "(STEPWISE_IMPORT_MAX_STEP_CHARS)")
 
 
+@overload
+def _text(obj: dict, key: str, *, required: Literal[True] = True, max_length: int | None = None) -> str: ...
+@overload
+def _text(obj: dict, key: str, *, required: bool, max_length: int | None = None) -> str | None: ...
 def _text(obj: dict, key: str, *, required: bool = True, max_length: int | None = None) -> str | None:
     if key not in obj or obj[key] is None:
         if required:
@@ -255,7 +259,8 @@ def parse_math_shepherd(obj: dict, line_no: int, *, split_mode: SplitMode = "aut
     pieces = text.split(MATH_SHEPHERD_TAG)
     if len(pieces) < 2 or pieces[-1].strip():
         raise LineError("input", f"must end each step with the tag '{MATH_SHEPHERD_TAG}' (text follows the last tag)")
-    signs, position = [], 0
+    signs: list[str] = []
+    position = 0
     for piece in pieces[:-1]:
         position += len(piece)
         sign = label[position:position + 1]

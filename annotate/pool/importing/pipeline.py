@@ -16,7 +16,7 @@ from annotate.pool.importing.reading import BadJson, count_lines, detect_file_fo
 from annotate.pool.importing.report import ImportSummary, Outcome, Report
 from annotate.pool.importing.writing import SourceFile, write_batch
 from annotate.pool.prm800k import LineError
-from annotate.text.splitting import SplitMode, check_mode
+from annotate.text.splitting import check_mode
 
 BATCH_SIZE = 1000
 
@@ -35,7 +35,7 @@ def import_pool(
     atomic: bool = False,
     report_path: str | Path | None = None,
     progress: Progress | None = None,
-    split_mode: SplitMode = "auto",
+    split_mode: str = "auto",  # a SplitMode (or an old alias): checked here
     batch_size: int = BATCH_SIZE,
     file_name: str | None = None,
 ) -> ImportSummary:

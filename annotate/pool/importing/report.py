@@ -113,6 +113,7 @@ class Report:
     def _mark_rolled_back(self, summary: ImportSummary) -> None:
         """After an atomic import failed, lines reported as written were not: say so."""
         note = f"not imported: the import is atomic and {summary.errors} line(s) failed"
+        assert self.path is not None  # finish() calls this only for a report with a path
         fd, rewritten = tempfile.mkstemp(dir=self.path.parent, prefix=".report-", suffix=".jsonl")
         with open(self.temp, encoding="utf-8") as old, os.fdopen(fd, "w", encoding="utf-8") as new:
             for raw in old:

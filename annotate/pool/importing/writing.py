@@ -125,7 +125,7 @@ def _problems_for(records: list[Record]) -> dict[str, Problem]:
 
 def _solutions_for(records: list[Record], problems: dict[str, Problem]) -> tuple[dict[str, Solution], set[int]]:
     """Solutions by content hash, and the ids of the records whose solution is new."""
-    hashes = {}
+    hashes: dict[str, Record] = {}
     for record in records:
         hashes.setdefault(record.solution_hash, record)
     found = {s.content_hash: s for s in Solution.objects.filter(content_hash__in=list(hashes))}
@@ -237,7 +237,8 @@ def _annotations_for(records: list[Record], problems: dict[str, Problem], soluti
     labeled = [r for r in records if r.labels is not None]
     if not labeled:
         return set()
-    keys = {(solutions[r.solution_hash].pk, r.labels.labeler) for r in labeled}
+    # (Below, `labels is not None` again only for the type checker: every record here has them.)
+    keys = {(solutions[r.solution_hash].pk, r.labels.labeler) for r in labeled if r.labels is not None}
     existing = set(
         Annotation.objects.filter(
             solution_id__in={k[0] for k in keys}, labeler__in={k[1] for k in keys}
@@ -246,6 +247,7 @@ def _annotations_for(records: list[Record], problems: dict[str, Problem], soluti
     new: list[tuple[Record, Annotation]] = []
     for record in labeled:
         solution = solutions[record.solution_hash]
+        assert record.labels is not None
         key = (solution.pk, record.labels.labeler)
         if key in existing:
             continue
@@ -273,7 +275,7 @@ def _write_step_labels(new: list[tuple[Record, Annotation]]) -> None:
     step_labels: list[tuple[StepLabel, prm800k.ParsedStep]] = [
         (StepLabel(annotation=annotation, index=i, chosen_completion=step.chosen_completion,
                    human_completion=step.human_completion), step)
-        for record, annotation in new
+        for record, annotation in new if record.labels is not None  # (always: `new` holds labeled records)
         for i, step in enumerate(record.labels.steps)
     ]
     StepLabel.objects.bulk_create([s for s, _ in step_labels])
@@ -286,18 +288,20 @@ def _write_step_labels(new: list[tuple[Record, Annotation]]) -> None:
 
 def _imported_labels_for(records: list[Record], solutions: dict[str, Solution], source_file: SourceFile | None) -> None:
     """The datasets' own step labels, as automatic labels of this file's runs (existing ones kept)."""
+    # (Each comprehension below repeats `imported_labels is not None` for the type checker only.)
     labeled = [r for r in records if r.imported_labels is not None]
     if not labeled:
         return
     runs = {key: _imported_run(*key, source_file) for key in {(r.imported_labels.dataset, r.imported_labels.kind)
-                                                                 for r in labeled}}
+                                                                 for r in labeled if r.imported_labels is not None}}
     solution_ids = {solutions[r.solution_hash].pk for r in labeled}
     steps = {(solution_id, index): pk for solution_id, index, pk in
              Step.objects.filter(solution_id__in=solution_ids).values_list("solution_id", "index", "id")}
     AutoStepLabel.objects.bulk_create([
         AutoStepLabel(run=runs[(r.imported_labels.dataset, r.imported_labels.kind)],
                       step_id=steps[(solutions[r.solution_hash].pk, i)], soft=soft)
-        for r in labeled for i, soft in enumerate(r.imported_labels.soft) if soft is not None
+        for r in labeled if r.imported_labels is not None
+        for i, soft in enumerate(r.imported_labels.soft) if soft is not None
     ], ignore_conflicts=True)  # The same solution again (a re-import, a repeated line): labeled once per run.
 
 

@@ -8,6 +8,7 @@ report at the default place. The problems are read with the importer's own parse
 import json
 import time
 from pathlib import Path
+from typing import cast
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -33,7 +34,10 @@ def floats(text: str) -> tuple[float, ...]:
 
 def beams(text: str) -> tuple[tuple[int, int], ...]:
     """"2x2,4x2" -> ((2, 2), (4, 2)): beam width x expansions per beam."""
-    return tuple(tuple(int(n) for n in item.split("x")) for item in text.split(",") if item.strip())
+    return tuple(
+        cast("tuple[int, int]", tuple(int(n) for n in item.split("x")))  # WIDTHxEXPANSIONS: two numbers
+        for item in text.split(",") if item.strip()
+    )
 
 
 def load_problems(dataset: str, data: Path, *, n: int, shortest: bool) -> list[search_eval.EvalProblem]:

@@ -47,7 +47,7 @@ class Command(BaseCommand):
         body = {"problem": options["problem"], "method": options["method"], "budget": budget,
                 "options": dict(parse_option(text) for text in options["option"])}
         try:
-            generator = searching.generator_for(version, spec=options["generator"]) if options["generator"] else None
+            generator = searching.generator_for(version, folder=options["generator"]) if options["generator"] else None
             result = searching.run_search(body=body, model_version=version, generator=generator)
         except (ValueError, TypeError, OSError) as error:
             raise CommandError(str(error)) from None
