@@ -142,7 +142,7 @@ def grade_fast(answer: str, truth: str) -> bool | None:
     if x == y:
         return True
     # Far apart: no rounding can make them equal. Close but unequal: let math-verify decide.
-    return False if abs(x - y) > _NEAR * max(1, abs(y)) else None
+    return False if abs(x - y) > _NEAR * max(Fraction(1), abs(y)) else None
 
 
 def as_number(text: str) -> Fraction | None:
@@ -167,7 +167,7 @@ class _VerifierProcess:
     """One math-verify child process per parent process, restarted after a timeout."""
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
 
     def verify(self, answer: str, truth: str, timeout: float) -> bool | None:
@@ -185,12 +185,13 @@ class _VerifierProcess:
                 if not reply:
                     self._stop()
                     return None
-                return json.loads(reply)
+                result: bool | None = json.loads(reply)
+                return result
             except (OSError, ValueError):
                 self._stop()
                 return None
 
-    def _running(self) -> subprocess.Popen:
+    def _running(self) -> subprocess.Popen[str]:
         if self._process is None or self._process.poll() is not None:
             env = dict(os.environ)
             root = str(Path(__file__).resolve().parent.parent)
@@ -200,9 +201,11 @@ class _VerifierProcess:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True, bufsize=1, env=env, start_new_session=True,
             )
+            stdout = self._process.stdout
+            assert stdout is not None  # stdout=PIPE
             # Wait for the imports, so their cost never counts against an answer's limit.
-            ready, _, _ = select.select([self._process.stdout], [], [], 60)
-            if not ready or self._process.stdout.readline().strip() != "ready":
+            ready, _, _ = select.select([stdout], [], [], 60)
+            if not ready or stdout.readline().strip() != "ready":
                 self._stop()
                 raise OSError("math-verify process did not start")
         return self._process
@@ -243,8 +246,8 @@ def serve() -> None:
 def _verify_with_math_verify(answer: str, truth: str) -> bool | None:
     from math_verify import parse, verify
 
-    gold = parse(f"\\boxed{{{truth}}}", parsing_timeout=None)  # type: ignore[arg-type]
-    pred = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)  # type: ignore[arg-type]
+    gold = parse(f"\\boxed{{{truth}}}", parsing_timeout=None)
+    pred = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)
     if not gold or not pred:
         return None
     if verify(gold, pred, timeout_seconds=None):

@@ -124,7 +124,7 @@ def _with_placeholders(parts: list[Segment]) -> str:
 
 
 def _fill(body: str, parts: list[Segment], *, inline: bool = False) -> str:
-    def one(match: re.Match) -> str:
+    def one(match: re.Match[str]) -> str:
         part = parts[int(match.group(1))]
         code = html.escape(part.body)
         if part.kind == "math":
@@ -204,7 +204,7 @@ class _Blocks:
 
     def _is_block_line(self, line: str) -> bool:
         match = _DISPLAY_LINE.fullmatch(line)
-        return bool(match) and self.parts[int(match.group(1))].is_block
+        return match is not None and self.parts[int(match.group(1))].is_block
 
     def item(self, indent: int, marker: str, text: str) -> None:
         self.flush()
@@ -246,7 +246,7 @@ class _Blocks:
 
     def _is_display(self, line: str) -> bool:
         match = _DISPLAY_LINE.fullmatch(line)
-        return bool(match) and self.parts[int(match.group(1))].display
+        return match is not None and self.parts[int(match.group(1))].display
 
     def finish(self) -> str:
         self.flush()

@@ -68,14 +68,14 @@ def check_mode(mode: str) -> SplitMode:
 
 def split_steps(text: str, mode: str = "auto", *, merge: bool = True) -> list[str]:
     """The steps of a solution text, split as the module docstring says."""
-    mode = check_mode(mode)
-    if mode == "explicit":
+    split_mode = check_mode(mode)
+    if split_mode == "explicit":
         raise ValueError("split mode 'explicit' takes each line's steps as given; it never splits text")
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     spans = scanning.spans(text)
-    if mode == "auto":
-        mode = "blank_line" if _cuts(text, spans, _BLANK_LINE) else "line"
-    pieces = list(_pieces(text, spans, mode))
+    if split_mode == "auto":
+        split_mode = "blank_line" if _cuts(text, spans, _BLANK_LINE) else "line"
+    pieces = list(_pieces(text, spans, split_mode))
     if merge:
         pieces = _merged(text, pieces, spans)
     return [text[start:end] for start, end in pieces]
@@ -87,7 +87,7 @@ def _inside(spans: list[Span], index: int) -> bool:
     return after > 0 and index < spans[after - 1].end
 
 
-def _cuts(text: str, spans: list[Span], separator: re.Pattern) -> list[tuple[int, int]]:
+def _cuts(text: str, spans: list[Span], separator: re.Pattern[str]) -> list[tuple[int, int]]:
     """The separator runs of `text` (start, end) that lie outside every span."""
     return [(m.start(), m.end()) for m in separator.finditer(text)
             if not _inside(spans, m.start()) and not _inside(spans, m.end() - 1)]

@@ -1,4 +1,6 @@
 """Admin pages to take datasets out: a form that starts an export job, its progress, its file."""
+from typing import Any
+
 from django import forms
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -36,8 +38,9 @@ class ExportForm(forms.Form):
         help_text="TRL and soft labels; PRM800K gains an auto_labels key per step (not ProcessBench)",
     )
 
-    def clean(self) -> dict:
+    def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # Form.clean returns cleaned_data
         if data.get("format") == "processbench" and data.get("labels") not in ("", "human", None):
             self.add_error("labels", "ProcessBench takes human labels only (its label is the annotators' first error)")
         return data
@@ -72,7 +75,8 @@ def export_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, page_or_partial(request, "annotate/export_detail.html", "job-progress"), context)
 
 
-@admin_only
+# roles.View is typed Callable[..., HttpResponse]; a FileResponse is a StreamingHttpResponse.
+@admin_only  # type: ignore[arg-type]
 def export_download(request: HttpRequest, pk: int) -> FileResponse:
     """The finished file; nothing is offered before the job has succeeded."""
     job = get_object_or_404(ExportJob, pk=pk)

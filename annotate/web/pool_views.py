@@ -79,7 +79,8 @@ def import_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, page_or_partial(request, "annotate/import_detail.html", "job-progress"), context)
 
 
-@admin_only
+# roles.View is typed Callable[..., HttpResponse]; a FileResponse is a StreamingHttpResponse.
+@admin_only  # type: ignore[arg-type]
 @require_GET
 def import_report(request: HttpRequest, pk: int) -> FileResponse:
     """The finished job's report: one JSON line per input line."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 from annotate.models import AutoStepLabel, Solution, Step
 from annotate.pool.exporting.options import CHUNK_SIZE
@@ -35,8 +36,11 @@ class AutoLabel:
 
     @property
     def hard(self) -> bool:
-        # The model's rule, read off this record's fields of the same names.
-        return AutoStepLabel.hard.fget(self)
+        # The model's rule, read off this record's fields of the same names. (Read off the class,
+        # `hard` is the property object; mypy types it as the getter function.)
+        rule = cast(property, AutoStepLabel.hard)
+        assert rule.fget is not None
+        return rule.fget(self)
 
     def votes(self) -> tuple[int, int]:
         """(K, N): the rollout counts, or one vote for a label that has none."""

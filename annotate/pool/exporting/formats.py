@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from annotate.labeling import verdicts
 from annotate.models import FinishReason
-from annotate.pool.exporting import automatic
-from annotate.pool.exporting.loading import AnnotationRecord, annotation_chunks, annotations, solution_groups
+from annotate.pool.exporting import automatic, loading
+from annotate.pool.exporting.loading import AnnotationRecord, annotation_chunks, solution_groups
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
 
 FORMATS = ("prm800k", "trl", "processbench", "soft")
@@ -61,7 +61,7 @@ def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int
     if options.labels != "human":  # Asked for: each step's automatic labels as an extra key.
         yield from automatic.with_prm800k_extras(annotation_chunks(options=options, chunk_size=chunk_size), line_for)
         return
-    for annotation in annotations(options=options, chunk_size=chunk_size):
+    for annotation in loading.annotations(options=options, chunk_size=chunk_size):
         yield line_for(annotation)
 
 
@@ -88,7 +88,7 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
     carry its labels.
     """
     good = functools.partial(is_good, neutral_is_good=options.neutral_is_good)
-    for annotation in annotations(options=options, chunk_size=chunk_size):
+    for annotation in loading.annotations(options=options, chunk_size=chunk_size):
         tally.read += 1
         verdict = labeled(annotation, tally)
         if verdict is None:
@@ -152,8 +152,8 @@ def _solution_label(group: list[AnnotationRecord], tally: ExportTally) -> tuple[
         if verdict is None:
             continue
         if not verdict.decides_first_error(annotation.finish_reason):
-            gave_up = annotation.finish_reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM)
-            tally.skip(annotation.finish_reason if gave_up else "undecided")
+            reason = annotation.finish_reason
+            tally.skip(reason if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else "undecided")
             continue
         if verdict.contradicts_grade(annotation.finish_reason, annotation.solution.is_correct):
             tally.skip("answer_contradicts_labels")

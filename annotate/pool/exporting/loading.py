@@ -6,12 +6,13 @@ plain records, not model instances, so memory stays flat whatever the number of 
 (`annotation.step_labels.all()`, `.completions.all()`), so `prm800k.line_for_annotation`
 and `verdicts.verdicts` read them as they read the models.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it binds the name `annotations`, which this module's
+# `annotations()` takes over, and the type checker would keep the first binding.
 import json
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import make_dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.db.models import Max, Q, QuerySet, TextField
 from django.db.models.functions import Cast
@@ -34,32 +35,115 @@ STEP_LABEL_FIELDS = ("id", "annotation_id", "index", "chosen_completion", "human
 COMPLETION_FIELDS = ("step_label_id", "index", "text", "rating", "flagged", "extra")
 
 
-class Related(list):
+_T = TypeVar("_T")
+
+
+class Related(list[_T]):
     """A relation loaded for a whole chunk; `.all()` reads like a prefetched related manager."""
 
-    def all(self) -> Related:
+    def all(self) -> "Related[_T]":
         return self
 
 
-def record_type(name: str, columns: tuple[str, ...], relations: tuple[str, ...] = ()) -> type:
+_R = TypeVar("_R", bound="Record")
+
+
+def record_type(name: str, columns: tuple[str, ...], relations: tuple[str, ...] = ()) -> "type[Record]":
     """A slotted record class: a row's columns, then relations attached after loading.
 
     Five times cheaper to build than a SimpleNamespace, and far cheaper than a model instance.
     """
-    cls = make_dataclass(name, [*columns, *((r, object, None) for r in relations)], slots=True, eq=False)
+    cls: type[Record] = make_dataclass(
+        name, [*columns, *((r, object, None) for r in relations)], slots=True, eq=False
+    )
     cls.columns = columns
     return cls
 
 
-AnnotationRecord = record_type(
-    "AnnotationRecord", ANNOTATION_FIELDS, ("solution", "queue_item", "step_labels", "reviewed_at")
-)
-SolutionRecord = record_type("SolutionRecord", SOLUTION_FIELDS, ("problem", "steps"))
-ProblemRecord = record_type("ProblemRecord", PROBLEM_FIELDS)
-QueueItemRecord = record_type("QueueItemRecord", ("id", "score_at_selection"))
-StepRecord = record_type("StepRecord", STEP_FIELDS)
-StepLabelRecord = record_type("StepLabelRecord", STEP_LABEL_FIELDS, ("completions",))
-CompletionRecord = record_type("CompletionRecord", COMPLETION_FIELDS)
+if TYPE_CHECKING:
+    class Record:
+        """What `record_type` builds: made from a row's values in `columns` order."""
+
+        columns: ClassVar[tuple[str, ...]]
+
+        def __init__(self, *values: Any) -> None: ...
+
+    # The classes `record_type` builds below, spelled out for the type checker: the columns
+    # (the *_FIELDS tuples, in their order) typed as the models type them, then the relations
+    # `load_chunk` attaches to every record it returns. JSON columns hold any decoded JSON.
+    class ProblemRecord(Record):
+        id: int
+        statement: str
+        ground_truth_solution: str | None
+        ground_truth_answer: str | None
+
+    class StepRecord(Record):
+        solution_id: int
+        index: int
+        text: str
+
+    class SolutionRecord(Record):
+        id: int
+        problem_id: int
+        final_answer: str | None
+        is_correct: bool | None
+        source: str
+        generator: str
+        pre_generated_answer: str | None
+        pre_generated_verifier_score: float | None
+        meta: Any
+        problem: ProblemRecord
+        steps: Related[StepRecord]
+
+    class QueueItemRecord(Record):
+        id: int
+        score_at_selection: float | None
+
+    class CompletionRecord(Record):
+        step_label_id: int
+        index: int
+        text: str
+        rating: int | None
+        flagged: bool | None
+        extra: Any
+
+    class StepLabelRecord(Record):
+        id: int
+        annotation_id: int
+        index: int
+        chosen_completion: int | None
+        human_completion: Any
+        time_ms: int | None
+        completions: Related[CompletionRecord]
+
+    class AnnotationRecord(Record):
+        id: int
+        solution_id: int
+        queue_item_id: int | None
+        annotator_id: int | None
+        labeler: str
+        timestamp: datetime | None
+        created_at: datetime
+        generation: int | None
+        is_quality_control: bool
+        is_initial_screening: bool
+        question_extra: Any
+        total_time_ms: int | None
+        finish_reason: str | None
+        solution: SolutionRecord
+        queue_item: QueueItemRecord | None
+        step_labels: Related[StepLabelRecord]
+        reviewed_at: datetime | None
+else:
+    AnnotationRecord = record_type(
+        "AnnotationRecord", ANNOTATION_FIELDS, ("solution", "queue_item", "step_labels", "reviewed_at")
+    )
+    SolutionRecord = record_type("SolutionRecord", SOLUTION_FIELDS, ("problem", "steps"))
+    ProblemRecord = record_type("ProblemRecord", PROBLEM_FIELDS)
+    QueueItemRecord = record_type("QueueItemRecord", ("id", "score_at_selection"))
+    StepRecord = record_type("StepRecord", STEP_FIELDS)
+    StepLabelRecord = record_type("StepLabelRecord", STEP_LABEL_FIELDS, ("completions",))
+    CompletionRecord = record_type("CompletionRecord", COMPLETION_FIELDS)
 
 # JSON columns are read as text and decoded here: nearly all hold `{}` or null, and Django's
 # json.loads per value was a third of a PRM800K export's time.
@@ -72,7 +156,7 @@ def _decode(text: str | None) -> object:
     return {} if text == "{}" else json.loads(text)
 
 
-def _records(qs: QuerySet, record: type, limit: int | None = None) -> Iterator[Any]:
+def _records(qs: QuerySet[Any], record: type[_R], limit: int | None = None) -> Iterator[_R]:
     columns = record.columns
     positions = [i for i, f in enumerate(columns) if f in JSON_FIELDS]
     qs = qs.annotate(**{f"{columns[i]}_text": Cast(columns[i], TextField()) for i in positions})
@@ -83,13 +167,13 @@ def _records(qs: QuerySet, record: type, limit: int | None = None) -> Iterator[A
         yield from (record(*row) for row in rows)
         return
     for row in rows:
-        row = list(row)
+        values = list(row)
         for i in positions:
-            row[i] = _decode(row[i])
-        yield record(*row)
+            values[i] = _decode(values[i])
+        yield record(*values)
 
 
-def _group(parents: dict, children: Iterable, key: str, attr: str) -> None:
+def _group(parents: Mapping[int, object], children: Iterable[object], key: str, attr: str) -> None:
     for parent in parents.values():
         setattr(parent, attr, Related())
     for child in children:
@@ -129,15 +213,18 @@ def load_chunk(annotations: QuerySet[Annotation], limit: int | None = None) -> l
     problem_ids = {s.problem_id for s in solutions.values()}
     problems = {p.id: p for p in _records(Problem.objects.filter(_among("id", problem_ids)), ProblemRecord)
                 if p.id in problem_ids}
-    queue_ids = {a.queue_item_id for a in rows.values()} - {None}
-    queue_items = {q.id: q for q in _records(QueueItem.objects.filter(id__in=queue_ids), QueueItemRecord)}
+    queue_ids = {a.queue_item_id for a in rows.values() if a.queue_item_id is not None}
+    queue_items: dict[int | None, QueueItemRecord] = {
+        q.id: q for q in _records(QueueItem.objects.filter(id__in=queue_ids), QueueItemRecord)
+    }
     steps = Step.objects.filter(_among("solution_id", solution_ids)).order_by("solution_id", "index")
     _group(solutions, (s for s in _records(steps, StepRecord) if s.solution_id in solutions), "solution_id", "steps")
     step_labels = StepLabel.objects.filter(_among("annotation_id", rows))
     labels = {label.id: label for label in _records(step_labels.order_by("annotation_id", "index"), StepLabelRecord)
               if label.annotation_id in rows}
-    completions = Completion.objects.filter(_among("step_label_id", labels)) if labels else Completion.objects.none()
-    completions = (c for c in _records(completions.order_by("step_label_id", "index"), CompletionRecord)
+    completion_rows = (Completion.objects.filter(_among("step_label_id", labels)) if labels
+                       else Completion.objects.none())
+    completions = (c for c in _records(completion_rows.order_by("step_label_id", "index"), CompletionRecord)
                    if c.step_label_id in labels)
     _group(labels, completions, "step_label_id", "completions")
     _group(rows, labels.values(), "annotation_id", "step_labels")

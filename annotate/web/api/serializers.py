@@ -1,4 +1,5 @@
 """Read shapes of the pool, labels and jobs for machine clients, and the export request."""
+from django.contrib.auth.models import User
 from django.urls import reverse
 from rest_framework import serializers
 
@@ -64,7 +65,9 @@ REVIEWER_ONLY_ANNOTATION_FIELDS = ("generation", "is_quality_control", "is_initi
 
 
 class AnnotationSerializer(serializers.ModelSerializer):
-    annotator = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    annotator: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     step_labels = StepLabelSerializer(many=True, read_only=True)
 
     def get_fields(self):
@@ -102,7 +105,9 @@ JOB_FIELDS = ["id", "state", "total", "done", "percent", "error", "created_by", 
 
 
 class ImportJobSerializer(serializers.ModelSerializer):
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     percent = serializers.IntegerField(read_only=True)
 
     class Meta:
@@ -112,7 +117,9 @@ class ImportJobSerializer(serializers.ModelSerializer):
 
 
 class ExportJobSerializer(serializers.ModelSerializer):
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     percent = serializers.IntegerField(read_only=True)
     download_url = serializers.SerializerMethodField()
 
@@ -134,7 +141,10 @@ class ImportRequestSerializer(serializers.Serializer):
     file = serializers.FileField()
     format = serializers.ChoiceField(choices=importing.FORMATS, default="auto")
     split_mode = serializers.ChoiceField(choices=splitting.SPLIT_MODES, default="auto")
-    source = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    # The metaclass takes declared fields out of the class; the stubs see Field.source instead.
+    source = serializers.CharField(  # type: ignore[assignment]
+        max_length=100, required=False, allow_blank=True, default=""
+    )
     atomic = serializers.BooleanField(default=False, help_text="One bad line and nothing is imported")
 
 

@@ -2,6 +2,8 @@
 
 Every list is paginated, ordered and filterable only on the fields named in its allowlist.
 """
+from typing import TYPE_CHECKING, Any
+
 from django.db.models import Count, Q
 from django.http import FileResponse, Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -21,6 +23,10 @@ from annotate.models import Annotation, ExportJob, FinishReason, Generation, Imp
 from annotate.pool import exporting, importing
 from annotate.web.api import serializers
 from annotate.web.api.permissions import IsAdmin, IsReviewer, OwnAnnotationOrReviewer, annotations_visible_to
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
 
 
 class IgnoreAcceptHeader(BaseContentNegotiation):
@@ -96,6 +102,10 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsAdmin]
     filterset_fields = ["state", "format"]
     request_serializer: type[drf_serializers.Serializer]
+
+    if TYPE_CHECKING:
+        # Each kind of job starts one from its validated request body.
+        def start(self, data: dict[str, Any], *, user: AbstractBaseUser | AnonymousUser) -> ImportJob | ExportJob: ...
 
     def create(self, request: Request, *args, **kwargs) -> Response:
         body = self.request_serializer(data=request.data)

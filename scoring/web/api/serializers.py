@@ -16,7 +16,10 @@ MAX_TOTAL_TEXT = 400_000
 
 
 class ModelVersionSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    # The metaclass takes declared fields out of the class; the stubs see Field.parent instead.
+    parent: serializers.SlugRelatedField[ModelVersion] = serializers.SlugRelatedField(  # type: ignore[assignment]
+        slug_field="name", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = ModelVersion
@@ -27,8 +30,13 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 
 
 class TrainingRunSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
-    result = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    # The metaclass takes declared fields out of the class; the stubs see Field.parent instead.
+    parent: serializers.SlugRelatedField[ModelVersion] = serializers.SlugRelatedField(  # type: ignore[assignment]
+        slug_field="name", read_only=True, allow_null=True
+    )
+    result: serializers.SlugRelatedField[ModelVersion] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
     percent = serializers.IntegerField(read_only=True)
 
     class Meta:
@@ -40,7 +48,9 @@ class TrainingRunSerializer(serializers.ModelSerializer):
 
 
 class SolutionScoreSerializer(serializers.ModelSerializer):
-    model_version = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    model_version: serializers.SlugRelatedField[ModelVersion] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = SolutionScore
@@ -48,7 +58,9 @@ class SolutionScoreSerializer(serializers.ModelSerializer):
 
 
 class StepScoreSerializer(serializers.ModelSerializer):
-    model_version = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    model_version: serializers.SlugRelatedField[ModelVersion] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     solution = serializers.IntegerField(source="step.solution_id", read_only=True)
     index = serializers.IntegerField(source="step.index", read_only=True)
 
@@ -152,7 +164,9 @@ class ScoreRequestSerializer(serializers.Serializer):
     steps = step_texts(required=False)
     completion = completion_text()
     split = split_mode()
-    items = ScoreItemSerializer(many=True, required=False, min_length=1, max_length=MAX_ITEMS)
+    # many=True makes a ListSerializer, which takes min_length and max_length; the stubs check
+    # the arguments against ScoreItemSerializer's own __init__.
+    items = ScoreItemSerializer(many=True, required=False, min_length=1, max_length=MAX_ITEMS)  # type: ignore[call-arg]
     model = serializers.CharField(
         max_length=200, required=False, help_text="A model version name; default the current one"
     )
