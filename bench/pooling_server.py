@@ -86,10 +86,16 @@ class PoolingModel:
 
     def _encode(self, text: str):
         from scoring.core.prm import Encoded
+        from scoring.core.step_marker import marker_id, whole_text_ids
 
         tokenizer = self.prm.tokenizer
-        start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-        ids = start + tokenizer(text, add_special_tokens=False)["input_ids"]
+        if marker_id(tokenizer, self.prm.separator) is not None:
+            # As vLLM tokenizes a /pooling input (the tokenizer's own special tokens), and as Stepwise
+            # reads a model with a step marker: the two agree exactly.
+            ids = whole_text_ids(tokenizer, [text])[0]
+        else:  # a model from before the step marker: local scoring prepends BOS to its pieces
+            start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+            ids = start + tokenizer(text, add_special_tokens=False)["input_ids"]
         return Encoded(ids=ids, positions=[i for i, token in enumerate(ids) if token == self.step_tag_id])
 
     def _row(self, p: float) -> list[float]:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from scoring.core.prm import StepHead, save_head_model, write_model_config
+from scoring.core.prm import DEFAULT_SEPARATOR, StepHead, save_head_model, write_model_config
+from scoring.core.step_marker import STEP_MARKER
 
 STEP_TAG = " ки\n"  # Math-Shepherd's step tag, appended after each step
 CORPUS = [
@@ -26,8 +27,9 @@ CORPUS = [
 ] * 4
 
 
-def build_tiny_tokenizer(*, vocab_size: int = 400):
-    """A byte-level BPE tokenizer (any text encodes) wrapped as a transformers fast tokenizer."""
+def build_tiny_tokenizer(*, vocab_size: int = 400, step_marker: bool = False):
+    """A byte-level BPE tokenizer (any text encodes) wrapped as a transformers fast tokenizer;
+    `step_marker` adds Stepwise's step marker as a special token (scoring.core.step_marker)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -39,7 +41,10 @@ def build_tiny_tokenizer(*, vocab_size: int = 400):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tokenizer.train_from_iterator(CORPUS, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    if step_marker:
+        wrapped.add_special_tokens({"additional_special_tokens": [STEP_MARKER]})
+    return wrapped
 
 
 def tiny_llama_config(tokenizer, **overrides):
@@ -55,12 +60,14 @@ def tiny_llama_config(tokenizer, **overrides):
     return LlamaConfig(**fields)
 
 
-def build_tiny_backbone(folder: str | Path, *, seed: int = 0, token_classification: bool = False, **config) -> Path:
+def build_tiny_backbone(
+    folder: str | Path, *, seed: int = 0, token_classification: bool = False, step_marker: bool = False, **config
+) -> Path:
     """A seeded tiny Llama (causal LM, or 2-label token classifier) saved as safetensors."""
     from transformers import LlamaForCausalLM, LlamaForTokenClassification
 
     folder = Path(folder)
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(step_marker=step_marker)
     torch.manual_seed(seed)
     if token_classification:
         model = LlamaForTokenClassification(tiny_llama_config(tokenizer, num_labels=2, **config))
@@ -73,12 +80,17 @@ def build_tiny_backbone(folder: str | Path, *, seed: int = 0, token_classificati
 
 def build_tiny_prm(
     folder: str | Path, *, kind: str = "head", head_type: str = "point", layer: int | None = None,
-    seed: int = 0, backbone: str | Path | None = None,
+    seed: int = 0, backbone: str | Path | None = None, step_marker: bool = False,
 ) -> Path:
-    """A complete model folder of the given kind, with its tiny backbone inside it ("." )."""
+    """A complete model folder of the given kind, with its tiny backbone inside it ("." ).
+
+    `step_marker`: the tokenizer gets Stepwise's step marker and a head or token-classification
+    model uses it as its separator (what export and registration require)."""
     folder = Path(folder)
+    separator = STEP_MARKER if step_marker else DEFAULT_SEPARATOR
     if backbone is None:
-        build_tiny_backbone(folder, seed=seed, token_classification=kind == "token_classification")
+        build_tiny_backbone(folder, seed=seed, token_classification=kind == "token_classification",
+                            step_marker=step_marker)
         backbone_ref = "."
     else:
         folder.mkdir(parents=True, exist_ok=True)
@@ -90,7 +102,7 @@ def build_tiny_prm(
         # A random linear head gives p near 0.5 everywhere; scale it so scores spread out.
         with torch.no_grad():
             head.mu.weight.mul_(8.0)
-        save_head_model(folder, head=head, backbone=backbone_ref, layer=layer)
+        save_head_model(folder, head=head, backbone=backbone_ref, layer=layer, separator=separator)
     elif kind == "step_token":
         from transformers import AutoTokenizer
 
@@ -100,7 +112,7 @@ def build_tiny_prm(
                                     "step_tag": STEP_TAG, "good_token_id": good, "bad_token_id": bad})
     else:
         write_model_config(folder, {"kind": "token_classification", "backbone": backbone_ref,
-                                    "separator": "\n\n", "positive_label": 1})
+                                    "separator": separator, "positive_label": 1})
     return folder
 
 

@@ -39,6 +39,7 @@ from scoring.core.model_files import (
     weights_sha256,
     write_model_config,
 )
+from scoring.core.step_marker import marker_id, whole_text, whole_text_ids
 from scoring.core.step_scores import StepProbability, aggregate, build_input
 
 if TYPE_CHECKING:
@@ -51,8 +52,8 @@ __all__ = [
     "ModelFormatError", "StepProbability", "aggregate", "backbone_folder", "build_input", "check_safetensors_only",
     "hash_files", "identity_files", "read_model_config", "validate_config", "weights_sha256", "write_model_config",
     # Defined here.
-    "Encoded", "Item", "LoadedPRM", "StepHead", "choose_device", "choose_dtype", "default_token_budget", "encode",
-    "encode_many", "load_prm", "save_head_model", "token_budget_batches",
+    "Encoded", "Item", "LoadedPRM", "StepHead", "backbone_class", "choose_device", "choose_dtype",
+    "default_token_budget", "encode", "encode_many", "load_prm", "save_head_model", "token_budget_batches",
 ]
 
 Item = tuple[str, Sequence[str]]
@@ -149,12 +150,14 @@ def choose_device() -> torch.device:
 
 
 def choose_dtype(device: torch.device) -> torch.dtype:
-    """bf16 where the device runs it (measured 2-3x faster even on a small CPU); else fp16/fp32."""
+    """Stepwise's one precision rule (unless STEPWISE_SCORING_DTYPE names one): float32 on a CPU,
+    so that /api/score, rescoring, an export and its card's snippet agree to 1e-5 (bf16 moved a
+    SmolLM2 head by up to 0.1, docs/checkpoints.md); bf16 on CUDA (fp16 where it has none)."""
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps":
         return torch.float16
-    return torch.bfloat16
+    return torch.float32
 
 
 @dataclass
@@ -172,7 +175,15 @@ def encode(
 def encode_many(
     tokenizer: PreTrainedTokenizerBase, items: Sequence[Item], *, separator: str = DEFAULT_SEPARATOR
 ) -> list[Encoded]:
-    """Encode many solutions with one (batched, native) tokenizer call over all pieces."""
+    """Encode many solutions with one (batched, native) tokenizer call over all pieces.
+
+    A separator that is a special token (a step marker, `scoring.core.step_marker`) is read from
+    the whole text, tokenized in one call as a pooling server does; any other separator is read
+    piece by piece (each piece alone, the BOS token first), as models registered before it were.
+    """
+    marker = marker_id(tokenizer, separator)
+    if marker is not None:
+        return _encode_whole(tokenizer, items, separator=separator, marker=marker)
     pieces = [build_input(problem, steps, separator=separator) for problem, steps in items]
     flat = [piece for solution in pieces for piece in solution]
     token_lists = iter(_token_ids(tokenizer, flat))
@@ -184,6 +195,22 @@ def encode_many(
             ids.extend(next(token_lists))
             if index:
                 positions.append(len(ids) - 1)
+        encoded.append(Encoded(ids=ids, positions=positions))
+    return encoded
+
+
+def _encode_whole(
+    tokenizer: PreTrainedTokenizerBase, items: Sequence[Item], *, separator: str, marker: int
+) -> list[Encoded]:
+    texts = [whole_text(problem, steps, separator=separator) for problem, steps in items]
+    encoded = []
+    for (_, steps), text, ids in zip(items, texts, whole_text_ids(tokenizer, texts)):
+        positions = [index for index, token in enumerate(ids) if token == marker]
+        if len(positions) != len(steps):
+            raise ModelFormatError(
+                f"{len(positions)} step markers {separator!r} for {len(steps)} steps: the text holds the marker "
+                f"itself ({text[:80]!r})"
+            )
         encoded.append(Encoded(ids=ids, positions=positions))
     return encoded
 
@@ -338,7 +365,8 @@ class LoadedPRM:
         return results
 
 
-def _backbone_class(kind: str) -> type[_BaseAutoModelClass]:
+def backbone_class(kind: str) -> type[_BaseAutoModelClass]:
+    """The transformers Auto class a model of this kind is loaded with."""
     import transformers
 
     if kind == "head":
@@ -369,7 +397,7 @@ def load_prm(
         model, tokenizer = shared.model, shared.tokenizer
     else:
         tokenizer = AutoTokenizer.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-        model = _backbone_class(config["kind"]).from_pretrained(
+        model = backbone_class(config["kind"]).from_pretrained(
             backbone, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code
         )
         model.to(device).eval()

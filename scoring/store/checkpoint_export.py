@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from scoring.core import prm
+from scoring.core import prm, step_marker
 from scoring.core.model_files import EXPORT_KINDS, ModelFormatError, write_model_config
 
 CONSTANT = 2.0**20  # exact in bf16/fp32; float16 (max 65504) cannot hold it
@@ -71,6 +71,7 @@ def export_checkpoint(
     base = AutoModel.from_pretrained(backbone, dtype=torch.float32, use_safetensors=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(backbone)
     separator = config.get("separator", prm.DEFAULT_SEPARATOR)
+    step_marker.require_step_marker(tokenizer, separator, where=str(folder))
     readout = HeadReadout.of(head, layer=config["head"].get("layer"), num_layers=base.config.num_hidden_layers)
     ids = _token_ids(tokenizer, separator, as_kind)
     model, construction = build_standard_model(base, readout, as_kind=as_kind, good_token_id=ids.get("good_token_id"))
@@ -98,9 +99,8 @@ def _check_plain_weights(backbone: Path) -> None:
 
 
 def _token_ids(tokenizer, separator: str, as_kind: str) -> dict:
-    """The separator's last token (vLLM's step_tag_id) and, for step_token, the label tokens."""
-    tag_id = prm.encode(tokenizer, "", [""], separator=separator).ids[-1]
-    ids = {"step_tag_id": tag_id}
+    """The step marker's id (vLLM's step_tag_id) and, for step_token, the label tokens."""
+    ids = {"step_tag_id": step_marker.step_tag_id(tokenizer, separator)}
     if as_kind == "token_classification":
         return ids | {"positive_label": 1}
     good, bad = (tokenizer.convert_tokens_to_ids(t) for t in (GOOD_TOKEN, BAD_TOKEN))

@@ -45,11 +45,41 @@ def convert_gguf(gguf: Path, folder: Path) -> Path:
     config = AutoConfig.from_pretrained(source, gguf_file=name)
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict())
+    add_step_marker(fresh, tokenizer)
     fresh.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     # Rename last: a crash mid-conversion leaves no half-written backbone behind.
     partial.rename(folder)
     return folder
+
+
+def add_step_marker(model, tokenizer) -> None:
+    """Give the tokenizer Stepwise's step marker as a special token (scoring.core.step_marker: "\\n\\n"
+    does not survive whole-text tokenization) and the model a row for it, a copy of the blank-line
+    token's, so the untrained backbone reads the marker as the blank line it replaces. Only backbones
+    converted from now on get it: a folder converted before keeps its bytes (and its registered hash)."""
+    import torch
+
+    from scoring.core.step_marker import STEP_MARKER
+
+    blank = tokenizer("\n\n", add_special_tokens=False)["input_ids"][-1]
+    tokenizer.add_special_tokens({"additional_special_tokens": [STEP_MARKER]})
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    marker = tokenizer.convert_tokens_to_ids(STEP_MARKER)
+    with torch.no_grad():
+        for table in {id(t): t for t in (model.get_input_embeddings(), model.get_output_embeddings())}.values():
+            table.weight[marker] = table.weight[blank]
+
+
+def backbone_separator(backbone: Path) -> str:
+    """The separator a head on this backbone uses: the step marker when its tokenizer has one."""
+    from transformers import AutoTokenizer
+
+    from scoring.core.prm import DEFAULT_SEPARATOR
+    from scoring.core.step_marker import STEP_MARKER, marker_id
+
+    has_marker = marker_id(AutoTokenizer.from_pretrained(backbone), STEP_MARKER) is not None
+    return STEP_MARKER if has_marker else DEFAULT_SEPARATOR
 
 
 def build_default_model(models_dir: Path | None = None) -> Path:
@@ -68,6 +98,7 @@ def build_default_model(models_dir: Path | None = None) -> Path:
         torch.manual_seed(HEAD_SEED)
         save_head_model(
             folder, head=StepHead(hidden, "point"), backbone=f"../{BACKBONE_NAME}",
+            separator=backbone_separator(backbone),
             meta={"note": "generation 0: untrained head", "seed": HEAD_SEED, "source": f"{PACKAGE}/{GGUF_NAME}"},
         )
     return folder

@@ -42,10 +42,10 @@ def _reading(config: dict, kind: str) -> str:
     lines = [
         "## How to read it",
         "",
-        f"Input: the problem, then `\\n\\n`, then each step followed by the step separator {separator} "
-        "(Stepwise tokenizes each piece separately and prepends the BOS token). A step's score is read at the "
-        f"separator's last token, id **{config['step_tag_id']}** (vLLM's `step_tag_id`). That token also "
-        "ends the problem when the separator is `\\n\\n`: the score there belongs to no step.",
+        f"Input: the problem, then `\\n\\n`, then each step followed by the step marker {separator}, tokenized "
+        "as one text with the tokenizer's defaults. A step's score is read at each occurrence of the marker, "
+        f"id **{config['step_tag_id']}** (vLLM's `step_tag_id`): one special token, so it appears exactly once "
+        "per step whatever the text around it.",
         "",
     ]
     if kind == "step_token":
@@ -56,7 +56,44 @@ def _reading(config: dict, kind: str) -> str:
         )
     else:
         lines.append("Labels: 0 = bad, 1 = good; P(step is good) = softmax(logits)[..., 1] at the step positions.")
+    lines += ["", "With transformers alone (prints one P(good) per step):", "", "```python", card_snippet(config, kind),
+              "```"]
     return "\n".join(lines)
+
+
+EXAMPLE_PROBLEM = "What is 12 + 7?"
+EXAMPLE_STEPS = ["First add the ones: 2 + 7 = 9.", "Then the tens: 10.", "So 12 + 7 = 19."]
+
+
+def card_snippet(config: dict, kind: str) -> str:
+    """Python that loads this folder with transformers and prints each example step's P(good).
+
+    It reads as Stepwise reads (the text, tag and read-out of `scoring.core.prm`) under Stepwise's
+    precision rule (float32 on a CPU, bf16 on CUDA); a test runs it against Stepwise's scores."""
+    if kind == "step_token":
+        auto = "AutoModelForCausalLM"
+        read = f"logits[:, [{config['good_token_id']}, {config['bad_token_id']}]].softmax(-1)[:, 0]"
+    else:
+        auto = "AutoModelForTokenClassification"
+        read = f"logits.softmax(-1)[:, {int(config.get('positive_label', 1))}]"
+    return f"""import json
+
+import torch
+from transformers import {auto}, AutoTokenizer
+
+folder = "."  # this model's folder
+device = "cuda" if torch.cuda.is_available() else "cpu"
+dtype = torch.bfloat16 if device == "cuda" else torch.float32  # float32 everywhere reproduces Stepwise exactly
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = {auto}.from_pretrained(folder, dtype=dtype).to(device).eval()
+
+problem = {json.dumps(EXAMPLE_PROBLEM)}
+steps = {json.dumps(EXAMPLE_STEPS)}
+text = problem.strip() + "\\n\\n" + "".join(step.strip() + {json.dumps(config["separator"])} for step in steps)
+ids = tokenizer(text, return_tensors="pt").input_ids.to(device)
+with torch.no_grad():
+    logits = model(input_ids=ids).logits[0][ids[0] == {config["step_tag_id"]}].float()
+print(json.dumps({read}.tolist()))"""
 
 
 def _construction(construction: str, head_type: str, layer: int | None) -> str:

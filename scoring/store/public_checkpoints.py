@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from scoring.core import step_marker
 from scoring.core.model_files import CONFIG_NAME, ModelFormatError, check_safetensors_only, validate_config
 
 STYLES = {
@@ -29,9 +30,9 @@ STYLES = {
 
 def describe_checkpoint(
     folder: str | Path, *, style: str, separator: str | None = None,
-    good_token: str | None = None, bad_token: str | None = None,
+    good_token: str | None = None, bad_token: str | None = None, trust_remote_code: bool = False,
 ) -> dict:
-    """The stepwise.json for a public checkpoint folder, checked against its tokenizer."""
+    """The stepwise.json for a public checkpoint folder, checked against its tokenizer and its weights."""
     from transformers import AutoTokenizer
 
     if style not in STYLES:
@@ -40,6 +41,7 @@ def describe_checkpoint(
     check_safetensors_only(folder)
     defaults, found = STYLES[style], _ids_in_folder(folder)
     _check_architecture(folder, defaults["kind"], style)
+    check_buildable(folder, defaults["kind"], trust_remote_code=trust_remote_code)
     separator = separator or found.get("separator") or defaults["separator"]
     tokenizer = AutoTokenizer.from_pretrained(folder)
     config = {"kind": defaults["kind"], "backbone": ".", "separator": separator,
@@ -53,6 +55,7 @@ def describe_checkpoint(
         if config["good_token_id"] == config["bad_token_id"]:
             raise ModelFormatError(f"good and bad token are the same id {config['good_token_id']}")
     validate_config(config, where=str(folder / CONFIG_NAME))
+    step_marker.require_step_marker(tokenizer, separator, where=str(folder))
     return config
 
 
@@ -72,6 +75,52 @@ def _check_architecture(folder: Path, kind: str, style: str) -> None:
         f"{folder / 'config.json'}: architectures {architectures} has no *{ARCHITECTURE_SUFFIX[kind]} "
         f"model, which --style {style} reads"
     )
+
+
+def check_buildable(folder: Path, kind: str, *, trust_remote_code: bool = False) -> None:
+    """Build the model as scoring will load it, shapes only (meta device, no weights read), and refuse
+    a folder transformers cannot build or whose checkpoint lacks weights that model needs (loading
+    would initialise them at random: e.g. Qwen2.5-Math-PRM's `Qwen2ForProcessRewardModel` head read
+    as a stock `Qwen2ForTokenClassification`). Refused here, not at the first rescore."""
+    import torch
+    from transformers import AutoConfig
+
+    from scoring.core.prm import backbone_class
+
+    try:
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model = backbone_class(kind).from_config(config, trust_remote_code=trust_remote_code)
+    except Exception as error:  # transformers raises many kinds here; each means "cannot build"
+        raise ModelFormatError(
+            f"{folder}: transformers cannot build this model as {backbone_class(kind).__name__}: "
+            f"{type(error).__name__}: {str(error)[:300]}"
+        ) from None
+    missing = sorted(set(model.state_dict()) - _checkpoint_keys(folder) - _tied_keys(model))
+    if missing:
+        raise ModelFormatError(
+            f"{folder}: {type(model).__name__} (what config.json's architectures {config.architectures} load as) "
+            f"needs weights the checkpoint does not hold, which would be initialised at random: "
+            f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}"
+        )
+
+
+def _checkpoint_keys(folder: Path) -> set[str]:
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for path in folder.glob("model*.safetensors"):
+        with safe_open(str(path), framework="pt") as handle:  # reads the header only
+            keys.update(handle.keys())
+    return keys
+
+
+def _tied_keys(model) -> set[str]:
+    """Weights the model ties to others (an lm_head tied to the embeddings is not stored)."""
+    tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return set()
+    return set(tied) if isinstance(tied, dict | list | set | tuple) else set()
 
 
 def _read_json(path: Path) -> dict:

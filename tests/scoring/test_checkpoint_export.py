@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from bench.tiny import build_tiny_prm
 from scoring.core import prm
+from scoring.core.step_marker import STEP_MARKER
 from scoring.store import model_exports, registry
 from scoring.store.checkpoint_export import export_checkpoint
 from scoring.tasks import export_model_task
@@ -39,7 +40,8 @@ def spread_head(folder):
 
 
 def head_version(tmp_path, *, layer, head_type="point"):
-    folder = build_tiny_prm(tmp_path / f"v-{layer}-{head_type}", kind="head", head_type=head_type, layer=layer)
+    folder = build_tiny_prm(tmp_path / f"v-{layer}-{head_type}", kind="head", head_type=head_type, layer=layer,
+                            step_marker=True)
     return spread_head(folder)
 
 
@@ -120,7 +122,7 @@ def test_other_architectures_export_a_last_layer_head_and_refuse_an_intermediate
     from bench.tiny import build_tiny_tokenizer
     from scoring.core.model_files import ModelFormatError
 
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(step_marker=True)
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, bos_token_id=tokenizer.bos_token_id)
@@ -128,7 +130,7 @@ def test_other_architectures_export_a_last_layer_head_and_refuse_an_intermediate
         folder = tmp_path / f"qwen-{layer}"
         Qwen2ForCausalLM(config).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        prm.save_head_model(folder, head=prm.StepHead(32), backbone=".", layer=layer)
+        prm.save_head_model(folder, head=prm.StepHead(32), backbone=".", layer=layer, separator=STEP_MARKER)
     exported = export_checkpoint(tmp_path / "qwen-None", tmp_path / "out", as_kind="token_classification")
     assert_close(plain_transformers_scores(exported.folder, "token_classification"),
                  stepwise_scores(tmp_path / "qwen-None"))
@@ -141,7 +143,7 @@ def test_other_architectures_export_a_last_layer_head_and_refuse_an_intermediate
 def version(db, tmp_path, settings):
     settings.STEPWISE_SCORING_DTYPE = "float32"
     registry.forget_loaded()
-    folder = build_tiny_prm(tmp_path / "tiny-head", kind="head", layer=1)
+    folder = build_tiny_prm(tmp_path / "tiny-head", kind="head", layer=1, step_marker=True)
     yield registry.register_model_version(name="tiny head", path=folder, metrics={"evaluation": {"step_auc": 0.71}})
     registry.forget_loaded()
 
@@ -197,7 +199,7 @@ def test_the_models_page_export_button_builds_the_archive_on_a_real_worker(
     celery_worker_process, client, admin_user, tmp_path
 ):
     registry.forget_loaded()
-    folder = build_tiny_prm(tmp_path / "tiny-worker", kind="head", layer=1, seed=7)
+    folder = build_tiny_prm(tmp_path / "tiny-worker", kind="head", layer=1, seed=7, step_marker=True)
     version = registry.register_model_version(name="worker export", path=folder)
     model_exports.archive_path(version, "token_classification").unlink(missing_ok=True)
     client.force_login(admin_user)

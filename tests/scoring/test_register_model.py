@@ -121,7 +121,7 @@ def test_remote_code_is_refused_unless_the_deployment_allows_it(tmp_path, db, se
 @pytest.mark.parametrize("kind", ["step_token", "token_classification"])
 def test_an_exported_version_registers_back_and_rescores_the_pool_with_the_same_scores(tmp_path, pool, kind):
     head = registry.register_model_version(
-        name="head", path=build_tiny_prm(tmp_path / "head", kind="head", head_type="beta", layer=1)
+        name="head", path=build_tiny_prm(tmp_path / "head", kind="head", head_type="beta", layer=1, step_marker=True)
     )
     exported = export_checkpoint(head.path, tmp_path / "exported", as_kind=kind)
     call_command("register_model", str(exported.folder), "--style", kind)
@@ -137,4 +137,36 @@ def test_a_folder_of_the_wrong_model_class_is_refused_naming_its_architecture(tm
     folder = build_tiny_backbone(tmp_path / "causal")  # a causal LM, not a token classifier
     with pytest.raises(CommandError, match=r"LlamaForCausalLM.*ForTokenClassification"):
         call_command("register_model", str(folder), "--style", "qwen_prm")
+    assert not (folder / "stepwise.json").exists() and not ModelVersion.objects.exists()
+
+
+def qwen_process_reward_folder(folder):
+    """A Qwen2.5-Math-PRM-shaped folder: `Qwen2ForProcessRewardModel` (remote code, mapped only to
+    AutoModel) whose head `score.0` / `score.2` no stock transformers class has."""
+    from safetensors.torch import save_file
+    from transformers import Qwen2Config, Qwen2Model
+
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<extra_0>"]})
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, num_labels=2)
+    torch.manual_seed(0)
+    state = {f"model.{name}": value for name, value in Qwen2Model(config).state_dict().items()}
+    state |= {"score.0.weight": torch.randn(32, 32), "score.2.weight": torch.randn(2, 32)}
+    folder.mkdir()
+    save_file(state, str(folder / "model.safetensors"))
+    config.architectures = ["Qwen2ForProcessRewardModel"]
+    config.auto_map = {"AutoModel": "modeling_qwen2_rm.Qwen2ForProcessRewardModel"}
+    config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("remote_code", [False, True])
+def test_an_architecture_transformers_cannot_load_is_refused_at_registration(tmp_path, db, settings, remote_code):
+    settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE = True
+    folder = qwen_process_reward_folder(tmp_path / "qwen-math-prm")
+    options = ["--trust-remote-code"] if remote_code else []
+    with pytest.raises(CommandError, match=r"initialised at random: score\.bias, score\.weight"):
+        call_command("register_model", str(folder), "--style", "qwen_prm", *options)
     assert not (folder / "stepwise.json").exists() and not ModelVersion.objects.exists()

@@ -38,8 +38,8 @@ class Command(BaseCommand):
         config_path = folder_path / CONFIG_NAME
         before = config_path.read_text() if config_path.exists() else None
         try:
-            config = describe_checkpoint(folder_path, style=style, separator=separator,
-                                         good_token=good_token, bad_token=bad_token)
+            config = describe_checkpoint(folder_path, style=style, separator=separator, good_token=good_token,
+                                         bad_token=bad_token, trust_remote_code=trust_remote_code)
             write_model_config(folder_path, config)
             version = registry.register_model_version(name=name, path=folder_path, make_current=make_current,
                                                       trust_remote_code=trust_remote_code,
