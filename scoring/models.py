@@ -21,6 +21,8 @@ class ModelVersion(models.Model):
         CANDIDATE = "candidate"
         PROMOTED = "promoted"
         REJECTED = "rejected"
+        # The gate had too few held-out labels to tell (scoring/learning/promotion.py).
+        NOT_ENOUGH_EVIDENCE = "not_enough_evidence", "Not enough evidence"
         RETIRED = "retired"
 
     name = models.CharField(max_length=200, unique=True)
@@ -47,6 +49,15 @@ class ModelVersion(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def state(self) -> str:
+        """What the version is now, in words: a promoted version another one replaced is superseded."""
+        if self.is_current:
+            return "current"
+        if self.status == self.Status.PROMOTED:
+            return "superseded"
+        return self.Status(self.status).label.lower()
 
 
 class StepScore(models.Model):

@@ -1,19 +1,28 @@
 """The promotion gate: a trained version is measured next to the current one on the same
-held-out data, and becomes current only if it is not worse on the run's metric.
+held-out data, and becomes current only if the evidence says it is better on the run's metric.
 
 Held out means problems the new model never saw: the labeled validation problems of the
 split (by problem, stable as data grows) plus pool problems the split would hold out,
 with their reference solutions (paired AUC) and graded candidates (best-of-N). The
 metrics themselves are plain functions in `scoring.core.evaluation`.
+
+Evidence: the gain in the gate metric over the current model, with a paired bootstrap interval
+over the held-out solutions (`evaluation.paired_bootstrap`). A version is promoted only when
+the interval's lower bound is above `STEPWISE_PROMOTION_MIN_GAIN` and the held-out set has at
+least `STEPWISE_PROMOTION_MIN_SOLUTIONS` labeled solutions and `STEPWISE_PROMOTION_MIN_STEPS`
+labeled steps; a smaller set ends "not enough evidence" (two solutions once "proved" 1.00 vs
+0.50), an interval that does not clear the bar ends "rejected".
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import transaction
 
 from annotate.models import Solution
@@ -87,6 +96,15 @@ def measure(
     loaded: prm.LoadedPRM | RemotePRM, data: EvalSet, *, backbone_id: str, lam: float = 1.0, threshold: float = 0.5
 ) -> dict:
     """All evaluation metrics of one loaded model on one EvalSet."""
+    samples, problems = scored(loaded, data, backbone_id=backbone_id)
+    return evaluation.evaluate(samples, problems, lam=lam, threshold=threshold)
+
+
+def scored(
+    loaded: prm.LoadedPRM | RemotePRM, data: EvalSet, *, backbone_id: str
+) -> tuple[list[evaluation.LabeledSample], list[list[evaluation.Candidate]]]:
+    """One model's step probabilities on an EvalSet: labeled samples (then references), and
+    best-of-N candidates per problem; the same order for every model, so two can be paired."""
     from scoring.core import training
     from scoring.store.remote_scorer import RemotePRM
 
@@ -110,7 +128,7 @@ def measure(
         )
     rest = iter(probs[len(labeled_items) + len(ref_items) :])
     problems = [[_candidate(s, next(rest)) for s, _ in cands] for cands in data.bon]
-    return evaluation.evaluate(samples, problems, lam=lam, threshold=threshold)
+    return samples, problems
 
 
 def _candidate(solution: Solution, probs: list) -> evaluation.Candidate:
@@ -163,7 +181,8 @@ def evaluate_and_gate(
     log: Callable[[str], None],
 ) -> dict:
     """Measure the new version and the current one on the same held-out data, record the
-    decision on both rows, and promote or reject the new version; returns the decision.
+    decision on both rows, and promote the new version, reject it, or mark it as not enough
+    evidence; returns the decision.
 
     Held out is what the version's own split says (`metrics["split"]`, recorded when it was
     registered): `examples` of its validation problems, never a problem it trained on. So an
@@ -188,10 +207,15 @@ def evaluate_and_gate(
         f"evaluating on {len(data.labeled)} held-out labeled solutions, {len(data.references)} references, "
         f"{len(data.bon)} problems for best-of-N"
     )
-    new = measure(registry.load(version), data, backbone_id=model_backbone_id(version))
+    new_samples, new_problems = scored(registry.load(version), data, backbone_id=model_backbone_id(version))
+    new = evaluation.evaluate(new_samples, new_problems)
     current = ModelVersion.objects.current()
-    old = measure(registry.load(current), data, backbone_id=model_backbone_id(current)) if current else None
-    decision = gate(new=new, current=old, metric=options.gate_metric, tolerance=options.tolerance)
+    old, old_samples = None, None
+    if current is not None:
+        old_samples, old_problems = scored(registry.load(current), data, backbone_id=model_backbone_id(current))
+        old = evaluation.evaluate(old_samples, old_problems)
+    rule = Evidence.from_settings(tolerance=options.tolerance, val_fraction=config.val_fraction, seed=config.seed)
+    decision = gate(new=new_samples, current=old_samples, metric=options.gate_metric, evidence=rule)
     decision |= {"current_version": current.name if current else None, "new_version": version.name}
     version.metrics = version.metrics | {
         "eval": new,
@@ -201,35 +225,115 @@ def evaluate_and_gate(
     }
     version.save(update_fields=["metrics"])
     TrainingRun.objects.filter(pk=run.pk).update(gate=decision)
-    log(
-        f"gate on {decision['metric']}: new {decision['new']} vs current {decision['current']} -> "
-        f"{'promoted' if decision['promoted'] else 'rejected'} ({decision['reason']})"
-    )
+    log(f"gate on {decision['metric']}: {describe(decision)}")
     if decision["promoted"]:
         promote(version)
     else:
-        ModelVersion.objects.filter(pk=version.pk).update(status=ModelVersion.Status.REJECTED)
+        ModelVersion.objects.filter(pk=version.pk).update(status=decision["outcome"])
     return decision
 
 
-def gate(*, new: dict, current: dict | None, metric: str, tolerance: float = 0.0) -> dict:
-    """The promotion decision, with both values, so the page can show why."""
-    promoted = current is None or evaluation.not_worse(new, current, metric, tolerance)
-    value = evaluation.metric_value(new, metric)
-    if current is None:
-        reason = "no current model"
-    elif value is None:
-        reason = f"{metric} cannot be measured on the held-out labels yet (need good and bad steps)"
-    else:
-        reason = "not worse than the current model" if promoted else "worse than the current model"
-    return {
-        "metric": metric,
-        "tolerance": tolerance,
-        "new": value,
-        "current": evaluation.metric_value(current, metric) if current else None,
-        "promoted": promoted,
-        "reason": reason,
+@dataclass(frozen=True)
+class Evidence:
+    """What a gain must show before a version is promoted (settings `STEPWISE_PROMOTION_*`).
+
+    `tolerance` is the run's own option: how much worse the new model may be (negative: how
+    much better it must be), so the interval's lower bound must clear `min_gain - tolerance`.
+    """
+
+    min_gain: float = 0.0
+    min_solutions: int = 50
+    min_steps: int = 200
+    tolerance: float = 0.0
+    val_fraction: float = 0.2  # the share of labeled problems held out: for "how many more labels"
+    resamples: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+
+    @classmethod
+    def from_settings(cls, *, tolerance: float = 0.0, val_fraction: float = 0.2, seed: int = 0) -> Evidence:
+        return cls(min_gain=settings.STEPWISE_PROMOTION_MIN_GAIN,
+                   min_solutions=settings.STEPWISE_PROMOTION_MIN_SOLUTIONS,
+                   min_steps=settings.STEPWISE_PROMOTION_MIN_STEPS,
+                   tolerance=tolerance, val_fraction=val_fraction, seed=seed)
+
+    @property
+    def bar(self) -> float:
+        return self.min_gain - self.tolerance
+
+
+def gate(
+    *,
+    new: Sequence[evaluation.LabeledSample],
+    current: Sequence[evaluation.LabeledSample] | None,
+    metric: str,
+    evidence: Evidence | None = None,
+) -> dict:
+    """The promotion decision from both models' scores of the same held-out solutions.
+
+    `outcome` is "promoted", "rejected" or "not_enough_evidence" (a ModelVersion status);
+    the counts, the gain and its interval are kept, so the pages can show why.
+    """
+    rule = evidence or Evidence.from_settings()
+    labeled = [s for s in new if not s.is_reference]
+    n_steps = len(evaluation.step_arrays(labeled)[1])
+    decision = {
+        "metric": metric, "tolerance": rule.tolerance, "min_gain": rule.min_gain,
+        "new": evaluation.gate_metric(new, metric), "current": None, "gain": None, "interval": None,
+        "confidence": rule.confidence, "resamples": 0,
+        "n_solutions": len(labeled), "n_steps": n_steps,
+        "min_solutions": rule.min_solutions, "min_steps": rule.min_steps,
+        "more_held_out_needed": 0, "more_labels_needed": 0,
     }
+    if current is None:
+        return decision | _outcome("promoted", "no current model")
+    decision["current"] = evaluation.gate_metric(current, metric)
+    short = _short_by(rule, n_solutions=len(labeled), n_steps=n_steps)
+    if short:
+        decision |= {"more_held_out_needed": short, "more_labels_needed": math.ceil(short / rule.val_fraction)}
+        return decision | _outcome(
+            "not_enough_evidence",
+            f"{len(labeled)} held-out labeled solutions with {n_steps} labeled steps; the gate needs "
+            f"{rule.min_solutions} and {rule.min_steps}",
+        )
+    paired = evaluation.paired_bootstrap(new, current, metric, resamples=rule.resamples,
+                                         confidence=rule.confidence, seed=rule.seed)
+    decision |= {"gain": paired.gain, "resamples": paired.resamples,
+                 "interval": None if paired.low is None else [paired.low, paired.high]}
+    if paired.low is None:
+        return decision | _outcome(
+            "not_enough_evidence", f"{metric} cannot be measured on the held-out labels yet (need good and bad steps)"
+        )
+    if paired.low > rule.bar:
+        return decision | _outcome("promoted", f"better: the gain's interval lies above {rule.bar:g}")
+    return decision | _outcome("rejected", f"not shown better: the gain's interval reaches {rule.bar:g} or below")
+
+
+def _outcome(outcome: str, reason: str) -> dict:
+    return {"outcome": outcome, "promoted": outcome == "promoted", "reason": reason}
+
+
+def _short_by(rule: Evidence, *, n_solutions: int, n_steps: int) -> int:
+    """How many more held-out labeled solutions the gate needs (0: enough), at today's steps per solution."""
+    steps_per_solution = n_steps / n_solutions if n_steps else rule.min_steps / rule.min_solutions
+    missing_steps = max(0, rule.min_steps - n_steps)
+    return max(rule.min_solutions - n_solutions, math.ceil(missing_steps / steps_per_solution), 0)
+
+
+def describe(decision: dict) -> str:
+    """The decision in one line, for the run's log and the pages: values, gain, interval, outcome."""
+    def num(value: float | None) -> str:
+        return "—" if value is None else f"{value:.4f}"
+
+    text = f"new {num(decision.get('new'))} vs current {num(decision.get('current'))}"
+    if decision.get("interval"):
+        low, high = decision["interval"]
+        text += (f", gain {num(decision.get('gain'))} ({decision.get('confidence', 0.95):.0%} interval "
+                 f"{num(low)} to {num(high)}, {decision.get('resamples')} resamples)")
+    text += (f" on {decision.get('n_solutions', '?')} held-out solutions / {decision.get('n_steps', '?')} steps"
+             f" -> {decision.get('outcome', 'promoted' if decision.get('promoted') else 'rejected')}"
+             f" ({decision.get('reason', '')})")
+    return text
 
 
 def promote(version: ModelVersion) -> None:

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annotate.models import Annotation
+from annotate.models import Annotation, Generation
 from scoring.core.training_data import Example, TrainConfig, build_examples
 from scoring.learning import promotion
 from scoring.learning.options import RunOptions
@@ -224,9 +224,15 @@ def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[
                              separator=separator, extra_meta={"run_id": run.pk})
     # The version, its split and the run's link to it in one transaction: an attempt killed
     # after this finds all three (`registered_version`), one killed before finds none.
+    # What it learned from, for the models page: labels up to the queue generation served now.
+    trained_on = {"solutions": len(examples), "step_labels": sum(sum(e.n) for e in examples),
+                  "labels": config.labels, "generation": Generation.objects.current_number(),
+                  "head": config.head, "mode": config.mode, "backbone": backbone_folder.name}
     with transaction.atomic():
-        version = registry.register_model_version(name=folder.name, path=folder, parent=run.parent,
-                                                  metrics={"training": result.metrics, "split": result.split()})
+        version = registry.register_model_version(
+            name=folder.name, path=folder, parent=run.parent,
+            metrics={"training": result.metrics, "split": result.split(), "trained_on": trained_on},
+        )
         TrainingRun.objects.filter(pk=run.pk).update(result=version, config=run.config | {"train": asdict(config)})
     _log(run, f"trained in {result.seconds:.1f}s ({result.tokens} backbone tokens); registered {folder.name}")
     return version

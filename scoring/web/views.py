@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -25,24 +26,67 @@ from scoring.models import ModelVersion, RescoreJob
 from scoring.rescoring import rescore as scoring
 from scoring.store import model_exports
 from scoring.web import search_report
+from scoring.web.charts import dotted
 
 
 @roles.reviewer_required
 def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
-    versions = list(ModelVersion.objects.select_related("parent").order_by("-is_current", "-created_at"))
+    versions = list(ModelVersion.objects.select_related("parent").prefetch_related("training_runs")
+                    .order_by("-is_current", "-created_at"))
     jobs = RescoreJob.objects.select_related("model_version")[:20]
     for version in versions:  # only admins see (and may build) exports
         is_head = version.kind == ModelVersion.Kind.HEAD
-        # An attribute for the template only, not a model field.
+        # Attributes for the template only, not model fields.
         version.export_links = (  # type: ignore[attr-defined]
             _export_links(version) if is_head and roles.is_admin(request.user) else []
         )
+        version.held_out = held_out_facts(version.metrics or {})  # type: ignore[attr-defined]
+        version.trained_on = trained_on(version)  # type: ignore[attr-defined]
     report = search_report.latest()
     return render(request, "scoring/model_list.html", {
         "versions": versions, "jobs": jobs, "can_rescore": roles.is_admin(request.user),
         "search_report": report, "search_chart": search_report.chart(report) if report else "",
     })
+
+
+def held_out_facts(metrics: dict) -> list[str]:
+    """A version's held-out metrics in words, each with the number of items it was measured on."""
+    measured = metrics.get("eval")
+    if not measured:
+        return []
+    bench = measured.get("processbench") or {}
+    solutions = (bench.get("n_erroneous") or 0) + (bench.get("n_correct") or 0)
+    facts = [
+        f"step AUC {_value(measured.get('step_auc'))} on {measured.get('n_steps', 0)} labeled steps "
+        f"of {solutions} solutions",
+        f"first-error F1 {_value(bench.get('f1'))} on {solutions} solutions",
+    ]
+    by_n = dotted(measured, "best_of_n.by_n") or {}
+    if by_n:  # the largest N measured, candidates ranked by P(all steps good) as selection does
+        n = max(by_n, key=int)
+        problems = by_n[n].get("problems", 0)
+        facts.append(f"best-of-{n} accuracy {_value(by_n[n].get('product'))} on {problems} "
+                     f"problem{pluralize(problems)}")
+    return facts
+
+
+def _value(value: float | None) -> str:
+    return "not measurable" if value is None else f"{value:.3f}"
+
+
+def trained_on(version: ModelVersion) -> str:
+    """What the version learned from (labels, queue generation) and what it is (head, backbone)."""
+    facts = (version.metrics or {}).get("trained_on")
+    if facts:
+        return (f"{facts['solutions']} labeled solutions ({facts['step_labels']} step labels, {facts['labels']}) "
+                f"up to generation {facts['generation']}; {facts['head']} head ({facts['mode']}) "
+                f"on {facts['backbone']}")
+    head = (version.config.get("head") or {}).get("type")
+    backbone = str(version.config.get("backbone") or "").rstrip("/").rsplit("/", 1)[-1]
+    runs = list(version.training_runs.all())
+    what = f"{runs[0].n_labels} labels" if runs else "not trained here"
+    return f"{what}; {head or '—'} head on {backbone or '—'}"
 
 
 def _export_links(version: ModelVersion) -> list[tuple[str, bool]]:

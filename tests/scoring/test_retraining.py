@@ -45,6 +45,15 @@ def fresh_model_cache():
 
 
 @pytest.fixture
+def lenient_gate(settings, monkeypatch):
+    """A gate that takes the small pool's held-out set (3 to 6 solutions, by problem ids) as enough
+    evidence; the defaults are tested in test_promotion_gate.py. Set in the environment too, for real workers."""
+    for name, value in {"STEPWISE_PROMOTION_MIN_SOLUTIONS": 1, "STEPWISE_PROMOTION_MIN_STEPS": 1}.items():
+        setattr(settings, name, value)
+        monkeypatch.setenv(name, str(value))
+
+
+@pytest.fixture
 def constant_current(db, tmp_path):
     """A current model whose head says 0.5 for every step: step AUC exactly 0.5."""
     backbone = build_tiny_backbone(tmp_path / "backbone")
@@ -263,13 +272,39 @@ def test_the_data_migration_installs_the_same_schedule_once(db):
 # --- runs, the gate and promotion -----------------------------------------------------------------
 
 
-def test_a_model_not_better_by_the_demanded_margin_is_registered_but_not_promoted(constant_current, annotator):
+def test_a_first_retrain_on_a_few_held_out_solutions_ends_with_not_enough_evidence(
+    constant_current, annotator, client, admin_user
+):
+    make_pool()
+    label_everything(annotator)
+    run = retraining.run_training(run_id=retraining.start_training_run(options=FAST, enqueue=False).pk)
+    assert run.state == JobState.SUCCEEDED and run.active_slot is None
+    gate = run.gate
+    assert gate["outcome"] == "not_enough_evidence" and gate["promoted"] is False
+    assert gate["new"] > 0.5 == gate["current"]  # better on its face, as "1.00 vs 0.50" was
+    assert 0 < gate["n_solutions"] < 50 and gate["n_steps"] < 200 and gate["more_labels_needed"] > 0
+    assert run.result.status == ModelVersion.Status.NOT_ENOUGH_EVIDENCE and run.result.state == "not enough evidence"
+    assert ModelVersion.objects.current() == constant_current and not RescoreJob.objects.exists()
+    assert "-> not_enough_evidence" in run.log
+    client.force_login(admin_user)
+    page = client.get(reverse("scoring:training-run", args=[run.pk])).content.decode()
+    assert f"on {gate['n_solutions']} held-out labeled solutions with {gate['n_steps']} labeled steps" in page
+    assert f"about {gate['more_labels_needed']} more labeled solutions in all" in page
+    runs_page = client.get(reverse("scoring:training-runs")).content.decode()
+    assert f"about {gate['more_labels_needed']} more labeled solutions needed" in runs_page
+
+
+def test_a_model_not_better_by_the_demanded_margin_is_registered_but_not_promoted(
+    lenient_gate, constant_current, annotator
+):
     make_pool()
     label_everything(annotator)
     run = retraining.start_training_run(options=FAST | {"tolerance": -0.6}, enqueue=False)
     run = retraining.run_training(run_id=run.pk)
     assert run.state == JobState.SUCCEEDED and run.active_slot is None
-    assert run.gate["promoted"] is False and run.gate["current"] == 0.5
+    assert run.gate["promoted"] is False and run.gate["current"] == 0.5, run.log
+    assert run.gate["outcome"] == "rejected", run.log
+    assert run.gate["interval"][0] <= 0.6  # an AUC gain cannot clear 0.6 over 0.5
     assert run.result.status == ModelVersion.Status.REJECTED
     assert ModelVersion.objects.current() == constant_current
     assert not RescoreJob.objects.exists()
@@ -338,7 +373,7 @@ def restart(run: TrainingRun) -> TrainingRun:
 
 
 def test_a_run_killed_after_registering_its_version_goes_on_from_that_version_on_restart(
-    constant_current, annotator
+    lenient_gate, constant_current, annotator
 ):
     make_pool()
     label_everything(annotator)
@@ -360,7 +395,7 @@ def test_a_run_killed_after_registering_its_version_goes_on_from_that_version_on
 
 
 def test_a_run_killed_after_promoting_its_version_is_finished_without_a_second_gate_or_rescore(
-    constant_current, annotator
+    lenient_gate, constant_current, annotator
 ):
     make_pool()
     label_everything(annotator)
@@ -378,7 +413,7 @@ def test_a_run_killed_after_promoting_its_version_is_finished_without_a_second_g
 @pytest.mark.slow
 @pytest.mark.postgresql
 def test_a_worker_killed_between_registering_and_gating_is_followed_by_one_that_finishes_the_run(
-    constant_current, worker_factory  # noqa: F811
+    lenient_gate, constant_current, worker_factory  # noqa: F811
 ):
     make_pool()
     label_everything(user_with_role("trainer-ann", "annotator"))
@@ -406,7 +441,9 @@ def test_a_worker_killed_between_registering_and_gating_is_followed_by_one_that_
 
 @pytest.mark.slow
 @pytest.mark.embedded
-def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(constant_current, celery_worker_process):
+def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(
+    lenient_gate, constant_current, celery_worker_process
+):
     make_pool()
     annotator = user_with_role("trainer-ann", "annotator")
     assert label_everything(annotator) == 48
@@ -543,6 +580,8 @@ def test_train_prm_refuses_bad_options_and_a_second_run(db):
 
 
 def test_without_measurable_held_out_labels_the_current_model_stays():
-    decision = promotion.gate(new={"step_auc": None}, current={"step_auc": None}, metric="step_auc")
+    all_good = [evaluation.LabeledSample(p, [0.7, 0.7], [1, 1], None) for p in range(100)]
+    decision = promotion.gate(new=all_good, current=all_good, metric="step_auc",
+                              evidence=promotion.Evidence(min_solutions=1, min_steps=1))
     assert decision["promoted"] is False and "cannot be measured" in decision["reason"]
-    assert promotion.gate(new={"step_auc": None}, current=None, metric="step_auc")["promoted"] is True
+    assert promotion.gate(new=all_good, current=None, metric="step_auc")["promoted"] is True

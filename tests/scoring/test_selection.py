@@ -8,8 +8,8 @@ from scoring.models import ModelVersion, SolutionScore
 from scoring.rescoring import selection
 from tests.factories import ProblemFactory, SolutionFactory
 
-# The mix these tests specify: every non-ensemble reason at once (the default, as measured in
-# issue 13, is `random=1`; the ensemble reasons are specified in test_active_learning_scale.py).
+# The mix these tests specify: every non-ensemble reason at once (the default is half convincing
+# wrong, half random, tested below; the ensemble reasons are specified in test_active_learning_scale.py).
 MIX = {"convincing_wrong": 0.4, "convincing": 0.2, "uncertain": 0.1, "random": 0.3}
 
 
@@ -216,3 +216,24 @@ def test_once_scored_imported_solutions_are_ranked_by_the_model_like_the_rest(ve
     first = served_order(generation)[0]
     assert (first.solution_id, first.reason) == (imported.pk, "convincing_wrong")
     assert QueueItem.objects.get(solution=imported, generation=0).status == QueueItem.Status.RETIRED
+
+
+def test_by_default_convincing_wrong_answers_lead_with_random_exploration_beside_them(
+    version, fixture_pool, settings, monkeypatch
+):
+    from config import settings as configured  # the value settings.py parsed, before any override
+    from scoring.rescoring import ensemble
+
+    assert configured.STEPWISE_SELECTION_SHARES == {"convincing_wrong": 0.5, "random": 0.5}
+    settings.STEPWISE_SELECTION_SHARES = configured.STEPWISE_SELECTION_SHARES
+
+    def no_ensemble(*args, **kwargs):
+        raise AssertionError("no default reason needs the ensemble")
+
+    monkeypatch.setattr(ensemble, "for_model_version", no_ensemble)
+    _, convincing_wrong = fixture_pool
+    generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=20, seed=4))
+    served = served_order(generation)
+    assert Counter(item.reason for item in served) == {"convincing_wrong": 10, "random": 10}
+    assert served[0].solution_id == convincing_wrong.pk and served[0].reason == "convincing_wrong"
+    assert {item.reason for item in served[:4]} == {"convincing_wrong", "random"}  # side by side, not in blocks

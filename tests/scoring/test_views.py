@@ -171,3 +171,39 @@ def test_the_job_page_shows_tokens_per_second_and_the_time_left(client, reviewer
     assert re.search(r'about <span class="eta">5 min</span> left', partial)
     rates = job.rates(now=job.started_at + dt.timedelta(seconds=100))
     assert rates == {"tokens_per_second": 500.0, "eta_seconds": 300.0}
+
+
+def test_the_models_page_states_each_versions_held_out_metrics_state_and_training_data(client, reviewer, db):
+    from scoring.core import evaluation
+    from scoring.models import ModelVersion
+    from scoring.store import registry as versions
+
+    samples = [evaluation.LabeledSample(1, [0.9, 0.2], [1, 0], 1),
+               evaluation.LabeledSample(2, [0.7, 0.6], [1, 1], None)]
+    problems = [[evaluation.Candidate([0.9], True, "1"), evaluation.Candidate([0.2], False, "2")]]
+    measured = {"eval": evaluation.evaluate(samples, problems),
+                "trained_on": {"solutions": 40, "step_labels": 96, "labels": "human", "generation": 3,
+                               "head": "beta", "mode": "head", "backbone": "SmolLM2-135M-Instruct"}}
+
+    def make(name, **fields):
+        return ModelVersion.objects.create(name=name, path="/x", weights_sha256="0" * 64, **fields)
+
+    first = make("run1-point-head", config={"head": {"type": "point"}, "backbone": "/models/SmolLM2-135M-Instruct"})
+    versions.make_current_version(first)
+    second = make("run2-beta-head", metrics=measured)
+    versions.make_current_version(second)  # the first is superseded: no longer "promoted"
+    make("run3-beta-head", status=ModelVersion.Status.REJECTED)
+    make("run4-beta-head", status=ModelVersion.Status.NOT_ENOUGH_EVIDENCE)
+    client.force_login(reviewer)
+    page = client.get(reverse("scoring:models")).content.decode()
+    states = {name: page.split(name, 1)[1].split('class="state">', 1)[1].split("<", 1)[0]
+              for name in ["run1-point-head", "run2-beta-head", "run3-beta-head", "run4-beta-head"]}
+    assert states == {"run1-point-head": "superseded", "run2-beta-head": "current",
+                      "run3-beta-head": "rejected", "run4-beta-head": "not enough evidence"}
+    assert "promoted" not in page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert "step AUC 1.000 on 4 labeled steps of 2 solutions" in page
+    assert "first-error F1 1.000 on 2 solutions" in page and "best-of-2 accuracy 1.000 on 1 problem" in page
+    assert ("40 labeled solutions (96 step labels, human) up to generation 3; beta head (head) "
+            "on SmolLM2-135M-Instruct") in page
+    assert "not trained here; point head on SmolLM2-135M-Instruct" in page
+    assert "not measured on held-out labels" in page
