@@ -163,8 +163,10 @@ def retrains(workdir: Path, n: int, *, model: str, log) -> dict:
     # Versions and features go to the temporary folder, never the app's data dir. The tiny
     # model scores in float32: bf16 matmuls of this shape are 10x slower on a CPU without AMX.
     dtype = settings.STEPWISE_SCORING_DTYPE if model == "default" else "float32"
+    # A chain of versions is what is measured: the gate's evidence minimums would stop it at gen0.
     with override_settings(MODELS_DIR=workdir / "models", FEATURE_CACHE_DIR=workdir / "feature-cache",
-                           STEPWISE_SCORING_DTYPE=dtype), \
+                           STEPWISE_SCORING_DTYPE=dtype, STEPWISE_PROMOTION_MIN_SOLUTIONS=1,
+                           STEPWISE_PROMOTION_MIN_STEPS=1), \
             simulation.scratch_database(), transaction.atomic():
         figures = _retrain_loop(workdir, backbone, n, log)
         transaction.set_rollback(True)  # and nothing queued: on_commit tasks are dropped with it

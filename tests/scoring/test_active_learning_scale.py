@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management import CommandError
 
 import bench
-from annotate.models import QueueItem
+from annotate.models import QueueItem, Solution
 from bench import simulation, simulation_pool, simulation_report, simulation_scale
 from bench.tiny import build_tiny_backbone, build_tiny_prm
 from infra.env import SELECTION_REASONS, parse_shares
@@ -17,7 +17,6 @@ from scoring.core import evaluation
 from scoring.core.training import regularized
 from scoring.core.training.losses import StepTensors
 from scoring.core.training_data import LabeledRow, TrainConfig
-from scoring.learning import retraining
 from scoring.rescoring import ensemble, label_rows, scores, selection
 from scoring.store import registry
 
@@ -154,7 +153,7 @@ def test_rebuild_queue_serves_the_ensembles_picks_from_the_database(db, tiny):
     scores.score_solutions(model_version=version, solution_ids=ids,
                             prm=simulation.CachedScorer(tiny, tiny.with_head(head)))
     # Labels for a third of the pool, as gather_rows reads them, fit the production ensemble.
-    solutions = {s.pk: s for s in retraining.Solution.objects.filter(pk__in=ids)}
+    solutions = {s.pk: s for s in Solution.objects.filter(pk__in=ids)}
     texts = label_rows.step_texts(ids)
     rows = []
     for pk in ids[::3]:

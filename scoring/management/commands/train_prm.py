@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from annotate.models.jobs import JobState
 from scoring.core import evaluation
 from scoring.core.training_data import BIAS_CORRECTIONS, HEAD_TYPES, LABEL_SOURCES, MODES, NEUTRAL_MODES
-from scoring.learning import retraining
+from scoring.learning import promotion, retraining
 from scoring.learning.options import DEFAULT_GATE_METRIC
 from scoring.models import TrainingRun
 
@@ -88,9 +88,5 @@ class Command(BaseCommand):
     def report(self, run: TrainingRun) -> None:
         if run.state == JobState.FAILED:
             raise CommandError(f"training run {run.pk} failed: {run.error}")
-        gate = run.gate
-        self.stdout.write(
-            f"run {run.pk} {run.state}: {run.result.name if run.result else '-'}; gate {gate.get('metric')} "
-            f"new {gate.get('new')} vs current {gate.get('current')} "
-            f"-> {'promoted' if gate.get('promoted') else 'rejected'}"
-        )
+        self.stdout.write(f"run {run.pk} {run.state}: {run.result.name if run.result else '-'}; "
+                          f"gate {run.gate.get('metric')} {promotion.describe(run.gate)}")
