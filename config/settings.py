@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
+from dj_database_url import DBConfig
 from django.core.exceptions import ImproperlyConfigured
 
 from infra.env import env_bool, env_choice, env_float, env_int, env_rate, env_shares, env_str
@@ -90,7 +91,7 @@ TEMPLATES = [
         },
     },
     {
-        # The labeling workspace's hot parts only (annotate/web/jinja.py says why).
+        # The labeling pages only (annotate/web/jinja.py says why).
         "NAME": "jinja2",
         "BACKEND": "django.template.backends.jinja2.Jinja2",
         "DIRS": [BASE_DIR / "templates" / "jinja2"],
@@ -102,7 +103,7 @@ TEMPLATES = [
 WSGI_APPLICATION = "config.wsgi.application"
 
 
-def database_from_url(url: str) -> dict:
+def database_from_url(url: str) -> DBConfig:
     try:
         # Persistent connections: a new PostgreSQL connection per request (a backend forked, auth)
         # cost more CPU than most of our requests. Health checks replace a connection the server
@@ -146,18 +147,22 @@ LOGIN_REDIRECT_URL = "annotate:home"
 LOGOUT_REDIRECT_URL = "login"
 
 # --- Security ------------------------------------------------------------------------
-# Login lockout (django-axes): after STEPWISE_LOGIN_FAILURE_LIMIT wrong passwords for one
-# username from one address, that pair is refused (429) on /accounts/login/ and /admin/login/
-# for STEPWISE_LOGIN_LOCKOUT_SECONDS, even with the right password. Counting per pair, not
-# per address alone, keeps one attacker from locking a whole office behind one NAT out.
+# Login lockout (django-axes, infra/login_lockout.py): after STEPWISE_LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address, that pair is refused (429) on /accounts/login/ and
+# /admin/login/ for STEPWISE_LOGIN_LOCKOUT_SECONDS, even with the right password; so is an address
+# past STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT failures over all usernames (spraying). A browser that
+# logged in as that user before is counted apart, by its device cookie: an attacker behind the
+# same NAT cannot lock it out.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    # ModelBackend with the per-request user read memoized for a few seconds (infra/auth.py).
+    # ModelBackend with the per-request user read memoized while it is unchanged (infra/auth.py).
     "infra.auth.MemoizedModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("STEPWISE_LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "infra.login_lockout.LoginLockoutHandler"
+STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT", 30, minimum=1)
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 # Behind a TLS-terminating proxy, the proxy's X-Forwarded-Proto says the request was https
@@ -209,8 +214,9 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 # --- Celery -------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
 BROKER_DIR = DATA_DIR / "broker"
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
+# The file-system broker names a host it never uses: without one, kombu logs a warning on each connect.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost//")
+if CELERY_BROKER_URL.startswith("filesystem://"):
     # Producer and worker share one folder: each reads what the other wrote. The control
     # folder (exchange tables) sits beside it; kombu's default is ./control in the cwd.
     for sub in ("queue", "processed", "control"):
@@ -249,7 +255,16 @@ CACHES = {
         if REDIS_URL else
         {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "throttle")}
     ),
+    # The stamp every process's memos are checked against at each request (infra/memo.py).
+    "memo": (
+        {"BACKEND": "infra.redis_cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "memo"}
+        if REDIS_URL else
+        {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "memo")}
+    ),
 }
+# The models whose rows process memos keep (the user, their groups, the labeling settings): a save
+# or delete of one renews that stamp, so every process reads them again at its next request.
+STEPWISE_MEMOIZED_MODELS = ["auth.User", "auth.Group", "auth.User_groups", "annotate.LabelingConfig"]
 # Sessions are read on every request. With Redis they are read from it (`cached_db`: written
 # through to the database too, so a Redis restart logs nobody out); without it, from the
 # database, since a per-process cache would not see a logout in another gunicorn worker.
@@ -299,6 +314,8 @@ STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600, minimum=1)
 STEPWISE_HEARTBEATS_PER_MINUTE = env_int("STEPWISE_HEARTBEATS_PER_MINUTE", 20, minimum=1)
 # Seconds allowed to grade one answer with math-verify before it counts as unknown.
 STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0, minimum=0.1)
+# Seconds one import may spend grading, all its lines together; the rest are imported ungraded.
+STEPWISE_IMPORT_GRADING_BUDGET = env_float("STEPWISE_IMPORT_GRADING_BUDGET", 600.0, minimum=0.0)
 STEPWISE_ALLOW_TRUST_REMOTE_CODE = env_bool("STEPWISE_ALLOW_TRUST_REMOTE_CODE", False)
 # Scoring (scoring/): precision ("auto" = bf16 where supported), tokens per forward batch,
 # solutions per Celery chunk, and the queue each rescore rebuilds.
@@ -310,14 +327,18 @@ STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 64, minimum
 STEPWISE_QUEUE_SIZE = env_int("STEPWISE_QUEUE_SIZE", 500, minimum=1)
 STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2, minimum=1)
 # Shares of the rebuilt queue, "reason=share,...", parsed into {reason: share} summing to 1.
-# The default is what docs/active-learning.md (issue 13) measured at the issue's sizes (500
-# held-out problems, 50 -> 3,000 labels, 8 seeds): no selection policy is reliably better than
-# random on paired AUC. Half first-error disagreement, half random won on a 10,236-solution pool
-# (1.34x fewer labels, 90 % interval 1.09-1.57) and lost on the full 19,792-solution pool
-# (<= 0.76x, 0.62-0.79); disagreement=1 (the previous default) was level on the first (1.01x)
-# and below random on the full pool (<= 0.75x, 0.49-0.98).
-# A policy worse than random is not the default, so random is. Ensemble reasons stay available.
-STEPWISE_SELECTION_SHARES = env_shares("STEPWISE_SELECTION_SHARES", "random=1")
+# The default follows the mission and PRM800K: convincing wrong answers (high PRM score, wrong
+# final answer) in front of annotators, with random exploration beside them so the labels keep
+# the pool's base rate. docs/active-learning.md: with a frozen SmolLM2-135M head no policy was
+# reliably better than random on paired AUC; `random=1` is one setting away.
+STEPWISE_SELECTION_SHARES = env_shares("STEPWISE_SELECTION_SHARES", "convincing_wrong=0.5,random=0.5")
+# The promotion gate (scoring/learning/promotion.py): a retrained version becomes current only
+# when the 95 % paired-bootstrap interval of its gain over the current model on the same
+# held-out solutions lies above MIN_GAIN, measured on at least MIN_SOLUTIONS held-out labeled
+# solutions with MIN_STEPS labeled steps; fewer ends the run "not enough evidence".
+STEPWISE_PROMOTION_MIN_GAIN = env_float("STEPWISE_PROMOTION_MIN_GAIN", 0.0)
+STEPWISE_PROMOTION_MIN_SOLUTIONS = env_int("STEPWISE_PROMOTION_MIN_SOLUTIONS", 50, minimum=1)
+STEPWISE_PROMOTION_MIN_STEPS = env_int("STEPWISE_PROMOTION_MIN_STEPS", 200, minimum=1)
 # Rescore jobs with no chunk done for this long get their missing chunks re-dispatched
 # (a worker killed mid-job; Redis redelivers only after its visibility timeout).
 STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900, minimum=1)

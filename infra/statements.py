@@ -1,4 +1,5 @@
-"""Statements the ORM builds once per database connection and afterwards only executes.
+"""The labeling fast path's one way to the database below the ORM: statements the ORM builds once
+per database connection and afterwards only executes, and rows written by primary key.
 
 On the labeling path a request is a few indexed reads and writes, and building their SQL from a
 QuerySet (resolving names and joins, compiling) cost the ORM more Python than anything else the
@@ -8,9 +9,14 @@ arguments (or datetimes, named as such) that returns a QuerySet (a query) or
 builds it once per connection with a distinct placeholder number for each argument, and each
 call runs the same SQL text with the real arguments in their places. The rows pass through
 the ORM's own converters (dates, JSON, booleans), so a caller gets what the QuerySet would have
-given, and PostgreSQL, which sees one text, prepares it once (server-side binding, settings).
-Rows by primary key are written with SQL built once per model and columns: `update_row` one,
-`RowWrites` several together (one round trip on PostgreSQL), and `insert` new objects.
+given, and PostgreSQL, which sees one text, prepares it once (server-side binding, settings);
+given a `row` type (a NamedTuple), each row comes as one. Rows by primary key are written with
+SQL built once per model and columns: `RowWrites` (one round trip on PostgreSQL for several), and
+`insert` new objects; `lock_row` locks one.
+
+Every write here keeps the model's `auto_now` fields true, as `Model.save()` would: read from the
+model's fields (a field added later is kept too), set to the time of the write unless the caller
+gives a value. (QuerySet.update() leaves them alone; these writes do not.)
 """
 from __future__ import annotations
 
@@ -18,24 +24,45 @@ import datetime as dt
 import inspect
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model, QuerySet
+from django.db.models import DateTimeField, Model, QuerySet
 from django.db.models.sql import UpdateQuery
+from django.utils import timezone
 
 # Placeholder arguments: numbers and times no caller's query holds as a constant. The numbers
 # lie within a 32-bit integer column's range, where the ORM keeps a comparison in the SQL
 # (it folds one it knows to be always false away, `IntegerFieldOverflow`).
 _PLACEHOLDER = 2_147_000_000
 _PLACEHOLDER_TIME = dt.datetime(1901, 2, 3, 4, 5, 6, tzinfo=dt.UTC)
+# The time of an update's auto_now fields: a hidden argument, given the clock's time at each run.
+_NOW = "(now)"
+_PLACEHOLDER_NOW = dt.datetime(1901, 1, 1, 1, 1, 1, tzinfo=dt.UTC)
+
+
+def auto_now_values(model: type[Model], now: dt.datetime) -> dict:
+    """The model's auto_now fields, each at `now` (a date field at its date), as save() sets them."""
+    return {field.attname: now if isinstance(field, DateTimeField) else timezone.localdate(now)
+            for field in _auto_now_fields(model)}
+
+
+@lru_cache(maxsize=64)
+def _auto_now_fields(model: type[Model]) -> tuple:
+    return tuple(field for field in model._meta.concrete_fields if getattr(field, "auto_now", False))
 
 
 def updating(queryset: QuerySet, **values) -> UpdateQuery:
-    """The UPDATE that `queryset.update(**values)` would run, for a `Compiled` statement."""
+    """The UPDATE that `queryset.update(**values)` would run, for a `Compiled` statement, with
+    the model's auto_now fields set to the time of each run (unless given)."""
+    for field in _auto_now_fields(queryset.model):
+        if not isinstance(field, DateTimeField):
+            raise NotImplementedError(f"{queryset.model.__name__}.{field.name}: an auto_now date in a compiled update")
+        values.setdefault(field.attname, _PLACEHOLDER_NOW)
     query = queryset.query.chain(UpdateQuery)
     query.add_update_values(values)
     query.annotations = {}
@@ -48,28 +75,32 @@ class _Plan:
     params: list  # each an argument's name (str) or a constant of the query
     compiler: object
     converters: dict
+    sets_auto_now: bool
 
 
 class Compiled:
     """A statement built by the ORM once per connection: `rows(**arguments)` for a query,
     `execute(**arguments)` (the rows changed) for an update, or `rows(...)` for an update
     with `returning` fields (plain column values of the rows it changed, PostgreSQL and
-    SQLite's RETURNING). The arguments are integers, but for those named in `datetimes`."""
+    SQLite's RETURNING). The arguments are integers, but for those named in `datetimes`.
+    With `row`, a NamedTuple of the statement's columns, each row is one."""
 
     def __init__(self, build: Callable[..., QuerySet | UpdateQuery], datetimes: tuple[str, ...] = (),
-                 returning: tuple[str, ...] = ()):
+                 returning: tuple[str, ...] = (), row: type[tuple] = tuple):
         self.build = build
         self.names = list(inspect.signature(build).parameters)
         self.datetimes = frozenset(datetimes)
         self.returning = returning
+        self.row: Any = row  # a NamedTuple class, or tuple
         self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def rows(self, **arguments) -> list[tuple]:
+    def rows(self, **arguments) -> list:
         plan, cursor_rows = self._run(arguments, fetch=True)
         if plan.converters:
-            return [tuple(row) for row in plan.compiler.apply_converters(cursor_rows, plan.converters)]
-        return cursor_rows
+            cursor_rows = plan.compiler.apply_converters(cursor_rows, plan.converters)
+        make = tuple.__new__
+        return [make(self.row, row) for row in cursor_rows]
 
     def execute(self, **arguments) -> int:
         return self._run(arguments, fetch=False)[1]
@@ -81,6 +112,8 @@ class Compiled:
         plan = self._plans.get(connection) or self._compile(connection)
         adapt = connection.ops.adapt_datetimefield_value
         given = {name: adapt(value) if name in self.datetimes else value for name, value in arguments.items()}
+        if plan.sets_auto_now:
+            given[_NOW] = adapt(timezone.now())
         params = [given[p] if isinstance(p, _Name) else p for p in plan.params]
         with connection.cursor() as cursor:
             cursor.execute(plan.sql, params)
@@ -102,6 +135,7 @@ class Compiled:
         adapt = connection.ops.adapt_datetimefield_value
         by_value = {(adapt(value) if name in self.datetimes else value): _Name(name)
                     for name, value in placeholders.items()}
+        by_value[adapt(_PLACEHOLDER_NOW)] = _Name(_NOW)
         mapped = [by_value.get(p, p) if isinstance(p, int | str | dt.datetime) else p for p in params]
         missing = set(self.names) - {p for p in mapped if isinstance(p, _Name)}
         if missing:
@@ -109,11 +143,13 @@ class Compiled:
         converters = {}
         if not isinstance(built, UpdateQuery):
             converters = compiler.get_converters([s[0] for s in compiler.select[: compiler.col_count]])
+            if self.row is not tuple and len(self.row._fields) != compiler.col_count:
+                raise ValueError(f"{self.build.__qualname__}: {compiler.col_count} columns for {self.row.__name__}")
         elif self.returning:
             quote, table = connection.ops.quote_name, query.model._meta.db_table
             columns = (query.model._meta.get_field(name).column for name in self.returning)
             sql += " RETURNING " + ", ".join(f"{quote(table)}.{quote(column)}" for column in columns)
-        plan = _Plan(sql, mapped, compiler, converters)
+        plan = _Plan(sql, mapped, compiler, converters, _NOW in mapped)
         with self._lock:
             self._plans[connection] = plan
         return plan
@@ -121,15 +157,6 @@ class Compiled:
 
 class _Name(str):
     """An argument's place among a compiled statement's parameters."""
-
-
-def update_row(model: type[Model], pk: int, **values) -> int:
-    """`UPDATE` one row by primary key; values are prepared by their fields as the ORM does."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    with connection.cursor() as cursor:
-        params = [*_prepared(model, values, connection), pk]
-        cursor.execute(_update_sql(model, tuple(values), connection.vendor), params)
-        return cursor.rowcount
 
 
 def _prepared(model: type[Model], values: dict, connection) -> list:
@@ -141,8 +168,9 @@ class RowWrites:
     statement (all but the last in a data-modifying WITH), elsewhere one statement each. A
     rating writes three rows of three tables (the rating, the step's time, the task's time):
     one round trip instead of three. Values for one row are merged into one UPDATE (PostgreSQL
-    leaves two updates of a row in one statement unpredictable). As a context manager it writes
-    what it gathered when its block ends without an error."""
+    leaves two updates of a row in one statement unpredictable); each row's auto_now fields are
+    set to the time of the write, so `update(model, pk)` alone marks a row changed. As a context
+    manager it writes what it gathered when its block ends without an error."""
 
     def __init__(self):
         self._rows: dict[tuple[type[Model], int], dict] = {}
@@ -154,15 +182,22 @@ class RowWrites:
         if kind is None:
             self.write()
 
+    def __bool__(self) -> bool:
+        """Whether anything is gathered and not written yet."""
+        return bool(self._rows)
+
     def update(self, model: type[Model], pk: int, **values) -> None:
         self._rows.setdefault((model, pk), {}).update(values)
 
     def write(self) -> None:
-        rows, self._rows = self._rows, {}
+        gathered, self._rows = self._rows, {}
+        now = timezone.now()
+        rows = {key: values for key, given in gathered.items() if (values := {**auto_now_values(key[0], now), **given})}
         connection = connections[DEFAULT_DB_ALIAS]
         if connection.vendor != "postgresql" or len(rows) < 2:
-            for (model, pk), values in rows.items():
-                update_row(model, pk, **values)
+            with connection.cursor() as cursor:
+                for (model, pk), values in rows.items():
+                    cursor.execute(_update_sql(model, tuple(values)), [*_prepared(model, values, connection), pk])
             return
         shape = tuple((model, tuple(values)) for (model, _), values in rows.items())
         params = [p for (model, pk), values in rows.items() for p in (*_prepared(model, values, connection), pk)]
@@ -170,8 +205,21 @@ class RowWrites:
             cursor.execute(_updates_sql(shape), params)
 
 
+def lock_row(model: type[Model], pk: int) -> None:
+    """SELECT ... FOR UPDATE of one row by primary key, written out: the ORM would build (and
+    read) the whole row for a lock. Nothing to do where rows are not locked (SQLite's IMMEDIATE
+    transactions serialize every writer)."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if not connection.features.has_select_for_update:
+        return
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {quote(model._meta.db_table)} WHERE {quote(model._meta.pk.column)} = %s "
+                       "FOR UPDATE", [pk])
+
+
 @lru_cache(maxsize=256)
-def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> str:
+def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
     columns = ", ".join(f"{quote(model._meta.get_field(name).column)} = %s" for name in names)
     return f"UPDATE {quote(model._meta.db_table)} SET {columns} WHERE {quote(model._meta.pk.column)} = %s"
@@ -181,7 +229,7 @@ def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> str:
 _INSERT_BATCH = 1000
 
 
-def insert(objs: list[Model]) -> None:
+def insert(objs: Sequence[Model]) -> None:
     """INSERT new objects of one model and set their primary keys: what `bulk_create` does (each
     field's default and pre_save, as auto_now_add; no signals), with the SQL built once per
     model and row count instead of by the ORM on every call (a claim inserts its annotation and
@@ -219,5 +267,5 @@ def _insert_sql(model: type[Model], count: int, vendor: str) -> str:
 
 @lru_cache(maxsize=64)
 def _updates_sql(shape: tuple[tuple[type[Model], tuple[str, ...]], ...]) -> str:
-    *first, last = (_update_sql(model, names, "postgresql") for model, names in shape)
+    *first, last = (_update_sql(model, names) for model, names in shape)
     return "WITH " + ", ".join(f"w{i} AS ({sql})" for i, sql in enumerate(first)) + " " + last

@@ -1,5 +1,6 @@
 """Statements built once per connection (infra/statements.py) answer as their QuerySets do."""
 import datetime as dt
+from typing import NamedTuple
 
 import pytest
 from django.db import connection, transaction
@@ -96,13 +97,56 @@ def test_arguments_must_be_the_ones_the_statement_takes(labeled):
 def test_a_row_is_updated_by_primary_key_with_values_prepared_by_their_fields(labeled):
     label = labeled.step_labels.get(index=2)
     when = timezone.now()
-    with transaction.atomic():
-        assert statements.update_row(StepLabel, label.pk, human_completion={"text": "écrit"}, time_ms=1234) == 1
-        assert statements.update_row(Annotation, labeled.pk, timestamp=when) == 1
+    with transaction.atomic(), statements.RowWrites() as writes:
+        writes.update(StepLabel, label.pk, human_completion={"text": "écrit"}, time_ms=1234)
+        writes.update(Annotation, labeled.pk, timestamp=when)
+        writes.update(StepLabel, label.pk + 1000, time_ms=1)  # no such row: nothing changes
     label.refresh_from_db()
     labeled.refresh_from_db()
     assert (label.human_completion, label.time_ms, labeled.timestamp) == ({"text": "écrit"}, 1234, when)
-    assert statements.update_row(StepLabel, label.pk + 1000, time_ms=1) == 0
+
+
+def test_row_writes_keep_every_auto_now_field_true(labeled):
+    long_ago = timezone.now() - dt.timedelta(days=3)
+    Annotation.objects.filter(pk=labeled.pk).update(updated_at=long_ago)
+    before = timezone.now()
+    with statements.RowWrites() as writes:
+        writes.update(Annotation, labeled.pk)  # no values: the row is marked changed
+    assert Annotation.objects.get(pk=labeled.pk).updated_at >= before
+    given = timezone.now() - dt.timedelta(hours=1)
+    with statements.RowWrites() as writes:
+        writes.update(Annotation, labeled.pk, total_time_ms=10, updated_at=given)  # a value given wins
+    assert Annotation.objects.get(pk=labeled.pk).updated_at == given
+
+
+def test_a_compiled_update_keeps_every_auto_now_field_true(labeled):
+    long_ago = timezone.now() - dt.timedelta(days=3)
+    Annotation.objects.filter(pk=labeled.pk).update(updated_at=long_ago)
+    finish = statements.Compiled(lambda pk: statements.updating(Annotation.objects.filter(pk=pk), finish_note="x"))
+    before = timezone.now()
+    assert finish.execute(pk=labeled.pk) == 1
+    first = Annotation.objects.get(pk=labeled.pk).updated_at
+    assert first >= before
+    assert finish.execute(pk=labeled.pk) == 1  # the same SQL text, the time of this run
+    assert Annotation.objects.get(pk=labeled.pk).updated_at >= first
+
+
+class StepRow(NamedTuple):
+    index: int
+    text: str
+    rating: int | None
+    flagged: bool | None
+    human_completion: dict | None
+
+
+def test_a_compiled_query_gives_named_rows_of_its_columns(labeled):
+    named = statements.Compiled(steps_of, row=StepRow)
+    rows = named.rows(annotation_id=labeled.pk)
+    assert rows == STEPS.rows(annotation_id=labeled.pk)
+    assert rows[1].text == "two" and rows[1].human_completion == {"text": "fixed"}
+    too_few = statements.Compiled(lambda annotation_id: steps_of(annotation_id).values_list("text"), row=StepRow)
+    with pytest.raises(ValueError, match="1 columns for StepRow"):
+        too_few.rows(annotation_id=labeled.pk)
 
 
 @pytest.mark.postgresql

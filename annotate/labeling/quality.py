@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Count, QuerySet
 
-from annotate.labeling import queueing, verdicts
+from annotate.labeling import queue_items, verdicts
 from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution, Step
 from infra import statements
 
@@ -219,5 +219,5 @@ def make_gold(*, annotation: Annotation) -> Solution:
         solution.is_gold = True
         solution.save(update_fields=["is_gold"])
         # A gold item is shown to everyone as quality control, never leased as ordinary work.
-        queueing.withdraw(solution=solution)
+        queue_items.withdraw(solution=solution)
     return solution

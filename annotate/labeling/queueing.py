@@ -1,13 +1,14 @@
-"""Who labels what next: leases on queue items, gold interleave and the screening gate.
+"""Who labels what next: the queue's generations and items, claims, gold interleave and the
+screening gate.
 
 An annotator's open task is their in-progress Annotation. Ordinary work comes from
-QueueItems, leased to one annotator at a time (a lease lapses unless activity renews
-it, so a closed tab's item comes back). Gold items (quality control) and the screening
-set (generation -1) are shown to *every* annotator, so they are never leased: the
-annotator's Annotation on them is the whole record. Ordinary QueueItems are written only
-by `enqueue`, in a generation numbered only by `start_generation`: the default order,
-freshly imported solutions (`enqueue_imported`) and selection (in scoring, which hands over
-its picks) go through the same rules for overlap, retirement and the queue size cap.
+QueueItems, leased to one annotator at a time (annotate.labeling.queue_items keeps the lease
+from there on). Gold items (quality control) and the screening set (generation -1) are shown
+to *every* annotator, so they are never leased: the annotator's Annotation on them is the
+whole record. Ordinary QueueItems are written only by `enqueue`, in a generation numbered
+only by `start_generation`: the default order, freshly imported solutions (`enqueue_imported`)
+and selection (in scoring, which hands over its picks) go through the same rules for overlap,
+retirement and the queue size cap.
 """
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from annotate.labeling import quality
+from annotate.labeling import quality, queue_items
+from annotate.labeling.queue_items import withdraw
 from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step, StepLabel
 from infra import memo, statements
 
@@ -35,10 +37,6 @@ SCREENING_REASON = "screening"
 
 class ScreeningFailed(Exception):
     """The annotator did not pass the screening set, so gets no real tasks."""
-
-
-class LeaseLost(Exception):
-    """The task's lease lapsed and its item went to someone else."""
 
 
 def labeler_id(user) -> str:
@@ -201,22 +199,10 @@ def add_to_screening(*, solution: Solution) -> QueueItem:
     return item
 
 
-def withdraw(*, solution: Solution) -> int:
-    """Retire a solution's waiting ordinary items: gold and screening solutions are everyone's,
-    served by their own rules and never leased as ordinary work."""
-    return QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
-        status=QueueItem.Status.RETIRED
-    )
-
-
 # The statements every claim runs, built once per connection (infra/statements.py).
 _OPEN_TASK = statements.Compiled(lambda annotator_id: (
     Annotation.objects.in_progress().filter(annotator_id=annotator_id).order_by("-created_at").values_list("pk")[:1]
 ))
-_EXPIRE = statements.Compiled(lambda now: statements.updating(
-    QueueItem.objects.filter(status=QueueItem.Status.LEASED, lease_expires_at__lt=now),
-    status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None,
-), datetimes=("now",))
 
 
 def _candidates(annotator_id: int):
@@ -224,6 +210,19 @@ def _candidates(annotator_id: int):
         QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, generation__gte=0)
         .exclude(_not_seen_by(annotator_id)).order_by("-priority", "id")
     )
+
+
+class Leased(NamedTuple):
+    pk: int
+    solution_id: int
+    generation: int
+
+
+class StepText(NamedTuple):
+    """A pool step as a claim copies it into the new task."""
+
+    step_index: int
+    text: str
 
 
 # Lease the highest-priority available item this annotator has not labeled, in one statement:
@@ -234,10 +233,10 @@ _LEASE_NEXT = statements.Compiled(lambda annotator_id, expires_at: statements.up
         _candidates(annotator_id).select_for_update(skip_locked=True, of=("self",)).values("pk")[:1]
     )),
     status=QueueItem.Status.LEASED, leased_to=annotator_id, lease_expires_at=expires_at,
-), datetimes=("expires_at",), returning=("id", "solution", "generation"))
+), datetimes=("expires_at",), returning=("id", "solution", "generation"), row=Leased)
 _STEPS = statements.Compiled(lambda solution_id: (
     Step.objects.filter(solution_id=solution_id).order_by("index").values_list("index", "text")
-))
+), row=StepText)
 
 
 def current_task(*, annotator) -> Annotation | None:
@@ -258,10 +257,8 @@ def claim_next(*, annotator, now: dt.datetime | None = None) -> Annotation | Non
 
 def lock_claims(*, annotator) -> None:
     """Hold the annotator's claims until the transaction ends: one claim at a time per annotator
-    (a double click must not open two tasks). SQLite's IMMEDIATE transactions already serialize
-    every writer."""
-    if connection.features.has_select_for_update:
-        _lock_row(get_user_model(), annotator.pk)
+    (a double click must not open two tasks)."""
+    statements.lock_row(get_user_model(), annotator.pk)
 
 
 def claim_locked(*, annotator, now: dt.datetime | None = None) -> Annotation | None:
@@ -269,19 +266,10 @@ def claim_locked(*, annotator, now: dt.datetime | None = None) -> Annotation | N
     now = now or timezone.now()
     task = current_task(annotator=annotator)
     if task is not None:
-        if _renew(task, now) == 1:
+        if queue_items.renew(task, now) == 1:
             return task
         task.delete()  # Its lease lapsed and someone else holds the item now.
     return _new_task(annotator, now)
-
-
-def _lock_row(model, pk) -> None:
-    """SELECT ... FOR UPDATE of one row by primary key, written out: the ORM would build (and
-    read) the whole row for a lock on every claim."""
-    quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 FROM {quote(model._meta.db_table)} WHERE {quote(model._meta.pk.column)} = %s "
-                       "FOR UPDATE", [pk])
 
 
 def _new_task(annotator, now: dt.datetime) -> Annotation | None:
@@ -298,10 +286,10 @@ def _new_task(annotator, now: dt.datetime) -> Annotation | None:
         generation = Generation.objects.current_number()
         if _qc_due(annotator, generation, config.qc_rate) and (gold := _next_gold(annotator)) is not None:
             return _start(annotator, gold.pk, generation, quality_control=True)
-    item = _lease_next(annotator, now, config.lease_duration)
-    if item is None:
+    leased = _lease_next(annotator, now, config.lease_duration)
+    if leased is None:
         return None
-    return _start(annotator, item.solution_id, item.generation, queue_item_id=item.pk)
+    return _start(annotator, leased.solution_id, leased.generation, queue_item_id=leased.pk)
 
 
 def _not_seen_by(annotator) -> Exists:
@@ -340,12 +328,6 @@ def _next_gold(annotator) -> Solution | None:
     return Solution.objects.filter(is_gold=True).exclude(Exists(seen)).order_by("?").first()
 
 
-class Leased(NamedTuple):
-    pk: int
-    solution_id: int
-    generation: int
-
-
 # Claims put lapsed leases back at most every tenth of a lease, and at least every 5 s, per
 # process: the UPDATE visits every leased item (and, until a vacuum, every index entry of one),
 # 1.7 ms of PostgreSQL's time on each claim of the 50k bench pool, while an item whose lease
@@ -361,9 +343,9 @@ def _expiry_pace(lease_seconds: int) -> float:
 def _lease_next(annotator, now: dt.datetime, seconds: int) -> Leased | None:
     """Lease the highest-priority available item this annotator has not labeled."""
     if _EXPIRY.due(now, _expiry_pace(seconds)):
-        expire_leases(now=now)
+        queue_items.expire_leases(now=now)
     found = _LEASE_NEXT.rows(annotator_id=annotator.pk, expires_at=now + dt.timedelta(seconds=seconds))
-    return Leased(*found[0]) if found else None
+    return found[0] if found else None
 
 
 def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int | None = None,
@@ -374,75 +356,13 @@ def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int |
     )
     statements.insert([annotation])
     steps = _STEPS.rows(solution_id=solution_id)
-    labels = [StepLabel(annotation=annotation, index=i) for i, _ in steps]
+    labels = [StepLabel(annotation=annotation, index=step.step_index) for step in steps]
     statements.insert(labels)
-    statements.insert([Completion(step_label=label, index=0, text=text) for label, (_, text) in zip(labels, steps)])
+    statements.insert([Completion(step_label=label, index=0, text=step.text) for label, step in zip(labels, steps)])
     # The steps as just written, none rated: the claim's answer is built from them instead of
-    # reading them back (labeling.claimed_view).
+    # reading them back (tasks.claimed_view).
     annotation.started_steps = steps
     return annotation
-
-
-def _is_leased(annotation: Annotation) -> bool:
-    item = annotation.queue_item_id
-    return item is not None and not annotation.is_initial_screening and not annotation.is_quality_control
-
-
-def _renew(annotation: Annotation, now: dt.datetime, seconds: int | None = None) -> int:
-    """Extend the lease; take the item back if it lapsed but nobody took it. 1 if held."""
-    if not _is_leased(annotation):
-        return 1
-    config_seconds = seconds or LabelingConfig.get().lease_duration
-    mine = Q(status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id)
-    return QueueItem.objects.filter(mine | Q(status=QueueItem.Status.AVAILABLE), pk=annotation.queue_item_id).update(
-        status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id,
-        lease_expires_at=now + dt.timedelta(seconds=config_seconds),
-    )
-
-
-def renew_lease(*, annotation: Annotation, now: dt.datetime | None = None, seconds: int | None = None) -> None:
-    """Keep the task's item leased (called on every action). Raises LeaseLost."""
-    if _renew(annotation, now or timezone.now(), seconds) != 1:
-        raise LeaseLost("this task was idle too long and went to someone else: go to the next task")
-
-
-def keep_lease(*, annotation: Annotation, seconds: int, item_status: str | None, leased_to: int | None,
-               expires_at: dt.datetime | None, now: dt.datetime | None = None) -> None:
-    """renew_lease, given the item's lease as the caller read it under the annotation's lock:
-    no write while this annotator holds it with more than half its time left, so most actions
-    leave the queue alone. (Nobody else can take an item whose lease has not lapsed.)"""
-    now = now or timezone.now()
-    held = item_status == QueueItem.Status.LEASED and leased_to == annotation.annotator_id
-    if _is_leased(annotation) and held and expires_at is not None \
-            and expires_at - now > dt.timedelta(seconds=seconds / 2):
-        return
-    renew_lease(annotation=annotation, now=now, seconds=seconds)
-
-
-def finish_item(*, annotation: Annotation, writes: statements.RowWrites) -> None:
-    """Mark the task's item done, with the submit's other writes (one statement on PostgreSQL).
-
-    By its key alone: the submit kept the lease (keep_lease) under the annotation's lock in
-    this transaction, so the item is this annotator's until it commits (a lease is taken over
-    only after it lapsed, and keep_lease leaves it at least half its time).
-    """
-    if _is_leased(annotation):
-        writes.update(QueueItem, annotation.queue_item_id, status=QueueItem.Status.DONE, lease_expires_at=None)
-
-
-def release(*, annotation: Annotation) -> None:
-    """Give an unfinished task back to the queue, dropping its labels."""
-    with transaction.atomic():
-        if _is_leased(annotation):
-            QueueItem.objects.filter(
-                pk=annotation.queue_item_id, leased_to=annotation.annotator_id, status=QueueItem.Status.LEASED
-            ).update(status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None)
-        Annotation.objects.in_progress().filter(pk=annotation.pk).delete()
-
-
-def expire_leases(*, now: dt.datetime | None = None) -> int:
-    """Put items whose lease lapsed back in the queue; their annotator can still take them back."""
-    return _EXPIRE.execute(now=now or timezone.now())
 
 
 def available_count() -> int:

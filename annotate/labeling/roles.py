@@ -4,7 +4,6 @@ One helper per question, used by every view, API permission and query, so the ru
 live in one place; the view decorators (`admin_required` ...) are defined here too, and
 every page module imports them from here.
 """
-import time
 from collections.abc import Callable
 from functools import wraps
 
@@ -13,17 +12,19 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
+from infra.memo import ProcessMemo
+
 ANNOTATOR = "annotator"
 REVIEWER = "reviewer"
 ADMIN = "admin"
 ROLES = (ANNOTATOR, REVIEWER, ADMIN)
 
 User = AbstractBaseUser | AnonymousUser
-# A page view reads the user's groups at most this often per session, not on every request
-# (one query of the few a rating save makes). A change of roles applies within this many
-# seconds; a user with no role yet is never remembered, so a first role applies at once.
+# A user's role names, read from their groups once per process while no user or group changes
+# anywhere (infra/memo.py): one query of the few a rating save makes. A granted or revoked role
+# applies at the next request; after this long at most where no signal is sent (QuerySet.update()).
 ROLE_MEMO_SECONDS = 60
-_SESSION_KEY = "stepwise_roles"
+_roles_of: ProcessMemo[frozenset[str]] = ProcessMemo(seconds=ROLE_MEMO_SECONDS)
 
 
 def has_role(user: User, role: str) -> bool:
@@ -39,27 +40,13 @@ def has_role(user: User, role: str) -> bool:
     return ADMIN in roles
 
 
-def _roles(user) -> set[str]:
-    # Cached on the user object: role checks run many times per request.
+def _roles(user) -> frozenset[str]:
+    # Kept on the user object too: role checks run many times per request.
     if not hasattr(user, "_stepwise_roles"):
-        user._stepwise_roles = set(user.groups.values_list("name", flat=True))
+        user._stepwise_roles = _roles_of.get(
+            user.pk, lambda: frozenset(user.groups.values_list("name", flat=True))
+        )
     return user._stepwise_roles
-
-
-def remember_roles(request: HttpRequest) -> None:
-    """Give request.user the role names kept in the session, reading the groups only when the
-    memo is missing, older than ROLE_MEMO_SECONDS or another user's."""
-    user = request.user
-    if not user.is_authenticated or user.is_superuser or user.is_staff:
-        return
-    memo = request.session.get(_SESSION_KEY)
-    now = time.time()
-    if memo and memo[0] == user.pk and 0 <= now - memo[1] < ROLE_MEMO_SECONDS:
-        user._stepwise_roles = set(memo[2])
-        return
-    names = _roles(user)
-    if names:
-        request.session[_SESSION_KEY] = [user.pk, now, sorted(names)]
 
 
 def is_admin(user: User) -> bool:
@@ -102,7 +89,6 @@ def role_required(role: str) -> Callable[[View], View]:
         @login_required
         @wraps(view)
         def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            remember_roles(request)
             if not has_role(request.user, role):
                 raise PermissionDenied(f"This page is for the {role} role.")
             return view(request, *args, **kwargs)

@@ -1,34 +1,34 @@
-"""The labeling workspace. Thin: parse, call one `labeling`/`queueing` function, render.
+"""The labeling workspace. Thin: parse, call one labeling function, render.
 
-An annotator's task is looked up with `labeling.annotation_for(user=...)` (or, for an
-action, read under the action's lock with its owner checked), so nobody reaches another
-person's task by id. Labeling actions answer htmx with the task partial
-(a rating with only the parts of it that it changed),
-plain POSTs with a redirect, a submitted task with 409, and input the task does not allow
-with 400 and the reason.
+Every page and action reaches the annotator's task through `rows.annotation_for(user=...)`,
+whose every read checks the owner, so nobody reaches another person's task by id (404). The
+pages are Jinja2 (annotate/web/jinja.py says why). Actions answer htmx with the task partial (a
+rating with only the parts of it that it changed) and plain POSTs with a redirect; a refusal
+answers with its reason, as plain text to htmx and on the task's page otherwise: 400 for input
+the task does not allow, 409 for a task that changed under the page (submitted, lease lost).
 """
 from collections.abc import Callable
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, push_url, reswap, retarget
 
-from annotate.labeling import actions as labeling
-from annotate.labeling import queueing
+from annotate.labeling import actions, queueing, rows, tasks, timing
+from annotate.labeling.refusals import Conflict, LabelingError
 from annotate.labeling.roles import annotator_required
+from annotate.labeling.rows import AnnotationRef
+from annotate.labeling.tasks import Task
 from annotate.models import Annotation
 from annotate.web.htmx import is_partial
 from annotate.web.params import int_param, plain_text
 
-# The engine of the workspace's hot templates (annotate/web/jinja.py), named: a template looked up
-# by name alone is first searched for, and missed, by Django's engine, which doubled the cost
-# of rendering a rating's answer (0.50 -> 0.25 ms).
+# The labeling pages' engine (annotate/web/jinja.py), named: a template looked up by name alone
+# is first searched for, and missed, by Django's engine, which doubled the cost of rendering a
+# rating's answer (0.50 -> 0.25 ms).
 JINJA2 = "jinja2"
 
 
@@ -39,7 +39,7 @@ def label_start(request: HttpRequest) -> HttpResponse:
     task = queueing.current_task(annotator=request.user)
     if task is not None:
         return redirect("annotate:label-task", pk=task.pk)
-    return render(request, "annotate/label_start.html", {"available": queueing.available_count()})
+    return render(request, "annotate/label_start.jinja", {"available": queueing.available_count()}, using=JINJA2)
 
 
 @require_POST
@@ -54,39 +54,40 @@ def label_next(request: HttpRequest) -> HttpResponse:
     try:
         task = queueing.claim_next(annotator=request.user)
     except queueing.ScreeningFailed as error:
-        messages.error(request, f"No tasks: {error}.")
-        return redirect("annotate:home")
+        return render(request, "annotate/label_start.jinja", {"refusal": f"No tasks: {error}."}, using=JINJA2,
+                      status=403)
     if task is None:
         messages.info(request, "Nothing left to label right now. Thank you!")
         return redirect("annotate:home")
-    return _task_page(request, task, claimed=True)  # the claim's, so the user's own
+    return _task_page(request, tasks.claimed_view(task))
 
 
 @require_GET
 @annotator_required
 @vary_on_headers("HX-Request")
 def label_task(request: HttpRequest, pk: int) -> HttpResponse:
-    return _task_page(request, _own(request, pk), whole=not is_partial(request))
+    try:
+        task = tasks.task_view(rows.annotation_for(user=request.user, pk=pk))
+    except Annotation.DoesNotExist:
+        raise Http404("No such task of yours.") from None
+    return _task_page(request, task, whole=not is_partial(request))
 
 
-def _task_page(request: HttpRequest, annotation: Annotation, whole: bool = True, claimed: bool = False) -> HttpResponse:
-    """The task (templates/jinja2/annotate/task.jinja), alone or in its page (annotate/label.html);
-    `claimed`: the annotation is what a claim just returned."""
-    task = labeling.claimed_view(annotation) if claimed else labeling.task_view(annotation)
-    context = {"task": task, "annotation": annotation}
+def _task_page(request: HttpRequest, task: Task, *, whole: bool = True, status: int = 200,
+               error: str = "") -> HttpResponse:
+    """The task (task.jinja), alone or in its page (label.jinja); `error`: why an action was refused."""
+    context = {"task": task, "annotation": task.annotation, "error": error}
     if not whole:
-        return render(request, "annotate/task.jinja", context, using=JINJA2)
-    # safe: Jinja2 escaped every value in it (autoescape, annotate/web/jinja.py)
-    task_html = mark_safe(render_to_string("annotate/task.jinja", context, request=request, using=JINJA2))
-    return render(request, "annotate/label.html", {**context, "task_html": task_html,
-                                                   "problem": labeling.problem_of(annotation)})
+        return render(request, "annotate/task.jinja", context, using=JINJA2, status=status)
+    context["problem"] = tasks.problem_of(task)
+    return render(request, "annotate/label.jinja", context, using=JINJA2, status=status)
 
 
 @require_POST
 @annotator_required
 def label_rate(request: HttpRequest, pk: int) -> HttpResponse:
     # The hot path: the rating reads the annotation once, under its lock (owner checked there).
-    return _act(request, labeling.handle_for(user=request.user, pk=pk), lambda a, t: labeling.rate(
+    return _act(request, pk, lambda a, t: actions.rate(
         annotation=a, index=int_param(request.POST, "index"), rating=int_param(request.POST, "rating"), times=t
     ))
 
@@ -94,7 +95,7 @@ def label_rate(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_flag(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, _own(request, pk), lambda a, t: labeling.flag(
+    return _act(request, pk, lambda a, t: actions.flag(
         annotation=a, index=int_param(request.POST, "index"), flagged=request.POST.get("flagged") == "1", times=t
     ))
 
@@ -102,15 +103,13 @@ def label_flag(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @annotator_required
 def label_undo(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, _own(request, pk), lambda a, t: labeling.undo(
-        annotation=a, index=int_param(request.POST, "index"), times=t
-    ))
+    return _act(request, pk, lambda a, t: actions.undo(annotation=a, index=int_param(request.POST, "index"), times=t))
 
 
 @require_POST
 @annotator_required
 def label_complete(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, _own(request, pk), lambda a, t: labeling.write_completion(
+    return _act(request, pk, lambda a, t: actions.write_completion(
         annotation=a, index=int_param(request.POST, "index"), text=request.POST.get("text", ""), times=t
     ))
 
@@ -119,14 +118,14 @@ def label_complete(request: HttpRequest, pk: int) -> HttpResponse:
 @annotator_required
 def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
     """Activity on the page: keep the lease and store active time (rate-limited per user)."""
-    if not labeling.heartbeat_allowed(user_id=request.user.pk):
+    if not timing.heartbeat_allowed(user_id=request.user.pk):
         return plain_text("too many heartbeats: slow down", status=429)
-    annotation = labeling.handle_for(user=request.user, pk=pk)
+    annotation = rows.annotation_for(user=request.user, pk=pk)
     try:
-        labeling.record_time(annotation=annotation, times=labeling.parse_times(request.POST) or labeling.ActiveTime())
-    except (labeling.AlreadySubmitted, queueing.LeaseLost) as error:
+        timing.record_time(annotation=annotation, times=timing.parse_times(request.POST) or timing.ActiveTime())
+    except Conflict as error:
         return plain_text(str(error), status=409)
-    except labeling.LabelingError as error:
+    except LabelingError as error:
         return plain_text(str(error), status=400)
     except Annotation.DoesNotExist:
         raise Http404("No such task of yours.") from None
@@ -137,74 +136,63 @@ def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
 @annotator_required
 def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
     """Submit, then go straight on to the next task (or home, if asked)."""
-    annotation = labeling.handle_for(user=request.user, pk=pk)
+    annotation = rows.annotation_for(user=request.user, pk=pk)
     finish = {"finish_reason": request.POST.get("finish_reason", ""), "note": request.POST.get("note", "")}
     home = request.POST.get("then") == "home"
 
-    def submit(a: Annotation, times: labeling.ActiveTime | None) -> tuple[str, Annotation | None]:
+    def submit(a: AnnotationRef, times: timing.ActiveTime | None) -> tuple[str, Annotation | None]:
         if home:
-            return labeling.submit(annotation=a, times=times, **finish), None
-        return labeling.submit_and_claim_next(annotator=request.user, annotation=a, times=times, **finish)
+            return actions.submit(annotation=a, times=times, **finish), None
+        return actions.submit_and_claim_next(annotator=request.user, annotation=a, times=times, **finish)
 
     outcome = _perform(request, annotation, submit)
     if isinstance(outcome, HttpResponse):
         return outcome
-    _, task = outcome
+    reason, task = outcome
     # Shown on the next page, so a submit is seen even when the next task has the same problem.
-    messages.success(request, f"Submitted as {annotation.finish_reason}.", extra_tags="toast")
-    if home:
-        target = reverse("annotate:home")
-        return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
-    if task is None:
-        target = reverse("annotate:label-start")  # The page between tasks says why there is none.
+    messages.success(request, f"Submitted as {reason}.", extra_tags="toast")
+    if home or task is None:
+        # The page between tasks says why there is none.
+        target = reverse("annotate:home" if home else "annotate:label-start")
         return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
     if not request.htmx:
         return redirect("annotate:label-task", pk=task.pk)
     # htmx: the answer is the next task's page, swapped in as the whole body under its own URL
     # (static/js/label.js starts the new task): one request per task fewer than a redirect.
-    page = _task_page(request, task, claimed=True)  # the claim's, so the user's own
+    page = _task_page(request, tasks.claimed_view(task))
     return push_url(retarget(reswap(page, "innerHTML"), "body"), reverse("annotate:label-task", args=[task.pk]))
 
 
-def _own(request: HttpRequest, pk: int) -> Annotation:
-    try:
-        return labeling.annotation_for(user=request.user, pk=pk)
-    except Annotation.DoesNotExist:
-        raise Http404("No such task of yours.") from None
-
-
-def _act(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> HttpResponse:
+def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpResponse:
     """Run one labeling action and answer with the task as it now stands."""
+    annotation = rows.annotation_for(user=request.user, pk=pk)
     outcome = _perform(request, annotation, action)
     if isinstance(outcome, HttpResponse):
         return outcome
-    if request.htmx:
-        if isinstance(outcome, labeling.Task) and outcome.changed is not None:
-            # A rating (the hot path) answers with only the steps it changed, the head and the
-            # submit form, each swapped in by its id; the rest of the task stays as it is.
-            context = {"task": outcome, "annotation": outcome.annotation, "changed": outcome.changed}
-            return reswap(render(request, "annotate/rated.jinja", context, using=JINJA2), "none")
-        task = labeling.task_view(annotation if annotation.solution_id else _own(request, annotation.pk))
-        return render(request, "annotate/task.jinja", {"task": task, "annotation": task.annotation}, using=JINJA2)
-    return redirect("annotate:label-task", pk=annotation.pk)
+    if not request.htmx:
+        return redirect("annotate:label-task", pk=pk)
+    if isinstance(outcome, Task) and outcome.changed is not None:
+        # A rating (the hot path) answers with only the steps it changed, the head and the
+        # submit form, each swapped in by its id; the rest of the task stays as it is.
+        context = {"task": outcome, "annotation": outcome.annotation, "changed": outcome.changed}
+        return reswap(render(request, "annotate/rated.jinja", context, using=JINJA2), "none")
+    return _task_page(request, tasks.task_view(annotation), whole=False)
 
 
-def _perform(request: HttpRequest, annotation: Annotation, action: Callable[..., object]) -> object:
+def _perform(request: HttpRequest, annotation: AnnotationRef, action: Callable[..., object]) -> object:
     """Run one labeling action: the refusal (an HttpResponse) to answer with, else what it returned."""
     try:
-        return action(annotation, labeling.parse_times(request.POST))
-    except (labeling.AlreadySubmitted, queueing.LeaseLost) as error:
+        return action(annotation, timing.parse_times(request.POST))
+    except Conflict as error:
         return _refuse(request, annotation, 409, str(error))
-    except labeling.LabelingError as error:
+    except LabelingError as error:
         return _refuse(request, annotation, 400, str(error))
     except Annotation.DoesNotExist:
         raise Http404("No such task of yours.") from None
 
 
-def _refuse(request: HttpRequest, annotation: Annotation, status: int, message: str) -> HttpResponse:
-    # htmx shows the text; a plain POST after submit gets its 409 too.
-    if request.htmx or status == 409:
+def _refuse(request: HttpRequest, annotation: AnnotationRef, status: int, message: str) -> HttpResponse:
+    """htmx shows the text in the task's banner; a plain POST gets the task's page with it there."""
+    if request.htmx:
         return plain_text(message, status=status)
-    messages.error(request, message)
-    return redirect("annotate:label-task", pk=annotation.pk)
-
+    return _task_page(request, tasks.task_view(annotation), status=status, error=message)

@@ -1,11 +1,11 @@
 """What the annotator and reviewer pages share about reading a request and refusing it.
 
-A bad parameter is a `labeling.LabelingError`, the one error those pages turn into a 400
-with the reason; a refusal htmx shows as it is goes back as plain text.
+A bad parameter is a `LabelingError` (annotate.labeling.refusals), the one error those pages
+turn into a 400 with the reason; a refusal htmx shows as it is goes back as plain text.
 """
 from django.http import HttpResponse
 
-from annotate.labeling import actions as labeling
+from annotate.labeling.refusals import LabelingError
 
 
 def int_param(data, name: str, *, optional: bool = False) -> int | None:
@@ -16,7 +16,7 @@ def int_param(data, name: str, *, optional: bool = False) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise labeling.LabelingError(f"{name} must be a whole number, not {value!r}") from None
+        raise LabelingError(f"{name} must be a whole number, not {value!r}") from None
 
 
 def plain_text(message: str, *, status: int) -> HttpResponse:

@@ -1,5 +1,6 @@
 """Reviewer pages: submitted annotations, one annotation beside the others, overrides,
-and the admin's gold and screening buttons."""
+and the admin's gold and screening buttons. A refused change answers 400 with the annotation's
+page and the reason on it; a change made redirects to that page."""
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
@@ -7,8 +8,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from annotate.labeling import actions as labeling
 from annotate.labeling import quality, queueing, reviewing, roles
+from annotate.labeling.refusals import LabelingError
 from annotate.labeling.roles import admin_required, reviewer_required
 from annotate.models import Annotation
 from annotate.web.params import int_param, plain_text
@@ -20,7 +21,7 @@ def review_list(request: HttpRequest) -> HttpResponse:
     try:
         annotator_id = int_param(request.GET, "annotator", optional=True)
         generation = int_param(request.GET, "generation", optional=True)
-    except labeling.LabelingError as error:
+    except LabelingError as error:
         return plain_text(str(error), status=400)
     annotations = reviewing.annotations_for_review(
         annotator_id=annotator_id, generation=generation, disagreement=request.GET.get("disagreement") == "1"
@@ -43,6 +44,10 @@ def _without_page(request: HttpRequest) -> str:
 @require_GET
 @reviewer_required
 def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return _detail_page(request, pk)
+
+
+def _detail_page(request: HttpRequest, pk: int, *, status: int = 200) -> HttpResponse:
     annotation = get_object_or_404(
         Annotation.objects.submitted().select_related("solution__problem", "annotator"), pk=pk
     )
@@ -55,7 +60,13 @@ def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "annotation": annotation, "others": others, "problem": annotation.solution.problem, "rows": rows,
         "flagged_steps": [row.index + 1 for row in rows if row.cells and row.cells[0].flagged],
         "is_admin": roles.is_admin(request.user),
-    })
+    }, status=status)
+
+
+def _refuse(request: HttpRequest, pk: int, message: str) -> HttpResponse:
+    """A refused change: 400, the annotation's page with the reason among its messages."""
+    messages.error(request, message)
+    return _detail_page(request, pk, status=400)
 
 
 @require_POST
@@ -68,12 +79,11 @@ def review_override(request: HttpRequest, pk: int) -> HttpResponse:
             rating=int_param(request.POST, "rating", optional=True), reviewer=request.user,
             note=request.POST.get("note", ""),
         )
-    except labeling.LabelingError as error:
-        messages.error(request, str(error))
-    else:
-        annotation.refresh_from_db(fields=["finish_reason"])
-        messages.success(request, "Rating overridden; the old value is kept in the history." + (
-            f" Finished as {annotation.finish_reason} now." if "(finish reason" in override.note else ""))
+    except LabelingError as error:
+        return _refuse(request, pk, str(error))
+    annotation.refresh_from_db(fields=["finish_reason"])
+    messages.success(request, "Rating overridden; the old value is kept in the history." + (
+        f" Finished as {annotation.finish_reason} now." if "(finish reason" in override.note else ""))
     return redirect("annotate:review-detail", pk=pk)
 
 
@@ -90,10 +100,9 @@ def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
 def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
     annotation = _submitted(pk)
     if not annotation.solution.is_gold:
-        messages.error(request, "Make the solution gold first: screening is graded against gold labels.")
-    else:
-        queueing.add_to_screening(solution=annotation.solution)
-        messages.success(request, "Added to the screening set: every annotator labels it before real tasks.")
+        return _refuse(request, pk, "Make the solution gold first: screening is graded against gold labels.")
+    queueing.add_to_screening(solution=annotation.solution)
+    messages.success(request, "Added to the screening set: every annotator labels it before real tasks.")
     return redirect("annotate:review-detail", pk=pk)
 
 

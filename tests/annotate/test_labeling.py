@@ -4,8 +4,9 @@ from django.test import Client
 from django.urls import reverse
 
 from annotate.labeling import actions as labeling
-from annotate.labeling import queueing
-from annotate.labeling.actions import ActiveTime, AlreadySubmitted, LabelingError
+from annotate.labeling import queueing, tasks, timing
+from annotate.labeling.refusals import AlreadySubmitted, LabelingError, LeaseLost
+from annotate.labeling.timing import ActiveTime
 from annotate.models import Annotation, LabelingConfig, QueueItem, StepLabel
 from tests.factories import SolutionFactory
 
@@ -20,7 +21,7 @@ def task(annotator):
 
 
 def ratings(task):
-    return [row.rating for row in labeling.task_view(task).steps]
+    return [row.rating for row in tasks.task_view(task).steps]
 
 
 def test_steps_are_rated_in_order(task):
@@ -28,7 +29,7 @@ def test_steps_are_rated_in_order(task):
         labeling.rate(annotation=task, index=2, rating=1)
     labeling.rate(annotation=task, index=0, rating=1)
     labeling.rate(annotation=task, index=1, rating=0)
-    view = labeling.task_view(task)
+    view = tasks.task_view(task)
     assert [row.state for row in view.steps] == ["rated", "rated", "current", "locked"]
     assert view.next_index == 2
 
@@ -44,7 +45,7 @@ def test_repeating_a_post_changes_nothing(task):
     for _ in range(3):
         labeling.rate(annotation=task, index=0, rating=1)
         labeling.flag(annotation=task, index=0, flagged=True)
-    view = labeling.task_view(task)
+    view = tasks.task_view(task)
     assert ratings(task) == [1, None, None, None]
     assert view.steps[0].flagged and view.next_index == 1
 
@@ -59,7 +60,7 @@ def test_bad_ratings_and_steps_are_refused_with_a_clear_message(task):
 def test_stop_at_first_error_submits_as_found_error_and_drops_later_steps(task):
     labeling.rate(annotation=task, index=0, rating=1)
     labeling.rate(annotation=task, index=1, rating=-1)
-    view = labeling.task_view(task)
+    view = tasks.task_view(task)
     assert view.finish_reason == "found_error" and view.next_index is None
     assert [row.state for row in view.steps] == ["rated", "rated", "after_error", "after_error"]
     with pytest.raises(LabelingError, match="after the first error"):
@@ -155,7 +156,7 @@ def test_correcting_a_wrong_step_drops_its_rewrite(task):
 def test_active_time_only_grows_and_is_kept_per_step(task):
     labeling.rate(annotation=task, index=0, rating=1, times=ActiveTime(total_ms=4000, steps={0: 3500}))
     labeling.rate(annotation=task, index=0, rating=1, times=ActiveTime(total_ms=3000, steps={0: 1000}))
-    labeling.record_time(annotation=task, times=ActiveTime(total_ms=6000, steps={1: 1500}))
+    timing.record_time(annotation=task, times=ActiveTime(total_ms=6000, steps={1: 1500}))
     labeling.rate(annotation=task, index=1, rating=-1)
     labeling.submit(annotation=task, times=ActiveTime(total_ms=6500, steps={1: 2000}))
     task.refresh_from_db()
@@ -164,22 +165,22 @@ def test_active_time_only_grows_and_is_kept_per_step(task):
 
 
 def test_reported_time_cannot_exceed_the_wall_clock(task):
-    labeling.record_time(annotation=task, times=ActiveTime(total_ms=10**9))
+    timing.record_time(annotation=task, times=ActiveTime(total_ms=10**9))
     task.refresh_from_db()
     assert task.total_time_ms < 10**9
 
 
 def test_parse_times_names_the_bad_field():
-    assert labeling.parse_times({"total_ms": "120", "step_ms": "0:100,1:20"}) == ActiveTime(120, {0: 100, 1: 20})
-    assert labeling.parse_times({}) is None
+    assert timing.parse_times({"total_ms": "120", "step_ms": "0:100,1:20"}) == ActiveTime(120, {0: 100, 1: 20})
+    assert timing.parse_times({}) is None
     with pytest.raises(LabelingError, match="step_ms"):
-        labeling.parse_times({"total_ms": "12", "step_ms": "x"})
+        timing.parse_times({"total_ms": "12", "step_ms": "x"})
 
 
 def test_a_task_whose_lease_went_to_someone_else_cannot_be_changed(task, django_user_model):
     other = django_user_model.objects.create(username="other")
     QueueItem.objects.filter(pk=task.queue_item_id).update(status="leased", leased_to=other)
-    with pytest.raises(queueing.LeaseLost):
+    with pytest.raises(LeaseLost):
         labeling.rate(annotation=task, index=0, rating=1)
 
 

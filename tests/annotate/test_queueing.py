@@ -7,7 +7,8 @@ import pytest
 from django.utils import timezone
 
 from annotate.labeling import actions as labeling
-from annotate.labeling import quality, queueing
+from annotate.labeling import quality, queue_items, queueing, tasks
+from annotate.labeling.refusals import LeaseLost
 from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution
 from tests.factories import SolutionFactory, user_with_role
 
@@ -54,7 +55,7 @@ def test_claim_hands_out_the_highest_priority_item_with_its_steps_ready():
     assert task.solution == high
     assert task.queue_item.reason == "high"
     assert task.generation == 0
-    assert [c.text for c in labeling.task_view(task).steps] == ["a", "b"]
+    assert [c.text for c in tasks.task_view(task).steps] == ["a", "b"]
     item = QueueItem.objects.get(solution=high)
     assert item.status == QueueItem.Status.LEASED and item.leased_to == ann
 
@@ -87,8 +88,8 @@ def test_a_lapsed_lease_goes_to_the_next_annotator_and_the_first_gets_new_work()
     later = timezone.now() + dt.timedelta(seconds=LabelingConfig.get().lease_duration + 1)
     taken = queueing.claim_next(annotator=second, now=later)
     assert taken.solution_id == lost.solution_id
-    with pytest.raises(queueing.LeaseLost):
-        queueing.renew_lease(annotation=lost, now=later)
+    with pytest.raises(LeaseLost):
+        queue_items.renew_lease(annotation=lost, now=later)
     again = queueing.claim_next(annotator=first, now=later)
     assert again.solution_id != lost.solution_id
     assert not Annotation.objects.filter(pk=lost.pk).exists()
@@ -122,9 +123,9 @@ def test_a_lapsed_lease_nobody_took_is_resumed_with_its_ratings():
     task = queueing.claim_next(annotator=ann)
     labeling.rate(annotation=task, index=0, rating=1)
     later = timezone.now() + dt.timedelta(hours=2)
-    assert queueing.expire_leases(now=later) == 1
+    assert queue_items.expire_leases(now=later) == 1
     assert queueing.claim_next(annotator=ann, now=later) == task
-    assert labeling.task_view(task).steps[0].rating == 1
+    assert tasks.task_view(task).steps[0].rating == 1
     assert QueueItem.objects.get().status == QueueItem.Status.LEASED
 
 
@@ -153,7 +154,7 @@ def test_release_puts_the_item_back_and_drops_the_draft():
     SolutionFactory()
     queueing.ensure_default_queue()
     (ann,) = annotators(1)
-    queueing.release(annotation=queueing.claim_next(annotator=ann))
+    queue_items.release(annotation=queueing.claim_next(annotator=ann))
     assert QueueItem.objects.get().status == QueueItem.Status.AVAILABLE
     assert not Annotation.objects.exists()
 

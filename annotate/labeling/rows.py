@@ -1,0 +1,178 @@
+"""A labeling task's rows as the fast path reads and changes them, and the one way to reach them.
+
+`annotation_for(user=..., pk=...)` names a user's annotation without reading it: every read of
+it finds it only if it is that user's (Annotation.DoesNotExist otherwise), so nobody reaches
+another person's task by id, and an action reads the row once, not twice. `read` gives the
+annotation and its steps for the page; `change` locks them for an action, in one statement that
+also brings the queue item's lease (kept: queue_items.keep_lease) and refuses a submitted task,
+and writes what the action gathered when its block ends, with the annotation's `updated_at`: a
+change of a step's rating or time is a change of the annotation. Rows are NamedTuples.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections import namedtuple
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from django.db.models import QuerySet
+
+from annotate.labeling import queue_items
+from annotate.labeling.refusals import AlreadySubmitted
+from annotate.models import Annotation, LabelingConfig
+from infra import statements
+
+
+class AnnotationRef(NamedTuple):
+    """A user's annotation by its key, not read yet: what `annotation_for` gives."""
+
+    pk: int
+    annotator_id: int
+
+
+class AnnotationRow(NamedTuple):
+    """What the labeling path reads of an annotation (the names are the model's)."""
+
+    pk: int
+    annotator_id: int
+    solution_id: int
+    status: str
+    finish_reason: str | None
+    created_at: dt.datetime
+    total_time_ms: int | None
+    queue_item_id: int | None
+    is_quality_control: bool
+    is_initial_screening: bool
+
+    @property
+    def is_submitted(self) -> bool:
+        return self.status == Annotation.Status.SUBMITTED
+
+    @classmethod
+    def of(cls, annotation: Annotation) -> AnnotationRow:
+        return cls._make(getattr(annotation, name) for name in cls._fields)
+
+
+class StepValues(NamedTuple):
+    """One step of the task: its first completion's text, rating and flag, the step's time and
+    the annotator's rewrite of it (PRM800K's human_completion)."""
+
+    step_index: int  # (a field named `index` would hide tuple.index)
+    text: str
+    rating: int | None
+    flagged: bool | None
+    time_ms: int | None
+    human_completion: dict | None
+
+
+# What `read` and `change` take: a reference, or an annotation already read (a claim's).
+AnnotationOrRef = AnnotationRef | Annotation
+
+
+def annotation_for(*, user, pk: int) -> AnnotationRef:
+    """The user's annotation `pk`, for `read` or `change`, which find it only if it is theirs."""
+    return AnnotationRef(pk, user.pk)
+
+
+# The columns of each read: the field each row type names, and the ORM path it is read from.
+_STEP_COLUMNS = {
+    "step_index": "step_labels__index", "text": "step_labels__completions__text",
+    "rating": "step_labels__completions__rating", "flagged": "step_labels__completions__flagged",
+    "time_ms": "step_labels__time_ms", "human_completion": "step_labels__human_completion",
+}
+_LEASE_COLUMNS = {"item_status": "queue_item__status", "leased_to": "queue_item__leased_to_id",
+                  "expires_at": "queue_item__lease_expires_at"}
+# So the writes are by primary key, not through a join.
+_ID_COLUMNS = {"completion_id": "step_labels__completions__id", "step_label_id": "step_labels__id"}
+_READ_COLUMNS = {**{name: name for name in AnnotationRow._fields}, **_STEP_COLUMNS}
+_LOCKED_COLUMNS = {**_READ_COLUMNS, **_LEASE_COLUMNS, **_ID_COLUMNS}
+# Named by the maps' keys, which mypy cannot read from a dict.
+_ReadRow = namedtuple("_ReadRow", _READ_COLUMNS)  # type: ignore[misc]
+_LockedRow = namedtuple("_LockedRow", _LOCKED_COLUMNS)  # type: ignore[misc]
+
+
+def _steps_of(pk: int, annotator_id: int) -> QuerySet:
+    """One row per step of the owner's annotation `pk`, in order (none if it is not theirs)."""
+    return (Annotation.objects.filter(pk=pk, annotator_id=annotator_id, step_labels__completions__index=0)
+            .order_by("step_labels__index"))
+
+
+# Built once per connection (infra/statements.py).
+_READ = statements.Compiled(lambda pk, annotator_id: (
+    _steps_of(pk, annotator_id).values_list(*_READ_COLUMNS.values())
+), row=_ReadRow)
+_LOCKED_READ = statements.Compiled(lambda pk, annotator_id: (
+    _steps_of(pk, annotator_id).select_for_update(of=("self",)).values_list(*_LOCKED_COLUMNS.values())
+), row=_LockedRow)
+
+
+def _annotation(row) -> AnnotationRow:
+    return AnnotationRow._make(row[: len(AnnotationRow._fields)])
+
+
+def _step(row) -> StepValues:
+    return StepValues(row.step_index, row.text, row.rating, row.flagged, row.time_ms, row.human_completion)
+
+
+def read(annotation: AnnotationOrRef) -> tuple[AnnotationRow, list[StepValues]]:
+    """The owner's annotation and its steps, for the page; Annotation.DoesNotExist if not theirs."""
+    found = _READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
+    if not found:  # Not theirs, or a solution without steps.
+        return AnnotationRow.of(Annotation.objects.get(pk=annotation.pk, annotator_id=annotation.annotator_id)), []
+    return _annotation(found[0]), [_step(row) for row in found]
+
+
+@dataclass
+class Change:
+    """An annotation locked for an action: its row and steps as read, and the writes gathered."""
+
+    annotation: AnnotationRow
+    rows: list[StepValues]
+    completion_ids: list[int]
+    step_label_ids: list[int]
+    writes: statements.RowWrites
+
+    @property
+    def ratings(self) -> list[int | None]:
+        return [step.rating for step in self.rows]
+
+    def stored_times(self) -> dict[int, tuple[int, int]]:
+        """Step index -> (its StepLabel's id, the active ms stored for it)."""
+        return {step.step_index: (pk, step.time_ms or 0) for step, pk in zip(self.rows, self.step_label_ids)}
+
+
+@contextmanager
+def change(annotation: AnnotationOrRef, config: LabelingConfig) -> Iterator[Change]:
+    """Lock the owner's annotation for an action (Annotation.DoesNotExist if not theirs), refuse it
+    if submitted, keep its lease; then, when the block ends without an error, write what it
+    gathered in `writes`, the annotation's auto_now fields with them. In the caller's transaction."""
+    with statements.RowWrites() as writes:
+        opened = _lock(annotation, config, writes)
+        yield opened
+        if writes:
+            writes.update(Annotation, opened.annotation.pk)  # statements set its updated_at
+
+
+def _lock(annotation: AnnotationOrRef, config: LabelingConfig, writes: statements.RowWrites) -> Change:
+    """One statement: the same read checks the owner and brings the steps and the lease, which
+    is written only when it needs renewing."""
+    found = _LOCKED_READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
+    if not found:  # Not theirs, or a solution without steps.
+        locked = Annotation.objects.select_for_update().get(pk=annotation.pk, annotator_id=annotation.annotator_id)
+        row = _open(AnnotationRow.of(locked))
+        queue_items.renew_lease(annotation=row, seconds=config.lease_duration)
+        return Change(row, [], [], [], writes)
+    first = found[0]
+    row = _open(_annotation(first))
+    queue_items.keep_lease(annotation=row, seconds=config.lease_duration, item_status=first.item_status,
+                           leased_to=first.leased_to, expires_at=first.expires_at)
+    return Change(row, [_step(r) for r in found], [r.completion_id for r in found],
+                  [r.step_label_id for r in found], writes)
+
+
+def _open(annotation: AnnotationRow) -> AnnotationRow:
+    if annotation.is_submitted:
+        raise AlreadySubmitted(f"annotation {annotation.pk} was already submitted")
+    return annotation

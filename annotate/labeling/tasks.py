@@ -1,0 +1,143 @@
+"""The labeling task as its page shows it: each step's rating and state, the step to rate next,
+and how the task can be submitted as it stands.
+
+Steps are rated in order; with stop-at-first-error (LabelingConfig) the steps after a -1 are
+greyed out and the task can be submitted as found_error. A task is built from its annotation's
+rows (annotate.labeling.rows), read for the page or as an action left them.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from annotate.labeling import rows, verdicts
+from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, StepValues
+from annotate.models import Annotation, FinishReason, LabelingConfig, Problem
+from infra import statements
+
+
+class StepState(enum.StrEnum):
+    RATED = "rated"
+    CURRENT = "current"  # the next to rate
+    LOCKED = "locked"  # waiting for the steps before it
+    AFTER_ERROR = "after_error"  # past the first error (stop-at-first-error)
+
+
+@dataclass
+class StepRow:
+    index: int
+    text: str
+    rating: int | None
+    flagged: bool
+    time_ms: int
+    human_completion: str | None
+    state: StepState
+    submitted: bool = False  # the task's
+
+    @property
+    def inactive(self) -> bool:
+        """Greyed out: waiting for earlier steps, or past the first error."""
+        return self.state in (StepState.LOCKED, StepState.AFTER_ERROR)
+
+    @property
+    def disabled(self) -> bool:
+        """Its buttons are off: inactive, or the task is submitted."""
+        return self.inactive or self.submitted
+
+
+@dataclass
+class Task:
+    """What the labeling page shows of one annotation."""
+
+    annotation: AnnotationRow
+    steps: list[StepRow]
+    next_index: int | None
+    first_error: int | None
+    finish_reason: FinishReason | None
+    config: LabelingConfig
+    # After a rating: the steps whose row on the page it changed (None: not known, show all).
+    changed: set[int] | None = None
+
+    @property
+    def submitted(self) -> bool:
+        return self.annotation.is_submitted
+
+    @property
+    def rated_count(self) -> int:
+        return sum(row.rating is not None for row in self.steps if row.state != StepState.AFTER_ERROR)
+
+    @property
+    def countable(self) -> int:
+        return sum(row.state != StepState.AFTER_ERROR for row in self.steps)
+
+
+def task_view(annotation: AnnotationOrRef, config: LabelingConfig | None = None) -> Task:
+    """The page's view of the owner's annotation (Annotation.DoesNotExist if not theirs)."""
+    row, steps = rows.read(annotation)
+    return build(row, steps, config or LabelingConfig.get())
+
+
+def claimed_view(annotation: Annotation) -> Task:
+    """task_view of a task the caller has just claimed (queueing.claim_next): a new one is built
+    from the steps the claim wrote, none rated yet (queueing._start), without reading them back;
+    a resumed one is read."""
+    started = getattr(annotation, "started_steps", None)
+    if started is None:
+        return task_view(annotation)
+    steps = [StepValues(step.step_index, step.text, None, None, None, None) for step in started]
+    return build(AnnotationRow.of(annotation), steps, LabelingConfig.get())
+
+
+class ProblemText(NamedTuple):
+    statement: str
+    ground_truth_answer: str | None
+
+
+_PROBLEM = statements.Compiled(lambda solution_id: (
+    Problem.objects.filter(solutions__pk=solution_id).values_list("statement", "ground_truth_answer")
+), row=ProblemText)
+
+
+def problem_of(task: Task) -> ProblemText:
+    """What the task's page shows of its problem: the statement and the answer."""
+    (problem,) = _PROBLEM.rows(solution_id=task.annotation.solution_id)
+    return problem
+
+
+def build(annotation: AnnotationRow, steps: list[StepValues], config: LabelingConfig) -> Task:
+    """The task of an annotation with these steps, under these settings."""
+    ratings = [step.rating for step in steps]
+    first_error = verdicts.first_error(ratings)
+    following = next_index(ratings, config)
+    shown = []
+    for step in steps:
+        if config.stop_at_first_error and first_error is not None and step.step_index > first_error:
+            state = StepState.AFTER_ERROR
+        elif step.rating is not None:
+            state = StepState.RATED
+        else:
+            state = StepState.CURRENT if step.step_index == following else StepState.LOCKED
+        shown.append(StepRow(step.step_index, step.text, step.rating, bool(step.flagged), step.time_ms or 0,
+                             (step.human_completion or {}).get("text"), state, annotation.is_submitted))
+    return Task(annotation, shown, following, first_error, finish_reason(ratings, config), config)
+
+
+def next_index(ratings: list[int | None], config: LabelingConfig) -> int | None:
+    """The first step still to rate; None when no more ratings are needed."""
+    for index, rating in enumerate(ratings):
+        if rating is None:
+            return index
+        if rating == -1 and config.stop_at_first_error:
+            return None
+    return None
+
+
+def finish_reason(ratings: list[int | None], config: LabelingConfig) -> FinishReason | None:
+    """How the task can be submitted as it stands: found_error, solution, or None (not yet)."""
+    first_error = verdicts.first_error(ratings)
+    if first_error is not None and config.stop_at_first_error:
+        return FinishReason.FOUND_ERROR
+    if not ratings or any(r is None for r in ratings):
+        return None
+    return FinishReason.FOUND_ERROR if first_error is not None else FinishReason.SOLUTION
