@@ -123,6 +123,8 @@ def override_rating(
         changed = _rederive_finish_reason(locked)
         if changed:
             note = f"{note.strip()} (finish reason {changed})".strip()
+        else:  # the finish reason saved nothing, yet the labels changed: updated_at says so
+            locked.save(update_fields=["updated_at"])
         return RatingOverride.objects.create(
             step_label=step_label, completion=completion, reviewer=reviewer, previous_rating=before.rating,
             new_rating=rating, note=note,

@@ -24,7 +24,8 @@ def review_list(request: HttpRequest) -> HttpResponse:
     except LabelingError as error:
         return plain_text(str(error), status=400)
     annotations = reviewing.annotations_for_review(
-        annotator_id=annotator_id, generation=generation, disagreement=request.GET.get("disagreement") == "1"
+        annotator_id=annotator_id, generation=generation, disagreement=request.GET.get("disagreement") == "1",
+        contradiction=request.GET.get("contradiction") == "1",
     )
     page = Paginator(annotations, 50).get_page(request.GET.get("page"))
     return render(request, "annotate/review_list.html", {
@@ -58,6 +59,7 @@ def _detail_page(request: HttpRequest, pk: int, *, status: int = 200) -> HttpRes
     rows = reviewing.review_rows(annotation=annotation, others=others)
     return render(request, "annotate/review_detail.html", {
         "annotation": annotation, "others": others, "problem": annotation.solution.problem, "rows": rows,
+        "review_reasons": [reviewing.REVIEW_REASONS[r] for r in reviewing.review_reasons(annotation)],
         "flagged_steps": [row.index + 1 for row in rows if row.cells and row.cells[0].flagged],
         "is_admin": roles.is_admin(request.user),
     }, status=status)

@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.test.utils import override_settings
 
-from annotate.labeling import quality, queueing, roles
+from annotate.labeling import quality, queue_items, queueing, roles
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, Step, StepLabel
 from bench import loadtest, request_costs
 from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
@@ -171,7 +171,7 @@ def _gold_and_screening() -> None:
     for solution in bench.filter(is_gold=False).order_by("-pk")[:max(0, missing)]:
         Step.objects.filter(solution=solution).update(gold_rating=1)
         Solution.objects.filter(pk=solution.pk).update(is_gold=True)
-        queueing.withdraw(solution=solution)
+        queue_items.withdraw(solution=solution)
     screening = quality.screening_solution_ids()
     for solution in bench.filter(is_gold=True).exclude(pk__in=screening)[:max(0, SCREENING_ITEMS - len(screening))]:
         queueing.add_to_screening(solution=solution)

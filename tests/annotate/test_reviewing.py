@@ -103,3 +103,19 @@ def test_every_step_rated_good_on_an_answer_graded_wrong_goes_to_review_with_tha
     # The reviewer finds the error the annotator missed: the labels and the grade agree now.
     reviewing.override_rating(annotation=contradicted, index=1, rating=-1, reviewer=reviewer)
     assert not reviewing.annotations_for_review(contradiction=True).exists()
+
+
+def test_the_review_pages_filter_by_and_state_the_contradiction(reviewer, annotator_user):
+    from django.test import Client
+    from django.urls import reverse
+
+    contradicted = annotate(SolutionFactory(steps=["a", "b"], is_correct=False), [1, 0], annotator=annotator_user)
+    right = annotate(SolutionFactory(steps=["a", "b"], is_correct=True), [1, 1], annotator=annotator_user)
+    client = Client()
+    client.force_login(reviewer)
+    listed = client.get(reverse("annotate:review-list"), {"contradiction": "1"}).content.decode()
+    assert reverse("annotate:review-detail", args=[contradicted.pk]) in listed
+    assert reverse("annotate:review-detail", args=[right.pk]) not in listed
+    detail = client.get(reverse("annotate:review-detail", args=[contradicted.pk])).content.decode()
+    assert "Before review: " + reviewing.REVIEW_REASONS["answer_contradicts_labels"] in detail
+    assert "Before review" not in client.get(reverse("annotate:review-detail", args=[right.pk])).content.decode()

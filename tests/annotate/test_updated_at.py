@@ -77,12 +77,7 @@ def test_a_rating_through_the_page_moves_updated_at(task, annotator):
     assert moves_updated_at(task, lambda: client.post(url, {"index": 0, "rating": 1}, HTTP_HX_REQUEST="true"))
 
 
-KEPT_REASON_XFAIL = pytest.mark.xfail(strict=True, reason=(
-    "annotate.labeling.reviewing.override_rating saves the annotation only when the finish reason "
-    "changes: an override that keeps it leaves updated_at behind (that module's owner to fix)"))
-
-
-@pytest.mark.parametrize("rating", [pytest.param(0, marks=KEPT_REASON_XFAIL), -1],
+@pytest.mark.parametrize("rating", [0, -1],
                          ids=["finish reason kept", "finish reason changed"])
 def test_a_reviewer_override_moves_updated_at(task, reviewer, rating):
     for index in range(3):
