@@ -345,6 +345,9 @@ STEPWISE_RESCORE_STALL_SECONDS = env_int("STEPWISE_RESCORE_STALL_SECONDS", 900, 
 # Seconds POST /api/score waits for the ml worker's answer before a 503 (the task's own
 # time limit is a little longer, so a late answer is never computed for nobody for long).
 STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minimum=0.1)
+# Requests of one web process that may wait on the ml worker at once, /api/score and /api/search
+# together (each holds a web thread while it waits); one more gets 429, leaving threads for annotators.
+STEPWISE_SCORE_CONCURRENCY = env_int("STEPWISE_SCORE_CONCURRENCY", 2, minimum=1)
 # POST /api/search (scoring/search/runs.py): how long it waits for the ml worker, the most
 # tokens one request may budget, and requests per user (a search holds a worker far longer).
 STEPWISE_SEARCH_API_TIMEOUT = env_float("STEPWISE_SEARCH_API_TIMEOUT", 120.0, minimum=0.1)

@@ -14,11 +14,14 @@ import pytest
 import requests
 from axes.models import AccessAttempt
 from django.conf import settings
+from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotate.labeling import queueing
-from annotate.models import Annotation, ExportJob, JobState, LabelingConfig
+from annotate.models import Annotation, ExportJob, ImportJob, JobState, LabelingConfig
+from infra.login_lockout import DEVICE_COOKIE
 from tests.factories import SolutionFactory, user_with_role
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -157,6 +160,86 @@ def test_the_lockout_holds_under_50_parallel_wrong_passwords(live_server):
     print(f"50 parallel wrong passwords: {statuses.count(200)} answered 200, {statuses.count(429)} answered 429")
 
 
+
+def new_browser(address: str = "10.0.0.1") -> Client:
+    return Client(REMOTE_ADDR=address)
+
+
+def log_out(browser: Client) -> None:
+    """Log out as a browser does (the test client's logout() forgets every cookie)."""
+    assert browser.post(reverse("logout")).status_code == 302
+
+
+@pytest.mark.embedded
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", LOGIN_FORMS)
+def test_a_browser_that_logged_in_before_is_not_locked_out_by_someone_elses_failures(url):
+    user_with_role("boss", "admin", is_staff=True, is_superuser=True)
+    user_with_role("mallory", "admin", is_staff=True, is_superuser=True)
+    office = "10.0.0.1"  # everyone behind one NAT
+    own = new_browser(office)
+    assert post_login(own, url, "boss", PASSWORD, office).status_code == 302
+    assert own.cookies[DEVICE_COOKIE]["httponly"]
+    log_out(own)
+    attacker = new_browser(office)
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        post_login(attacker, url, "boss", "wrong", office)
+    assert post_login(attacker, url, "boss", PASSWORD, office).status_code == 429  # the pair is locked
+    assert post_login(own, url, "boss", PASSWORD, office).status_code == 302  # but not the known browser
+    log_out(own)
+    # A device cookie the attacker makes up, or earns as another user, opens nothing.
+    attacker.cookies[DEVICE_COOKIE] = "forged"
+    assert post_login(attacker, url, "boss", PASSWORD, office).status_code == 429
+    assert post_login(attacker, url, "mallory", PASSWORD, office).status_code == 302
+    log_out(attacker)
+    assert post_login(attacker, url, "boss", PASSWORD, office).status_code == 429
+    # The known browser's own wrong passwords lock it, after as many as a pair gets.
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        assert post_login(own, url, "boss", "wrong", office).status_code == 200
+    assert post_login(own, url, "boss", "wrong", office).status_code == 429
+    assert post_login(own, url, "boss", PASSWORD, office).status_code == 429
+
+
+@pytest.mark.embedded
+@pytest.mark.django_db
+def test_one_address_trying_many_user_names_is_throttled(settings):
+    settings.STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT = 6
+    user_with_role("kim", "annotator")
+    user_with_role("lee", "annotator")
+    known = new_browser("10.0.0.9")
+    assert post_login(known, "/accounts/login/", "lee", PASSWORD, "10.0.0.9").status_code == 302
+    log_out(known)
+    sprayer = new_browser("10.0.0.9")
+    names = [f"user{n}" for n in range(settings.STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT)]
+    statuses = [post_login(sprayer, "/accounts/login/", name, "Summer2024!", "10.0.0.9").status_code
+                for name in names]
+    # One failure per user name, far below the per-pair limit, yet the address is stopped at its own.
+    assert statuses == [200] * (len(names) - 1) + [429]
+    assert post_login(sprayer, "/accounts/login/", "another", "Summer2024!", "10.0.0.9").status_code == 429
+    assert AccessAttempt.objects.filter(username="another").exists()  # still counted, never checked
+    # A user with no device cookie at that address waits too; elsewhere, or on a known browser, not.
+    assert post_login(new_browser("10.0.0.9"), "/accounts/login/", "kim", PASSWORD, "10.0.0.9").status_code == 429
+    assert post_login(new_browser("10.0.0.8"), "/accounts/login/", "kim", PASSWORD, "10.0.0.8").status_code == 302
+    assert post_login(known, "/accounts/login/", "lee", PASSWORD, "10.0.0.9").status_code == 302
+
+
+# --- the API schema ------------------------------------------------------------------------
+
+@pytest.mark.embedded
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/schema/", "/api/docs/", "/api/docs/?script="])
+def test_the_api_schema_and_swagger_are_for_reviewers_and_admins_only(client, annotator, reviewer, admin_user,
+                                                                       path):
+    client.force_login(annotator)
+    assert client.get(path).status_code == 403
+    api = APIClient()
+    api.force_authenticate(annotator)
+    assert api.get(path).status_code == 403
+    for user in (reviewer, admin_user):
+        client.force_login(user)
+        assert client.get(path).status_code == 200
+
+
 # --- the Content-Security-Policy ---------------------------------------------------------
 
 @pytest.mark.embedded
@@ -260,6 +343,37 @@ def test_a_download_inside_the_exports_folder_is_served(client, admin_user):
     client.force_login(admin_user)
     response = client.get(reverse("annotate:export-download", args=[job.pk]))
     assert response.status_code == 200 and b"".join(response.streaming_content) == b'{"ok": true}\n'
+
+
+
+@pytest.mark.django_db
+def test_an_import_report_outside_the_uploads_folder_is_refused(client, admin_user, tmp_path):
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text("root:x:0:0\n")
+    job = ImportJob.objects.create(path=str(tmp_path / "pool.jsonl"), state=JobState.SUCCEEDED,
+                                   report_path=str(secret), finished_at=timezone.now())
+    client.force_login(admin_user)
+    assert client.get(reverse("annotate:import-report", args=[job.pk])).status_code == 404
+    assert reverse("annotate:import-report", args=[job.pk]) not in client.get(
+        reverse("annotate:import-detail", args=[job.pk])).content.decode()
+    # Nor through a path that climbs out of the folder, or a link planted in it.
+    inside = Path(settings.UPLOADS_DIR) / "imports"
+    inside.mkdir(parents=True, exist_ok=True)
+    link = inside / f"link-{job.pk}-report.jsonl"
+    link.symlink_to(secret)
+    climbing = f"{inside}/{os.path.relpath(secret, inside)}"  # starts inside, ends at the secret
+    assert Path(climbing).read_text() == secret.read_text()
+    for path in (climbing, str(link)):
+        ImportJob.objects.filter(pk=job.pk).update(report_path=path)
+        assert client.get(reverse("annotate:import-report", args=[job.pk])).status_code == 404
+    link.unlink()
+    # A report where the upload page puts it is served.
+    report = inside / f"pool-{job.pk}-report.jsonl"
+    report.write_text('{"line": 1}\n')
+    ImportJob.objects.filter(pk=job.pk).update(report_path=str(report))
+    response = client.get(reverse("annotate:import-report", args=[job.pk]))
+    assert response.status_code == 200 and b"".join(response.streaming_content) == b'{"line": 1}\n'
+    report.unlink()
 
 
 @pytest.mark.django_db

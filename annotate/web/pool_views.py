@@ -1,6 +1,4 @@
 """Admin pages to bring data in: upload a JSONL file, watch its import job, fetch the report."""
-from pathlib import Path
-
 from django import forms
 from django.conf import settings
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
@@ -72,26 +70,20 @@ def import_detail(request: HttpRequest, pk: int) -> HttpResponse:
     htmx polls the `job-progress` partial."""
     job = get_object_or_404(ImportJob.objects.select_related("created_by"), pk=pk)
     context = {
-        "job": job, "has_report": job.is_finished and _report_file(job) is not None,
+        "job": job, "has_report": importing.finished_report(job) is not None,
         # What limits the queue, so the page can say why some new solutions wait.
         "queue_size": settings.STEPWISE_QUEUE_SIZE, "per_problem": settings.STEPWISE_QUEUE_PER_PROBLEM,
     }
     return render(request, page_or_partial(request, "annotate/import_detail.html", "job-progress"), context)
 
 
-# roles.View is typed Callable[..., HttpResponse]; a FileResponse is a StreamingHttpResponse.
-@admin_only  # type: ignore[arg-type]
+@admin_only
 @require_GET
 def import_report(request: HttpRequest, pk: int) -> FileResponse:
     """The finished job's report: one JSON line per input line."""
     job = get_object_or_404(ImportJob, pk=pk)
-    path = _report_file(job) if job.is_finished else None
+    path = importing.finished_report(job)
     if path is None:
         raise Http404("This import has no report yet.")
     return FileResponse(path.open("rb"), as_attachment=True, filename=f"import-{job.pk}-report.jsonl",
                         content_type="application/jsonl")
-
-
-def _report_file(job: ImportJob) -> Path | None:
-    path = Path(job.report_path) if job.report_path else None
-    return path if path is not None and path.is_file() else None

@@ -25,9 +25,14 @@ P(step is good): 0 for Math-Shepherd's `[+, -]`, 1 for a 2-label classifier (Qwe
 from __future__ import annotations
 
 import hashlib
+import http.client
+import io
 import json
 import os
+import socket
+import threading
 import urllib.error
+import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
@@ -35,10 +40,16 @@ from dataclasses import asdict, dataclass, fields
 from scoring.core.step_scores import StepProbability, build_input
 
 # The retry policy's owner is the standalone client package (standard library only, like this module).
-from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, post_json, urllib_retryable
+from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, urllib_retry_after, urllib_retryable
 
 # The fields that decide what a remote version computes: its fingerprint (weights_sha256).
 IDENTITY_FIELDS = ("url", "served_model", "separator", "positive_index")
+# The largest answer read, unless a version's config says otherwise (`max_answer_bytes`): a batch
+# of 16 solutions of 200 steps each is about 150 kB of JSON.
+MAX_ANSWER_BYTES = 16 * 2**20
+# What is read of an error answer (its message), whatever its size.
+MAX_ERROR_BYTES = 64 * 1024
+_CHUNK = 64 * 1024
 
 
 class RemoteScoringError(RuntimeError):
@@ -55,10 +66,11 @@ class RemoteConfig:
     positive_index: int = 1  # entry of each step's row that is P(good)
     api_key_env: str = ""  # environment variable holding the bearer token, if the server wants one
     concurrency: int = 4  # requests in flight at once, per scoring call
-    timeout: float = 60.0  # seconds per request
+    timeout: float = 60.0  # seconds per request, all of it: connecting, sending, reading the whole answer
     retries: int = 3  # further attempts after a 408/409/429/5xx/timeout/connection error
     backoff: float = 0.5  # bound of the first retry's jittered wait, doubled each time
     batch_size: int = 16  # solutions per request
+    max_answer_bytes: int = MAX_ANSWER_BYTES  # a larger answer fails the request, unread
 
     @classmethod
     def from_dict(cls, config: dict) -> RemoteConfig:
@@ -75,7 +87,8 @@ class RemoteConfig:
         if not config["url"].startswith(("http://", "https://")):
             raise ValueError(f"'url' must start with http:// or https://, not {config['url']!r}")
         values = {name: config[name] for name in known if name in config}
-        for name, minimum in (("positive_index", 0), ("concurrency", 1), ("retries", 0), ("batch_size", 1)):
+        for name, minimum in (("positive_index", 0), ("concurrency", 1), ("retries", 0), ("batch_size", 1),
+                              ("max_answer_bytes", 1)):
             if name in values and (not isinstance(values[name], int) or values[name] < minimum):
                 raise ValueError(f"'{name}' must be an integer >= {minimum}, not {values[name]!r}")
         for name, least in (("timeout", 0.001), ("backoff", 0.0)):
@@ -158,12 +171,21 @@ class RemotePRM:
         return probabilities
 
     def post(self, body: dict) -> dict:
-        """POST JSON, retried as `stepwise_client.retrying` decides (busy or failing server, lost connection)."""
+        """POST JSON, retried as `stepwise_client.retrying` decides (busy or failing server, lost connection).
+
+        Each attempt is bounded: `timeout` seconds for the whole exchange (a server that sends
+        a byte now and then is cut off all the same), `max_answer_bytes` for its answer.
+        """
         policy = RetryPolicy(retries=self.config.retries, backoff=self.config.backoff)
         where, after = f"POST {self.config.endpoint}", f"(after {policy.attempts} attempts)"
+        data, headers = json.dumps(body).encode(), self._headers()
+
+        def attempt() -> dict:
+            self._count_request()
+            return json.loads(self._exchange(data, headers))
+
         try:
-            return post_json(self.config.endpoint, body, headers=self._headers(), timeout=self.config.timeout,
-                             policy=policy, on_attempt=self._count_request)
+            return policy.call(attempt, retryable=urllib_retryable, retry_after=urllib_retry_after)
         except urllib.error.HTTPError as error:
             tries = f" {after}" if urllib_retryable(error) else ""
             raise RemoteScoringError(f"{where}: HTTP {error.code}: {_error_message(error)}{tries}") from None
@@ -175,6 +197,64 @@ class RemotePRM:
     def _count_request(self) -> None:
         self.requests_sent += 1
 
+    def _exchange(self, data: bytes, headers: dict) -> bytes:
+        """One POST's answer body. Fails as urllib would (HTTPError for a status of 300 or more,
+        URLError for a connection that failed or ran past the deadline), so that the retry
+        policy and the messages read it the same; RemoteScoringError for an answer too large.
+
+        http.client rather than urllib: the deadline needs the connection's socket, to cut it.
+        """
+        url = urllib.parse.urlsplit(self.config.endpoint)
+        kind: type[http.client.HTTPConnection] = (
+            http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        )
+        connection = kind(url.hostname or "", url.port, timeout=self.config.timeout)
+        deadline = _Deadline(self.config.timeout)
+        response = None
+        try:
+            connection.connect()  # bounded by the connection's timeout, the deadline's length
+            deadline.watch(connection.sock)
+            connection.request("POST", url.path, body=data, headers=headers)
+            response = connection.getresponse()
+            if response.status >= 300:
+                message = response.read(MAX_ERROR_BYTES)
+                deadline.check()
+                raise urllib.error.HTTPError(self.config.endpoint, response.status, response.reason,
+                                             response.headers, io.BytesIO(message))
+            answer = self._read_answer(response)
+            deadline.check()
+            return answer
+        except urllib.error.HTTPError:
+            raise
+        except (OSError, http.client.HTTPException) as error:
+            if deadline.passed or isinstance(error, TimeoutError):
+                raise urllib.error.URLError(TimeoutError(f"no whole answer within {self.config.timeout:g} s")) from None
+            if isinstance(error, http.client.HTTPException | ConnectionError):
+                raise  # a lost connection, retried as it is
+            raise urllib.error.URLError(error) from None  # as urllib words what failed to connect
+        finally:
+            deadline.cancel()
+            if response is not None:
+                response.close()  # the connection has let go of its socket when the answer ends it
+            connection.close()
+
+    def _read_answer(self, response: http.client.HTTPResponse) -> bytes:
+        limit = self.config.max_answer_bytes
+        too_large = RemoteScoringError(
+            f"{self.config.endpoint}: the answer is larger than max_answer_bytes ({limit:,} bytes); "
+            f"is this a /pooling server? (raise max_answer_bytes in the version's config if it is)"
+        )
+        declared = response.getheader("Content-Length") or ""
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks, size = [], 0
+        while chunk := response.read(_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.config.api_key_env:
@@ -185,6 +265,41 @@ class RemotePRM:
                 )
             headers["Authorization"] = f"Bearer {key}"
         return headers
+
+
+class _Deadline:
+    """Cuts a connection `seconds` after it began. Its socket's timeout bounds each read only;
+    a server that sends a byte now and then, answer or headers, would hold the worker forever."""
+
+    def __init__(self, seconds: float):
+        self.passed = False
+        self._sock: socket.socket | None = None
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        """Cut this socket at the deadline. The socket itself, not the connection's attribute: the
+        connection lets go of it once an answer that ends with the connection has begun."""
+        self._sock = sock
+        self.check()  # the deadline may have passed before there was a socket to cut
+
+    def _cut(self) -> None:
+        self.passed = True
+        sock = self._sock
+        if sock is not None:
+            try:
+                # The plain socket's shutdown, also under TLS: the blocked read returns at once.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already
+
+    def check(self) -> None:
+        if self.passed:
+            raise TimeoutError("past the deadline")
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def parse_pooling_response(answer: dict, *, expected: int, where: str) -> list[list]:

@@ -1,5 +1,6 @@
 """Importing JSONL files into the pool: formats, grading, bad lines, idempotence, the report."""
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,12 @@ from django.urls import reverse
 from annotate.models import ImportJob, JobState, Problem, Solution, Step
 from annotate.pool import importing
 from annotate.tasks import import_pool_task
+from annotate.text.grading import judge
 from tests.conftest import SHARED_DATA
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]
 
-REPORT_KEYS = ["line", "status", "solution", "answer", "is_correct", "n_steps", "error"]
+REPORT_KEYS = ["line", "status", "solution", "answer", "is_correct", "n_steps", "error", "note"]
 
 
 def write(tmp_path: Path, lines: list, name: str = "pool.jsonl") -> Path:
@@ -215,7 +217,7 @@ def test_report_has_one_entry_per_line_in_the_documented_shape(tmp_path):
     created, error, duplicate = report
     solution = Solution.objects.get()
     assert created == {"line": 1, "status": "created", "solution": solution.pk, "answer": "2",
-                       "is_correct": True, "n_steps": 2, "error": None}
+                       "is_correct": True, "n_steps": 2, "error": None, "note": None}
     assert error["status"] == "error" and error["solution"] is None
     assert error["error"].startswith("field 'line': is not valid JSON")
     assert duplicate == {**created, "line": 3, "status": "duplicate"}
@@ -383,3 +385,39 @@ def test_an_exception_anywhere_in_the_import_ends_the_job_failed_with_its_messag
     import_pool_task(job.pk)
     job.refresh_from_db()
     assert job.state == JobState.FAILED and not Solution.objects.exists()
+
+
+def test_once_the_grading_budget_is_spent_the_rest_of_the_import_is_imported_ungraded_with_a_note(
+    tmp_path, monkeypatch, settings
+):
+    """Every answer here takes 0.4 s to grade, as hostile ones take the whole timeout: a 1 s budget
+    grades the first lines (the last of them with only what is left) and leaves the rest unknown."""
+    from annotate.pool.importing import writing
+
+    settings.STEPWISE_IMPORT_GRADING_BUDGET = 1.0
+    timeouts = []
+
+    def slow_judge(*, answer, truth, timeout=None):
+        timeouts.append(timeout)
+        time.sleep(0.4)
+        return judge(answer=answer, truth=truth)
+
+    monkeypatch.setattr(writing, "judge", slow_judge)
+    job = importing.create_import_job(path=write(tmp_path, [generic(n) for n in range(1, 9)]))
+    started = time.monotonic()
+    importing.run_import_job(job_id=job.pk)
+    assert time.monotonic() - started < 8 * 0.4  # not every line was graded
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.error
+    report = read_report(Path(job.report_path))
+    graded = [entry for entry in report if entry["is_correct"] is not None]
+    assert 2 <= len(graded) <= 4 and graded == report[: len(graded)]
+    assert all(entry["is_correct"] is True and entry["note"] is None for entry in graded)
+    note = "not graded: the import's grading budget (1 s, STEPWISE_IMPORT_GRADING_BUDGET) was spent"
+    ungraded = report[len(graded):]
+    assert [(e["status"], e["is_correct"], e["note"]) for e in ungraded] == [("created", None, note)] * len(ungraded)
+    assert Solution.objects.get(pk=ungraded[0]["solution"]).grading_note == note
+    assert (job.created, job.errors, job.graded_right, job.graded_unknown) == (8, 0, len(graded), len(ungraded))
+    # Each line may take no more than what is left (here less than STEPWISE_GRADING_TIMEOUT).
+    assert len(timeouts) == len(graded) and timeouts[0] == 1.0 and 0 < timeouts[-1] < 0.4
+    assert timeouts == sorted(timeouts, reverse=True)

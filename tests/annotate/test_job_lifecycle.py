@@ -4,12 +4,13 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from annotate.models import ExportJob, ImportJob
+from annotate.models import ExportJob, ImportJob, Step
 from annotate.models.jobs import JobState, heartbeats, holder_is_dead, this_worker
 from annotate.pool import recovery
 from tests.conftest import wait_for
@@ -112,3 +113,63 @@ def test_a_holder_that_exited_but_was_not_yet_reaped_counts_as_dead():
     child.wait()  # reaped: gone altogether
     assert holder_is_dead(holder)
     assert not holder_is_dead(f"{socket.gethostname()}:{os.getpid()}")
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_database_restart_in_the_middle_of_an_import_batch_reports_no_good_line_and_the_retry_completes(
+    tmp_path, monkeypatch
+):
+    """The server ends the import's connection after the batch's solutions are written and before
+    its steps are, and refuses the next connection (it is restarting): the job goes back to
+    pending, no line is reported as an error for it, and the task's retry imports every good line
+    (the one bad line still reported as itself)."""
+    import json
+
+    import psycopg
+    from django.db import OperationalError, connection
+
+    from annotate.pool import importing
+    from annotate.pool.importing import writing
+    from tests.test_postgresql_backend import other_connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL")
+    lines = [{"problem": f"What is {n} + {n}?", "ground_truth_answer": str(2 * n), "steps": [f"{n} + {n} = {2 * n}."]}
+             for n in range(1, 6)]
+    lines.insert(2, {"problem": "No answer to grade by.", "steps": ["x"]})
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    job = importing.create_import_job(path=path)
+    insert_rows, connect, restarts = writing.insert_rows, connection.get_new_connection, []
+
+    def refused_once(params):
+        monkeypatch.setattr(connection, "get_new_connection", connect)
+        raise psycopg.OperationalError("connection refused: the database system is starting up")
+
+    def restart_before_the_steps(model, columns, rows):
+        if model.__name__ == "Step" and not restarts:
+            pid = connection.connection.info.backend_pid
+            with other_connection() as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
+                while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+                    time.sleep(0.05)
+            restarts.append(pid)
+            monkeypatch.setattr(connection, "get_new_connection", refused_once)
+        return insert_rows(model, columns, rows)
+
+    monkeypatch.setattr(writing, "insert_rows", restart_before_the_steps)
+    with pytest.raises(OperationalError):  # what the task's autoretry_for sees
+        importing.run_import_job(job_id=job.pk)
+    job.refresh_from_db()  # on a new connection
+    assert restarts and connection.get_new_connection == connect  # the refusal was met
+    assert (job.state, job.error, job.errors) == (JobState.PENDING, "", 0)
+    assert not Path(job.report_path).exists()  # nothing reported, least of all good lines as errors
+
+    job = importing.run_import_job(job_id=job.pk)  # the retry
+    assert job.state == JobState.SUCCEEDED, job.error
+    report = [json.loads(line) for line in Path(job.report_path).read_text().splitlines()]
+    assert [entry["status"] for entry in report] == ["created"] * 2 + ["error"] + ["created"] * 3
+    assert report[2]["error"] == "field 'ground_truth_answer': is missing"
+    assert (job.created, job.errors) == (5, 1)
+    assert Step.objects.count() == 5

@@ -1,11 +1,15 @@
 """POST /api/score when no ml worker runs: a clear 503 after a bounded wait, never a hang."""
+import threading
 import time
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from bench.tiny import build_tiny_prm
+from scoring import on_worker
 from scoring.store import registry
+from tests.conftest import wait_for
 
 
 @pytest.fixture
@@ -24,3 +28,39 @@ def test_without_a_worker_the_endpoint_answers_503_within_its_timeout(client, se
     assert response.status_code == 503
     assert "no scoring worker answered within 1 s" in response.json()["detail"]
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.django_db(transaction=True)  # the first request runs in a thread of its own
+def test_past_the_concurrency_limit_a_request_gets_429_at_once_while_the_first_waits_on_the_worker(
+    reviewer, tmp_path, settings
+):
+    settings.STEPWISE_SCORE_CONCURRENCY = 1
+    settings.STEPWISE_SCORE_API_TIMEOUT = 3.0
+    registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"), make_current=True)
+    body = {"problem": "What is 2 + 3?", "steps": ["5"]}
+    first = {}
+
+    def wait_on_the_worker():
+        api = APIClient()
+        api.force_authenticate(reviewer)
+        first["response"] = api.post("/api/score", body, format="json")
+        connection.close()  # this thread's own
+
+    thread = threading.Thread(target=wait_on_the_worker)
+    thread.start()
+    wait_for(lambda: on_worker.waits.count == 1, timeout=20, interval=0.02)
+    api = APIClient()
+    api.force_authenticate(reviewer)
+    started = time.monotonic()
+    busy = api.post("/api/score", body, format="json")
+    assert busy.status_code == 429 and busy["Retry-After"] == "1"
+    assert "STEPWISE_SCORE_CONCURRENCY" in busy.json()["detail"]
+    search = api.post("/api/search", {"problem": "What is 2 + 3?", "method": "best_of_n",
+                                      "budget": {"max_tokens": 10}}, format="json")
+    assert search.status_code == 429  # searches wait in the same places
+    assert time.monotonic() - started < 2.0  # answered at once, holding no thread
+    thread.join(timeout=30)
+    assert first["response"].status_code == 503  # it waited out its timeout: no worker here
+    assert on_worker.waits.count == 0
+    settings.STEPWISE_SCORE_API_TIMEOUT = 0.2
+    assert api.post("/api/score", body, format="json").status_code == 503  # the place is free again

@@ -4,6 +4,9 @@ import datetime
 import socket
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -260,3 +263,84 @@ def test_a_server_with_an_api_key_refuses_a_client_without_it_and_the_client_rea
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class HostileHandler(BaseHTTPRequestHandler):
+    """A /pooling server gone wrong, as its server's `mode` says: it dribbles its answer (or its
+    headers) a byte at a time, or sends far more than any answer could be. Bounded in count and
+    time, so a client that waits it out still ends."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        try:
+            getattr(self, self.server.mode)()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client hung up: what a bounded client does
+
+    def dribble_answer(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        for _ in range(300):
+            self.wfile.write(b" ")  # JSON's whitespace: the answer is never over
+            time.sleep(0.1)
+
+    def dribble_headers(self) -> None:
+        for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 300:
+            self.wfile.write(bytes([byte]))
+            time.sleep(0.1)
+
+    def huge_declared(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(10**10))
+        self.end_headers()
+        self.wfile.write(b" " * 1024)
+
+    def huge_stream(self) -> None:
+        self.send_response(200)  # no length: the answer runs until the connection closes
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for _ in range(1024):  # 64 MiB at most
+            self.wfile.write(b" " * 65536)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), HostileHandler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def hostile_client(httpd, mode: str, **config) -> RemotePRM:
+    httpd.mode = mode
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    return RemotePRM(RemoteConfig.from_dict({"url": url, "served_model": "m", "separator": STEP_TAG, **config}))
+
+
+@pytest.mark.parametrize("mode", ["dribble_answer", "dribble_headers"])
+def test_a_server_that_dribbles_its_answer_is_cut_off_at_the_timeout(hostile, mode):
+    client = hostile_client(hostile, mode, timeout=1.0, retries=1, backoff=0.01)
+    started = time.monotonic()
+    with pytest.raises(RemoteScoringError, match=r"timed out \(after 2 attempts\)"):
+        client.step_probabilities(ITEMS[:1])
+    # A byte every 0.1 s never lets the per-read timeout fire; the deadline ends each attempt.
+    assert time.monotonic() - started < 4.0
+    assert client.requests_sent == 2
+
+
+@pytest.mark.parametrize("mode", ["huge_declared", "huge_stream"])
+def test_an_answer_larger_than_max_answer_bytes_is_refused_naming_it(hostile, mode):
+    client = hostile_client(hostile, mode, max_answer_bytes=2**20, timeout=30.0)
+    started = time.monotonic()
+    with pytest.raises(RemoteScoringError, match=r"larger than max_answer_bytes \(1,048,576 bytes\)"):
+        client.step_probabilities(ITEMS[:1])
+    assert time.monotonic() - started < 10.0
+    assert client.requests_sent == 1  # not retried: the same server would send the same
+    with pytest.raises(ValueError, match="'max_answer_bytes' must be an integer >= 1"):
+        hostile_client(hostile, mode, max_answer_bytes=0)

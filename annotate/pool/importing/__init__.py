@@ -16,14 +16,21 @@ The stages, one module each: ``reading`` (stream, count, detect the file's forma
 jobs). This module runs them in order; callers use the names it exports.
 """
 from annotate.pool.importing.formats import FORMATS, PARSERS, Record, detect_format
-from annotate.pool.importing.jobs import create_import_job, remove_expired_uploads, run_import_job, save_upload
+from annotate.pool.importing.jobs import (
+    create_import_job,
+    finished_report,
+    remove_expired_uploads,
+    run_import_job,
+    save_upload,
+)
 from annotate.pool.importing.pipeline import BATCH_SIZE, import_pool
 from annotate.pool.importing.reading import count_lines, detect_file_format, file_digest, read_jsonl
 from annotate.pool.importing.report import ImportSummary, Outcome
-from annotate.pool.importing.writing import SourceFile, grading_note, insert_rows, write_batch
+from annotate.pool.importing.writing import GradingBudget, SourceFile, insert_rows, write_batch
 
 __all__ = [
-    "BATCH_SIZE", "FORMATS", "PARSERS", "ImportSummary", "Outcome", "Record", "SourceFile", "count_lines",
-    "create_import_job", "detect_file_format", "detect_format", "file_digest", "grading_note", "import_pool",
-    "insert_rows", "read_jsonl", "remove_expired_uploads", "run_import_job", "save_upload", "write_batch",
+    "BATCH_SIZE", "FORMATS", "PARSERS", "GradingBudget", "ImportSummary", "Outcome", "Record", "SourceFile",
+    "count_lines", "create_import_job", "detect_file_format", "detect_format", "file_digest", "finished_report",
+    "import_pool", "insert_rows", "read_jsonl", "remove_expired_uploads", "run_import_job", "save_upload",
+    "write_batch",
 ]

@@ -80,6 +80,7 @@ class Record:
     pre_generated_verifier_score: float | None = None
     labels: prm800k.ParsedLine | None = None
     is_correct: bool | None = None
+    grading_note: str = ""  # how is_correct was reached, when an admin should know (set with it)
     imported_labels: ImportedLabels | None = None
     # The dataset's own verdict on the final answer, used when there is no ground truth to grade by.
     given_is_correct: bool | None = None

@@ -88,6 +88,18 @@ def run_import_job(*, job_id: int) -> ImportJob:
     return job
 
 
+def finished_report(job: ImportJob) -> Path | None:
+    """The finished job's report, only when it is really there and lies in the uploads folder's
+    imports: a path edited in the database (or a link planted there) must not turn the download
+    into a way to read any file the server can."""
+    if not job.is_finished or not job.report_path:
+        return None
+    path = Path(job.report_path).resolve()
+    if not path.is_relative_to(_uploads_folder().resolve()):
+        return None
+    return path if path.is_file() else None
+
+
 def remove_expired_uploads(*, days: int) -> list[Path]:
     """Delete uploaded files and reports older than `days`, unless their job is active or finished since.
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 
 from annotate.pool.importing.formats import (
     Parser,
@@ -14,7 +15,7 @@ from annotate.pool.importing.formats import (
 )
 from annotate.pool.importing.reading import BadJson, count_lines, detect_file_format, file_digest, read_jsonl, split_of
 from annotate.pool.importing.report import ImportSummary, Outcome, Report
-from annotate.pool.importing.writing import SourceFile, write_batch
+from annotate.pool.importing.writing import CONNECTION_FAULTS, GradingBudget, SourceFile, write_batch
 from annotate.pool.prm800k import LineError
 from annotate.text.splitting import check_mode
 
@@ -38,10 +39,13 @@ def import_pool(
     split_mode: str = "auto",  # a SplitMode (or an old alias): checked here
     batch_size: int = BATCH_SIZE,
     file_name: str | None = None,
+    grading_budget: float | None = None,
 ) -> ImportSummary:
     """Import one JSONL file into the pool; see the module docstring.
 
     `file_name` is the name its sample lines keep (default: the path's), e.g. an upload's own name.
+    `grading_budget` is the seconds all its lines may spend being graded (default:
+    STEPWISE_IMPORT_GRADING_BUDGET); lines after that are imported ungraded.
     """
     check_format(format)
     split_mode = check_mode(split_mode)
@@ -53,27 +57,36 @@ def import_pool(
     summary = ImportSummary(path=str(path), format=format, total=count_lines(path))
     parse = parser_for(format, source=source, split=split_of(path), split_mode=split_mode)
     source_file = SourceFile(digest=file_digest(path), name=file_name or path.name)
+    budget = GradingBudget(settings.STEPWISE_IMPORT_GRADING_BUDGET if grading_budget is None else grading_budget)
     report = Report(report_path)
     try:
         if atomic:
             try:
                 with transaction.atomic():
-                    _import_lines(path, parse, summary, report, progress, batch_size, source_file)
+                    _import_lines(path, parse, summary, report, progress, batch_size, source_file, budget)
                     if summary.errors:
                         raise _Rollback
             except _Rollback:
                 summary.rolled_back = True
                 summary.forget_written()
         else:
-            _import_lines(path, parse, summary, report, progress, batch_size, source_file)
+            _import_lines(path, parse, summary, report, progress, batch_size, source_file, budget)
+        summary.ungraded = budget.ungraded
         report.finish(summary)
+    except CONNECTION_FAULTS:
+        # No line's fault, and nothing is reported. Leaving the batch's transaction, Django may
+        # already have connected again; dropping that connection tells the job the first one was
+        # lost (Job.failure_recorded), so it is given back for its task to retry, not failed.
+        if not connection.in_atomic_block:
+            connection.close()
+        raise
     finally:
         report.close()
     return summary
 
 
 def _import_lines(path: Path, parse: Parser, summary: ImportSummary, report: Report,
-                  progress: Progress | None, batch_size: int, source_file: SourceFile) -> None:
+                  progress: Progress | None, batch_size: int, source_file: SourceFile, budget: GradingBudget) -> None:
     # Lines in input order, parsed (Record) or already failed (Outcome), so that the
     # report keeps the file's order although only the records go to the database.
     pending: list[Record | Outcome] = []
@@ -86,15 +99,15 @@ def _import_lines(path: Path, parse: Parser, summary: ImportSummary, report: Rep
         except (LineError, ValueError) as error:
             pending.append(Outcome(line_no=line_no, status="error", error=str(error)))
         if len(pending) >= batch_size:
-            _flush(pending, summary, report, progress, source_file)
+            _flush(pending, summary, report, progress, source_file, budget)
             pending = []
-    _flush(pending, summary, report, progress, source_file)
+    _flush(pending, summary, report, progress, source_file, budget)
 
 
 def _flush(pending: list[Record | Outcome], summary: ImportSummary, report: Report, progress: Progress | None,
-           source_file: SourceFile) -> None:
+           source_file: SourceFile, budget: GradingBudget) -> None:
     records = [item for item in pending if isinstance(item, Record)]
-    written = iter(write_batch(records, source_file=source_file) if records else [])
+    written = iter(write_batch(records, source_file=source_file, budget=budget) if records else [])
     for item in pending:
         outcome = next(written) if isinstance(item, Record) else item
         summary.count(outcome)

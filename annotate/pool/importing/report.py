@@ -23,6 +23,7 @@ class ImportSummary:
     duplicates: int = 0
     errors: int = 0
     rolled_back: bool = False
+    ungraded: int = 0  # lines imported ungraded: the import's grading budget was spent
     report_path: str | None = None
     first_errors: list[str] = field(default_factory=list)
     # The new solutions as graded on import (True / False / None).
@@ -44,6 +45,8 @@ class ImportSummary:
         elif self.created:
             text += (f"; new solutions graded {self.graded[True]} right, {self.graded[False]} wrong, "
                      f"{self.graded[None]} unknown")
+        if self.ungraded:
+            text += f"; {self.ungraded} left ungraded (STEPWISE_IMPORT_GRADING_BUDGET ran out)"
         return text
 
     def forget_written(self) -> None:
@@ -77,11 +80,12 @@ class Outcome:
     is_correct: bool | None = None
     n_steps: int = 0
     error: str | None = None
+    note: str | None = None  # the solution's grading note: how is_correct was reached, or why it is unknown
 
     def as_report(self) -> dict:
         return {
             "line": self.line_no, "status": self.status, "solution": self.solution, "answer": self.answer,
-            "is_correct": self.is_correct, "n_steps": self.n_steps, "error": self.error,
+            "is_correct": self.is_correct, "n_steps": self.n_steps, "error": self.error, "note": self.note,
         }
 
 

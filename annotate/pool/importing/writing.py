@@ -1,10 +1,13 @@
 """Writing parsed records: problems, solutions, steps, PRM800K labels and a dataset's automatic
 labels, found by content hash.
 
-A batch is graded, then written in one transaction with bulk inserts (COPY on PostgreSQL).
+A batch is graded (within the import's ``GradingBudget``), then written in one transaction
+with bulk inserts (COPY on PostgreSQL).
 Everything is looked up by content hash first, so a re-import, or a redelivered job, finds
 what is there and creates nothing twice. When the database rejects a batch, the batch is
-written again line by line, so that only the line at fault is reported and skipped.
+written again line by line, so that only the line at fault is reported and skipped. A lost
+connection (a database restart) is no line's fault: it propagates, and the job's task retries
+the import on a new connection, finding by content hash what was written before.
 
 Identical solutions are one row, labeled once, but each input line that brings one is a
 sample of it (``SampleLine``, keyed on the file's digest and line number) and the
@@ -17,11 +20,13 @@ one ``AutoStepLabel`` per labeled step, so re-importing the file adds nothing.
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count, OuterRef, Subquery
 from django.utils import timezone
 
@@ -39,7 +44,7 @@ from annotate.models import (
 from annotate.pool import prm800k
 from annotate.pool.importing.formats import Record
 from annotate.pool.importing.report import Outcome
-from annotate.text.grading import judge
+from annotate.text.grading import Grade, judge
 
 
 @dataclass(frozen=True)
@@ -50,22 +55,60 @@ class SourceFile:
     name: str = ""
 
 
-def write_batch(records: list[Record], *, source_file: SourceFile | None = None) -> list[Outcome]:
+class GradingBudget:
+    """The seconds one import may spend grading, all its lines together.
+
+    Each answer's grading is bounded (STEPWISE_GRADING_TIMEOUT), but a file of answers made to
+    take that long each held a worker for minutes (40 lines, 267 s). Once the budget is spent,
+    the remaining lines are imported ungraded: correctness unknown, with a note saying why.
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.spent = 0.0
+        self.ungraded = 0  # lines left ungraded because the budget was spent
+        self.note = f"not graded: the import's grading budget ({seconds:g} s, STEPWISE_IMPORT_GRADING_BUDGET) was spent"
+
+    def judge(self, *, answer: str | None, truth: str | None) -> Grade:
+        left = self.seconds - self.spent
+        if left <= 0:
+            self.ungraded += 1
+            return Grade(None, self.note)
+        started = time.monotonic()
+        # The last answer gets what is left, if that is less than its own timeout.
+        grade = judge(answer=answer, truth=truth, timeout=left if left < settings.STEPWISE_GRADING_TIMEOUT else None)
+        self.spent += time.monotonic() - started
+        if grade.is_correct is None and self.spent >= self.seconds:
+            self.ungraded += 1  # cut short by the budget, not found undecidable
+            return Grade(None, self.note)
+        return grade
+
+
+def write_batch(records: list[Record], *, source_file: SourceFile | None = None,
+                budget: GradingBudget | None = None) -> list[Outcome]:
     """Grade and write one batch in one transaction; one outcome per record, in order.
 
-    With `source_file`, every line is recorded as a sample of its solution.
+    With `source_file`, every line is recorded as a sample of its solution; with `budget`,
+    grading stops when it is spent.
     """
     for record in records:
-        record.is_correct = (record.given_is_correct if record.given_is_correct is not None
-                             else judge(answer=record.final_answer, truth=record.ground_truth_answer).is_correct)
+        record.is_correct, record.grading_note = _grade(record, budget)
     return _write_atomically(records, source_file)
 
 
-def grading_note(record: Record) -> str:
-    """How the grade was reached when an admin should know (unknown, no answer, second opinion)."""
+def _grade(record: Record, budget: GradingBudget | None) -> Grade:
+    """The grade and, when an admin should know, how it was reached (unknown, no answer, second opinion)."""
     if record.given_is_correct is not None:
-        return f"graded by the dataset ({record.source}), which has no ground-truth answer to grade by"
-    return judge(answer=record.final_answer, truth=record.ground_truth_answer).note  # cached
+        return Grade(record.given_is_correct,
+                     f"graded by the dataset ({record.source}), which has no ground-truth answer to grade by")
+    if budget is not None:
+        return budget.judge(answer=record.final_answer, truth=record.ground_truth_answer)
+    return judge(answer=record.final_answer, truth=record.ground_truth_answer)
+
+
+# The database, not a line, failed: the connection was lost or the server is going away
+# (restarting, shutting down, out of connections), or a lock or statement timed out.
+CONNECTION_FAULTS = (OperationalError, InterfaceError)
 
 
 def _write_atomically(records: list[Record], source_file: SourceFile | None) -> list[Outcome]:
@@ -76,6 +119,8 @@ def _write_atomically(records: list[Record], source_file: SourceFile | None) -> 
         # Usually another import wrote the same content between our look-up and insert:
         # looking up again finds it as a duplicate. Otherwise one line is at fault.
         pass
+    except CONNECTION_FAULTS:
+        raise  # for the job's task to retry (annotate/tasks.py), never a line's error
     except DatabaseError as error:
         if len(records) == 1:
             return [Outcome(line_no=records[0].line_no, status="error", error=f"rejected by the database: {error}")]
@@ -83,6 +128,8 @@ def _write_atomically(records: list[Record], source_file: SourceFile | None) -> 
         try:
             with transaction.atomic():
                 return _write(records, source_file)
+        except CONNECTION_FAULTS:
+            raise
         except DatabaseError as error:
             return [Outcome(line_no=records[0].line_no, status="error", error=f"rejected by the database: {error}")]
     # Line by line, so that only the line the database rejects is reported and skipped.
@@ -104,6 +151,7 @@ def _write(records: list[Record], source_file: SourceFile | None) -> list[Outcom
         outcomes.append(Outcome(
             line_no=record.line_no, status="created" if is_new else "duplicate", solution=solution.pk,
             answer=solution.final_answer, is_correct=solution.is_correct, n_steps=len(record.steps),
+            note=solution.grading_note or None,
         ))
     return outcomes
 
@@ -133,7 +181,7 @@ def _solutions_for(records: list[Record], problems: dict[str, Problem]) -> tuple
     new = [
         Solution(
             problem=problems[r.problem_hash], final_answer=r.final_answer, is_correct=r.is_correct,
-            grading_note=grading_note(r),
+            grading_note=r.grading_note,
             source=r.source, generator=r.generator, is_reference=r.is_reference, meta=r.meta,
             pre_generated_answer=r.pre_generated_answer,
             pre_generated_verifier_score=r.pre_generated_verifier_score, content_hash=h,
@@ -191,8 +239,10 @@ def insert_rows(model, columns: tuple[str, ...], rows: Iterable[Sequence]) -> No
     names = ", ".join(connection.ops.quote_name(model._meta.get_field(c).column) for c in columns)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            # COPY streams the rows in one statement: several times faster than INSERTs.
-            with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            # COPY streams the rows in one statement: several times faster than INSERTs. It runs on
+            # psycopg's own cursor, so its errors are made Django's here, as a query's are (a lost
+            # connection must be Django's OperationalError for the job to be retried).
+            with connection.wrap_database_errors, cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
         else:

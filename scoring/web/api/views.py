@@ -3,6 +3,7 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers as drf_serializers
 from rest_framework import status, viewsets
+from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -106,7 +107,8 @@ class ScoreView(APIView):
             200: serializers.ScoreResponseSerializer,
             400: OpenApiResponse(description="Bad body, batch too large, or unknown model"),
             413: OpenApiResponse(description="Body over STEPWISE_MAX_BODY_BYTES"),
-            429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user; retry after `Retry-After`"),
+            429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user, or STEPWISE_SCORE_CONCURRENCY "
+                                             "requests already wait on the worker; retry after `Retry-After`"),
             503: OpenApiResponse(description="No model to score with, or no ml worker answered in time"),
         },
         summary="Score the steps of solutions (sent as steps or as one text to split) with a PRM",
@@ -139,6 +141,8 @@ class ScoreView(APIView):
         try:
             # Computed by the ml worker; this process never imports torch.
             scored = on_worker.score_on_worker(items=body.pairs(), model_version=model_version)
+        except on_worker.WorkerBusy as busy:
+            raise Throttled(wait=busy.retry_after, detail=str(busy)) from None
         except on_worker.ScoringUnavailable as error:
             return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         except ValueError as error:
@@ -198,7 +202,8 @@ class SearchView(APIView):
         responses={
             200: serializers.SearchResponseSerializer,
             400: OpenApiResponse(description="Bad body, an option the method does not take, or unknown model"),
-            429: OpenApiResponse(description="Over STEPWISE_SEARCH_RATE for this user; retry after `Retry-After`"),
+            429: OpenApiResponse(description="Over STEPWISE_SEARCH_RATE for this user, or STEPWISE_SCORE_CONCURRENCY "
+                                             "requests already wait on the worker; retry after `Retry-After`"),
             503: OpenApiResponse(description="No model, or no ml worker answered within STEPWISE_SEARCH_API_TIMEOUT"),
         },
         summary="Solve a problem by PRM-guided search within a compute budget",
@@ -217,6 +222,8 @@ class SearchView(APIView):
         try:
             # Generated and scored by the ml worker; this process never imports torch.
             return Response(on_worker.search_on_worker(body=body.body(), model_version=model_version))
+        except on_worker.WorkerBusy as busy:
+            raise Throttled(wait=busy.retry_after, detail=str(busy)) from None
         except on_worker.ScoringUnavailable as error:
             return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         except ValueError as error:

@@ -1,0 +1,139 @@
+"""Login lockout that a shared address or a known user name cannot turn against real users.
+
+django-axes counts wrong passwords per (user name, address). Alone that leaves two holes: behind
+a proxy or NAT everyone shares one address, so whoever knows a user name can keep that user out;
+and one address may try a password against every user name (spraying), one failure per pair.
+This handler (``AXES_HANDLER``) closes both, after OWASP's "device cookies":
+
+- **Known devices.** A browser that logged in as a user gets a signed cookie naming that user
+  (``DEVICE_COOKIE``, set by the login views wrapped in ``remembers_device``). Its attempts at
+  that user name are counted per device, not per address: someone else's failures never lock it
+  out, and its own lock only itself, after as many failures as a pair gets.
+- **Per address.** Failures from one address are also summed over every user name in the
+  lockout window; past ``STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT`` the address is refused (429) for
+  any user name it holds no device cookie for.
+
+Device counts live in ``caches["throttle"]`` (shared by every web process), the pair's and the
+address's in axes' own table.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable
+from functools import wraps
+
+from axes.attempts import get_cool_off_threshold
+from axes.handlers.database import AxesDatabaseHandler
+from axes.helpers import get_client_username
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.core import signing
+from django.core.cache import caches
+from django.db.models import Sum
+from django.http import HttpRequest, HttpResponseBase
+
+DEVICE_COOKIE = "stepwise_device"
+DEVICE_SECONDS = 180 * 86400  # a device unused for this long is unknown again
+DEVICE_USERS = 8  # user names one browser is known for (a shared lab machine)
+_SALT = "infra.login_lockout.device"
+_PENDING = "stepwise_device_cookie"  # the request attribute the login view's wrapper reads
+
+
+class LoginLockoutHandler(AxesDatabaseHandler):
+    """axes' database handler, counting known devices apart and failures per address too."""
+
+    def get_failures(self, request, credentials: dict | None = None) -> int:
+        """The failures this attempt is judged by, against ``AXES_FAILURE_LIMIT``: the device's own
+        for a known device; else the (user name, address) pair's, or the limit itself once the
+        address is over its limit across user names."""
+        key = _device_key(request, credentials)
+        if key is not None:
+            return int(caches["throttle"].get(key, 0))
+        failures = super().get_failures(request, credentials)
+        if _address_failures(request) >= settings.STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT:
+            return max(failures, settings.AXES_FAILURE_LIMIT)
+        return failures
+
+    def user_login_failed(self, sender, credentials: dict, request=None, **kwargs) -> None:
+        key = _device_key(request, credentials) if request is not None else None
+        if key is not None:
+            _count_failure(key)
+        super().user_login_failed(sender, credentials, request, **kwargs)
+
+    def reset_user_attempts(self, request, credentials: dict | None = None) -> int:
+        """After a login (AXES_RESET_ON_SUCCESS): a known device clears its own count only. The
+        pair's failures may be an attacker's behind the same NAT, who must not get a fresh try
+        each time the real user logs in."""
+        key = _device_key(request, credentials)
+        if key is None:
+            return super().reset_user_attempts(request, credentials)
+        caches["throttle"].delete(key)
+        return 0
+
+    def user_logged_in(self, sender, request, user, **kwargs) -> None:
+        super().user_logged_in(sender, request, user, **kwargs)
+        nonce, usernames = _read_device(request)
+        nonce = nonce or secrets.token_urlsafe(18)
+        username = user.get_username()
+        remembered = [name for name in usernames if name != username][-(DEVICE_USERS - 1):] + [username]
+        setattr(request, _PENDING, signing.dumps({"d": nonce, "u": remembered}, salt=_SALT, compress=True))
+
+
+def remembers_device(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """A login view that, when it logged someone in, leaves the device cookie with its answer."""
+
+    @wraps(view)
+    def login_view(request: HttpRequest, *args, **kwargs) -> HttpResponseBase:
+        response = view(request, *args, **kwargs)
+        value = getattr(request, _PENDING, None)
+        if value:
+            response.set_cookie(DEVICE_COOKIE, value, max_age=DEVICE_SECONDS, secure=settings.SESSION_COOKIE_SECURE,
+                                httponly=True, samesite="Lax")
+        return response
+
+    return login_view
+
+
+def _read_device(request) -> tuple[str | None, list[str]]:
+    """The device cookie's (nonce, user names), or (None, []) without a valid one."""
+    value = getattr(request, "COOKIES", {}).get(DEVICE_COOKIE)
+    if not value:
+        return None, []
+    try:
+        data = signing.loads(value, salt=_SALT, max_age=DEVICE_SECONDS)
+        return str(data["d"]), [str(name) for name in data["u"]]
+    except (signing.BadSignature, KeyError, TypeError, ValueError):
+        return None, []
+
+
+def _device_key(request, credentials: dict | None) -> str | None:
+    """The failure counter of this device for the user name tried, if it is known for that name."""
+    nonce, usernames = _read_device(request)
+    username = get_client_username(request, credentials)
+    if nonce is None or not username or username not in usernames:
+        return None
+    return _failures_key(nonce, username)
+
+
+def _failures_key(nonce: str, username: str) -> str:
+    digest = hashlib.sha256(f"{nonce}\0{username}".encode()).hexdigest()
+    return f"stepwise:login-device:{digest}"
+
+
+def _count_failure(key: str) -> None:
+    cache, seconds = caches["throttle"], int(settings.AXES_COOLOFF_TIME.total_seconds())
+    cache.add(key, 0, timeout=seconds)
+    try:
+        cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, timeout=seconds)
+    cache.touch(key, timeout=seconds)  # the window runs from the last failure, as axes' does
+
+
+def _address_failures(request) -> int:
+    """Wrong passwords from the request's address in the lockout window, whatever the user name."""
+    attempts = AccessAttempt.objects.filter(
+        ip_address=request.axes_ip_address, attempt_time__gte=get_cool_off_threshold(request)
+    )
+    return attempts.aggregate(n=Sum("failures_since_start"))["n"] or 0
