@@ -27,11 +27,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import DateTimeField, Model, QuerySet
+from django.db.models import DateTimeField, Field, Model, QuerySet
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
@@ -59,11 +59,12 @@ def _auto_now_fields(model: type[Model]) -> tuple:
 def updating(queryset: QuerySet, **values) -> UpdateQuery:
     """The UPDATE that `queryset.update(**values)` would run, for a `Compiled` statement, with
     the model's auto_now fields set to the time of each run (unless given)."""
-    for field in _auto_now_fields(queryset.model):
+    model: type[Model] = queryset.model
+    for field in _auto_now_fields(model):
         if not isinstance(field, DateTimeField):
-            raise NotImplementedError(f"{queryset.model.__name__}.{field.name}: an auto_now date in a compiled update")
+            raise NotImplementedError(f"{model.__name__}.{field.name}: an auto_now date in a compiled update")
         values.setdefault(field.attname, _PLACEHOLDER_NOW)
-    query = queryset.query.chain(UpdateQuery)
+    query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))  # chain(klass) makes the copy a klass
     query.add_update_values(values)
     query.annotations = {}
     return query
@@ -146,8 +147,10 @@ class Compiled:
             if self.row is not tuple and len(self.row._fields) != compiler.col_count:
                 raise ValueError(f"{self.build.__qualname__}: {compiler.col_count} columns for {self.row.__name__}")
         elif self.returning:
-            quote, table = connection.ops.quote_name, query.model._meta.db_table
-            columns = (query.model._meta.get_field(name).column for name in self.returning)
+            model = query.model
+            assert model is not None  # An update's query has its model (updating: the queryset's).
+            quote, table = connection.ops.quote_name, model._meta.db_table
+            columns = (_column(_field(model, name)) for name in self.returning)
             sql += " RETURNING " + ", ".join(f"{quote(table)}.{quote(column)}" for column in columns)
         plan = _Plan(sql, mapped, compiler, converters, _NOW in mapped)
         with self._lock:
@@ -160,7 +163,22 @@ class _Name(str):
 
 
 def _prepared(model: type[Model], values: dict, connection) -> list:
-    return [model._meta.get_field(name).get_db_prep_save(value, connection) for name, value in values.items()]
+    return [_field(model, name).get_db_prep_save(value, connection) for name, value in values.items()]
+
+
+def _field(model: type[Model], name: str) -> Field:
+    """The model's field `name`, one of its table's columns (not a relation's reverse side)."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field):
+        raise TypeError(f"{model.__name__}.{name} is a relation's reverse side, not a column")
+    return field
+
+
+def _column(field: Field | None) -> str:
+    """A field's column (every field `_field` gives, and every primary key, has one)."""
+    if field is None or field.column is None:
+        raise TypeError(f"{field!r} has no column")
+    return field.column
 
 
 class RowWrites:
@@ -214,15 +232,15 @@ def lock_row(model: type[Model], pk: int) -> None:
         return
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 FROM {quote(model._meta.db_table)} WHERE {quote(model._meta.pk.column)} = %s "
+        cursor.execute(f"SELECT 1 FROM {quote(model._meta.db_table)} WHERE {quote(_column(model._meta.pk))} = %s "
                        "FOR UPDATE", [pk])
 
 
 @lru_cache(maxsize=256)
 def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
-    columns = ", ".join(f"{quote(model._meta.get_field(name).column)} = %s" for name in names)
-    return f"UPDATE {quote(model._meta.db_table)} SET {columns} WHERE {quote(model._meta.pk.column)} = %s"
+    columns = ", ".join(f"{quote(_column(_field(model, name)))} = %s" for name in names)
+    return f"UPDATE {quote(model._meta.db_table)} SET {columns} WHERE {quote(_column(model._meta.pk))} = %s"
 
 
 # Rows per INSERT at most: SQLite allows 32,766 parameters a statement.
@@ -262,7 +280,7 @@ def _insert_sql(model: type[Model], count: int, vendor: str) -> str:
     fields = _insert_fields(model)
     row = f"({', '.join(['%s'] * len(fields))})"
     return (f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-            f"VALUES {', '.join([row] * count)} RETURNING {quote(model._meta.pk.column)}")
+            f"VALUES {', '.join([row] * count)} RETURNING {quote(_column(model._meta.pk))}")
 
 
 @lru_cache(maxsize=64)

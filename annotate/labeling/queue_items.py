@@ -74,9 +74,10 @@ def finish_item(*, annotation, writes: statements.RowWrites) -> None:
 def release(*, annotation: Annotation) -> None:
     """Give an unfinished task back to the queue, dropping its labels."""
     with transaction.atomic():
-        if is_leased(annotation):
+        item_id = annotation.queue_item_id
+        if item_id is not None and is_leased(annotation):
             QueueItem.objects.filter(
-                pk=annotation.queue_item_id, leased_to=annotation.annotator_id, status=QueueItem.Status.LEASED
+                pk=item_id, leased_to=annotation.annotator_id, status=QueueItem.Status.LEASED
             ).update(status=QueueItem.Status.AVAILABLE, leased_to=None, lease_expires_at=None)
         Annotation.objects.in_progress().filter(pk=annotation.pk).delete()
 

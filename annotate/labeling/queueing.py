@@ -361,7 +361,7 @@ def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int |
     statements.insert([Completion(step_label=label, index=0, text=step.text) for label, step in zip(labels, steps)])
     # The steps as just written, none rated: the claim's answer is built from them instead of
     # reading them back (tasks.claimed_view).
-    annotation.started_steps = steps
+    annotation.started_steps = steps  # type: ignore[attr-defined]  # a claim's extra, not a model field
     return annotation
 
 

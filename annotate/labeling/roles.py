@@ -8,9 +8,10 @@ from collections.abc import Callable
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.contrib.auth.models import AbstractUser, AnonymousUser, Group
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 
 from infra.memo import ProcessMemo
 
@@ -19,7 +20,7 @@ REVIEWER = "reviewer"
 ADMIN = "admin"
 ROLES = (ANNOTATOR, REVIEWER, ADMIN)
 
-User = AbstractBaseUser | AnonymousUser
+User = AbstractUser | AnonymousUser
 # A user's role names, read from their groups once per process while no user or group changes
 # anywhere (infra/memo.py): one query of the few a rating save makes. A granted or revoked role
 # applies at the next request; after this long at most where no signal is sent (QuerySet.update()).
@@ -79,7 +80,7 @@ def grant_role(user, role: str) -> None:
     user.__dict__.pop("_stepwise_roles", None)
 
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def role_required(role: str) -> Callable[[View], View]:
@@ -88,7 +89,7 @@ def role_required(role: str) -> Callable[[View], View]:
     def decorator(view: View) -> View:
         @login_required
         @wraps(view)
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponseBase:
             if not has_role(request.user, role):
                 raise PermissionDenied(f"This page is for the {role} role.")
             return view(request, *args, **kwargs)

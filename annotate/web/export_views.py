@@ -75,8 +75,7 @@ def export_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, page_or_partial(request, "annotate/export_detail.html", "job-progress"), context)
 
 
-# roles.View is typed Callable[..., HttpResponse]; a FileResponse is a StreamingHttpResponse.
-@admin_only  # type: ignore[arg-type]
+@admin_only
 def export_download(request: HttpRequest, pk: int) -> FileResponse:
     """The finished file; nothing is offered before the job has succeeded."""
     job = get_object_or_404(ExportJob, pk=pk)

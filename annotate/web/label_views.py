@@ -8,9 +8,11 @@ answers with its reason, as plain text to htmx and on the task's page otherwise:
 the task does not allow, 409 for a task that changed under the page (submitted, lease lost).
 """
 from collections.abc import Callable
+from typing import TypeVar
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.contrib.auth.models import User
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -23,7 +25,7 @@ from annotate.labeling.roles import annotator_required
 from annotate.labeling.rows import AnnotationRef
 from annotate.labeling.tasks import Task
 from annotate.models import Annotation
-from annotate.web.htmx import is_partial
+from annotate.web.htmx import HtmxHttpRequest, is_partial
 from annotate.web.params import int_param, plain_text
 
 # The labeling pages' engine (annotate/web/jinja.py), named: a template looked up by name alone
@@ -31,10 +33,25 @@ from annotate.web.params import int_param, plain_text
 # rating's answer (0.50 -> 0.25 ms).
 JINJA2 = "jinja2"
 
+T = TypeVar("T")
+
+
+class LabelRequest(HtmxHttpRequest):
+    """A labeling view's request (annotations only): behind annotator_required, a signed-in user."""
+
+    user: User
+
+
+def _required_int(request: LabelRequest, name: str) -> int:
+    """The POST's whole number `name`, which the action needs (LabelingError if missing or bad)."""
+    value = int_param(request.POST, name)
+    assert value is not None  # Not optional: int_param refuses a missing one.
+    return value
+
 
 @require_GET
 @annotator_required
-def label_start(request: HttpRequest) -> HttpResponse:
+def label_start(request: LabelRequest) -> HttpResponse:
     """The page between tasks: resume the open one or offer the next (claiming is a POST)."""
     task = queueing.current_task(annotator=request.user)
     if task is not None:
@@ -44,7 +61,7 @@ def label_start(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @annotator_required
-def label_next(request: HttpRequest) -> HttpResponse:
+def label_next(request: LabelRequest) -> HttpResponse:
     """Start labeling: the open task, else the next one from the queue, answered with its page.
 
     The page comes with the claim, not after a redirect: one request per task fewer (the
@@ -65,7 +82,7 @@ def label_next(request: HttpRequest) -> HttpResponse:
 @require_GET
 @annotator_required
 @vary_on_headers("HX-Request")
-def label_task(request: HttpRequest, pk: int) -> HttpResponse:
+def label_task(request: LabelRequest, pk: int) -> HttpResponse:
     try:
         task = tasks.task_view(rows.annotation_for(user=request.user, pk=pk))
     except Annotation.DoesNotExist:
@@ -73,7 +90,7 @@ def label_task(request: HttpRequest, pk: int) -> HttpResponse:
     return _task_page(request, task, whole=not is_partial(request))
 
 
-def _task_page(request: HttpRequest, task: Task, *, whole: bool = True, status: int = 200,
+def _task_page(request: LabelRequest, task: Task, *, whole: bool = True, status: int = 200,
                error: str = "") -> HttpResponse:
     """The task (task.jinja), alone or in its page (label.jinja); `error`: why an action was refused."""
     context = {"task": task, "annotation": task.annotation, "error": error}
@@ -85,38 +102,38 @@ def _task_page(request: HttpRequest, task: Task, *, whole: bool = True, status: 
 
 @require_POST
 @annotator_required
-def label_rate(request: HttpRequest, pk: int) -> HttpResponse:
+def label_rate(request: LabelRequest, pk: int) -> HttpResponse:
     # The hot path: the rating reads the annotation once, under its lock (owner checked there).
     return _act(request, pk, lambda a, t: actions.rate(
-        annotation=a, index=int_param(request.POST, "index"), rating=int_param(request.POST, "rating"), times=t
+        annotation=a, index=_required_int(request, "index"), rating=_required_int(request, "rating"), times=t
     ))
 
 
 @require_POST
 @annotator_required
-def label_flag(request: HttpRequest, pk: int) -> HttpResponse:
+def label_flag(request: LabelRequest, pk: int) -> HttpResponse:
     return _act(request, pk, lambda a, t: actions.flag(
-        annotation=a, index=int_param(request.POST, "index"), flagged=request.POST.get("flagged") == "1", times=t
+        annotation=a, index=_required_int(request, "index"), flagged=request.POST.get("flagged") == "1", times=t
     ))
 
 
 @require_POST
 @annotator_required
-def label_undo(request: HttpRequest, pk: int) -> HttpResponse:
-    return _act(request, pk, lambda a, t: actions.undo(annotation=a, index=int_param(request.POST, "index"), times=t))
+def label_undo(request: LabelRequest, pk: int) -> HttpResponse:
+    return _act(request, pk, lambda a, t: actions.undo(annotation=a, index=_required_int(request, "index"), times=t))
 
 
 @require_POST
 @annotator_required
-def label_complete(request: HttpRequest, pk: int) -> HttpResponse:
+def label_complete(request: LabelRequest, pk: int) -> HttpResponse:
     return _act(request, pk, lambda a, t: actions.write_completion(
-        annotation=a, index=int_param(request.POST, "index"), text=request.POST.get("text", ""), times=t
+        annotation=a, index=_required_int(request, "index"), text=request.POST.get("text", ""), times=t
     ))
 
 
 @require_POST
 @annotator_required
-def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
+def label_heartbeat(request: LabelRequest, pk: int) -> HttpResponse:
     """Activity on the page: keep the lease and store active time (rate-limited per user)."""
     if not timing.heartbeat_allowed(user_id=request.user.pk):
         return plain_text("too many heartbeats: slow down", status=429)
@@ -134,7 +151,7 @@ def label_heartbeat(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @annotator_required
-def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
+def label_submit(request: LabelRequest, pk: int) -> HttpResponse:
     """Submit, then go straight on to the next task (or home, if asked)."""
     annotation = rows.annotation_for(user=request.user, pk=pk)
     finish = {"finish_reason": request.POST.get("finish_reason", ""), "note": request.POST.get("note", "")}
@@ -163,7 +180,7 @@ def label_submit(request: HttpRequest, pk: int) -> HttpResponse:
     return push_url(retarget(reswap(page, "innerHTML"), "body"), reverse("annotate:label-task", args=[task.pk]))
 
 
-def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpResponse:
+def _act(request: LabelRequest, pk: int, action: Callable[..., object]) -> HttpResponse:
     """Run one labeling action and answer with the task as it now stands."""
     annotation = rows.annotation_for(user=request.user, pk=pk)
     outcome = _perform(request, annotation, action)
@@ -179,7 +196,8 @@ def _act(request: HttpRequest, pk: int, action: Callable[..., object]) -> HttpRe
     return _task_page(request, tasks.task_view(annotation), whole=False)
 
 
-def _perform(request: HttpRequest, annotation: AnnotationRef, action: Callable[..., object]) -> object:
+def _perform(request: LabelRequest, annotation: AnnotationRef,
+             action: Callable[[AnnotationRef, timing.ActiveTime | None], T]) -> T | HttpResponse:
     """Run one labeling action: the refusal (an HttpResponse) to answer with, else what it returned."""
     try:
         return action(annotation, timing.parse_times(request.POST))
@@ -191,7 +209,7 @@ def _perform(request: HttpRequest, annotation: AnnotationRef, action: Callable[.
         raise Http404("No such task of yours.") from None
 
 
-def _refuse(request: HttpRequest, annotation: AnnotationRef, status: int, message: str) -> HttpResponse:
+def _refuse(request: LabelRequest, annotation: AnnotationRef, status: int, message: str) -> HttpResponse:
     """htmx shows the text in the task's banner; a plain POST gets the task's page with it there."""
     if request.htmx:
         return plain_text(message, status=status)

@@ -111,8 +111,7 @@ def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
     return redirect("scoring:models")
 
 
-# roles.View is typed Callable[..., HttpResponse]; a FileResponse is a StreamingHttpResponse.
-@roles.admin_required  # type: ignore[arg-type]
+@roles.admin_required
 def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileResponse:
     """The built archive; nothing before it is complete, nothing outside the exports folder."""
     version = get_object_or_404(ModelVersion, pk=version_id)
