@@ -1,17 +1,21 @@
 """The start script `./stepwise`: `manage` runs any management command in the environment
-`run` uses, and `run`'s start-up output is one true line per stage.
+`run` uses, `run`'s start-up output is one true line per stage, and Ctrl-C stops all it started.
 
-The full `./stepwise run` loads a model and starts three processes, so these tests drive its
-pieces: `manage` through a subprocess in a fresh shell's environment (no venv on PATH, no
-SECRET_KEY), the server wait by sourcing the script, and the commands `run` calls for their
-output lines.
+`manage` runs through a subprocess in a fresh shell's environment (no venv on PATH, no
+SECRET_KEY), the server wait by sourcing the script, the commands `run` calls for their output
+lines; `run` itself starts for real, on SQLite and the file-system broker, and is stopped as a
+terminal's Ctrl-C would (SIGINT to the script) while the default model is still being set up.
 """
 import io
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -133,3 +137,116 @@ def test_seed_demo_says_what_it_imported_on_a_new_database_and_nothing_new_after
     call_command("seed_demo", problems=8, stdout=again)
     assert again.getvalue().startswith(f"Demo pool: already imported ({n} solutions)")
     assert Solution.objects.count() == n
+
+
+class Output:
+    """A process's output lines as they come, read by a thread so a test can wait with a bound."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
+        self.thread.start()
+
+    def wait_for(self, text: str, seconds: float, process: subprocess.Popen) -> None:
+        deadline = time.monotonic() + seconds
+        while not any(text in line for line in self.lines):
+            assert process.poll() is None, f"./stepwise ended ({process.returncode}):\n{self.text}"
+            assert time.monotonic() < deadline, f"no {text!r} within {seconds} s:\n{self.text}"
+            time.sleep(0.2)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def started_by_run(data_dir: Path) -> dict[int, str]:
+    """Live processes started by a `run` on this data dir: each inherits STEPWISE_DATA_DIR, whatever
+    its parent became (an orphan's is init). A zombie has no environment left and is not running."""
+    marker = f"STEPWISE_DATA_DIR={data_dir}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def start_run(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen, Output]:
+    env = fresh_shell_env(tmp_path)
+    env["PORT"] = str(port)
+    process = subprocess.Popen([str(SCRIPT), "run", *args], cwd=ROOT, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return process, Output(process.stdout)
+
+
+def stop_leftovers(process: subprocess.Popen, data_dir: Path) -> None:
+    """After a failed test: nothing it started may outlive it."""
+    for pid in [process.pid, *started_by_run(data_dir)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(timeout=10)
+
+
+def get(url: str) -> int:
+    try:
+        return urllib.request.urlopen(url, timeout=5).status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_run_says_each_stage_answers_and_ctrl_c_stops_everything_within_10_seconds(tmp_path, unused_port):
+    began = time.monotonic()
+    process, output = start_run(tmp_path, unused_port)
+    try:
+        # The model's set-up is started once the page answers, and takes far longer than a stop.
+        output.wait_for("Default model: setting up in the background", 300, process)
+        ready = re.search(r"Stepwise is ready in (\d+) s:  http://127.0.0.1:(\d+)/", output.text)
+        assert ready and int(ready[2]) == unused_port, output.text
+        assert int(ready[1]) <= time.monotonic() - began + 1
+        for stage in ("Python packages: ", "Database: migrations applied.", "Demo pool: ", "Retraining: ",
+                      "Starting the web server"):
+            assert stage in output.text
+        assert get(f"http://127.0.0.1:{unused_port}/accounts/login/") == 200
+        running = started_by_run(tmp_path)
+        assert any("gunicorn" in cmd for cmd in running.values())
+        assert any("init_default_model" in cmd for cmd in running.values()), running
+
+        process.send_signal(signal.SIGINT)
+        stopped_at = time.monotonic()
+        while started_by_run(tmp_path) and time.monotonic() - stopped_at < 10:
+            time.sleep(0.1)
+        assert started_by_run(tmp_path) == {}, output.text
+        assert process.wait(timeout=1) == 0
+        output.thread.join(timeout=5)
+        assert output.lines[-1] == "Stepwise stopped.\n", output.text
+        assert "stopped by itself" not in output.text and "exit status" not in output.text
+    finally:
+        stop_leftovers(process, tmp_path)
+
+
+def test_run_no_demo_adds_no_demo_and_stops_cleanly_while_still_starting(tmp_path, unused_port):
+    process, output = start_run(tmp_path, unused_port, "--no-demo")
+    try:
+        output.wait_for("Demo accounts and pool: left out (--no-demo).", 300, process)
+        process.send_signal(signal.SIGINT)  # mid-way through the stages: nothing has started yet
+        assert process.wait(timeout=30) == 0
+        output.thread.join(timeout=5)
+        assert output.lines[-1] == "Stepwise stopped.\n" and "Demo pool" not in output.text, output.text
+        assert started_by_run(tmp_path) == {}
+    finally:
+        stop_leftovers(process, tmp_path)
+    count = "from annotate.models import Solution; from django.contrib.auth.models import User; " \
+            "print(Solution.objects.count(), User.objects.count())"
+    counted = stepwise("manage", "shell", "--no-imports", "-c", count, env=fresh_shell_env(tmp_path))
+    assert counted.stdout.split() == ["0", "0"], counted.stderr
+
+
+def test_run_refuses_an_unknown_option(tmp_path):
+    refused = stepwise("run", "--demo-only", env=fresh_shell_env(tmp_path))
+    assert refused.returncode == 2 and "usage: ./stepwise run [--no-demo]" in refused.stderr

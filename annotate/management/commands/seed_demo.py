@@ -11,6 +11,9 @@ from annotate.models import QueueItem, Solution
 from annotate.pool import importing
 from annotate.pool.synthetic import generic_lines, make_pool
 
+# The `source` of the demo pool's problems and solutions: remove_demo finds them by it.
+DEMO_SOURCE = "demo"
+
 DEMO_USERS = [
     # username, password, role
     ("admin", "stepwise-admin", ADMIN),
@@ -30,15 +33,15 @@ class Command(BaseCommand):
             self._ensure_user(username, password, role)
         path = settings.DATA_DIR / "demo-pool.jsonl"
         with open(path, "w") as out:
-            for line in generic_lines(make_pool(n_problems=problems, seed=0), source="demo"):
+            for line in generic_lines(make_pool(n_problems=problems, seed=0), source=DEMO_SOURCE):
                 out.write(json.dumps(line) + "\n")
-        summary = importing.import_pool(path=path, format="generic", source="demo")
+        summary = importing.import_pool(path=path, format="generic", source=DEMO_SOURCE)
         queueing.ensure_default_queue()
         # Counted from the tables, not from the import summary: on a new database the file's own
         # repeated lines are "duplicates" too, which read as if the pool had been there already.
-        pool = Solution.objects.filter(source="demo").count()
-        ready = QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, solution__source="demo")
-        ready = ready.values("solution").distinct().count()
+        pool = Solution.objects.filter(source=DEMO_SOURCE).count()
+        available = QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, solution__source=DEMO_SOURCE)
+        ready = available.values("solution").distinct().count()
         if summary.created:
             what = f"{summary.created} solutions to {problems} problems imported"
         else:
