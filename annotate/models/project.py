@@ -18,7 +18,9 @@ class LabelingConfig(models.Model):
         default=True, help_text="After a -1 the task is submitted as found_error (PRM800K phase 2)"
     )
     allow_human_completion = models.BooleanField(
-        default=False, help_text="After a -1 the annotator may write the corrected step"
+        "written corrections", default=False,
+        help_text="After a -1 the annotator may write the step as it should be (key w), exported as PRM800K's "
+                  "human_completion; with stop at the first error off they go on from it (PRM800K phase 1)",
     )
     overlap_k = models.PositiveSmallIntegerField(default=1, help_text="Annotators per solution (queue slots)")
     qc_rate = models.FloatField(default=0.1, help_text="Share of served tasks that are gold items, per generation")

@@ -12,6 +12,7 @@
     "3": ["rate", "1"], "+": ["rate", "1"], "=": ["rate", "1"],
     f: ["flag"], j: ["move", 1], ArrowDown: ["move", 1], k: ["move", -1], ArrowUp: ["move", -1],
     u: ["undo"], Enter: ["submit"], "?": ["help"], g: ["stop", "give_up"], b: ["stop", "bad_problem"],
+    w: ["rewrite"],
   };
   const RATING_WORDS = { "-1": "−1", "0": "0", "1": "+1" };
   const HEARTBEAT_MS = 30000;
@@ -25,6 +26,7 @@
   let lastTick = Date.now();
   let pendingMove = null;  // the rating just sent, to place the cursor after the swap
   let confirmedChange = null; // the button whose change of a -1 the annotator confirmed
+  let rewriteSent = false; // a written step was saved: the cursor goes on to the next step
 
   const task = () => document.getElementById("task");
   // What changes with every rating (next step, finish reason) is on the head, which a rating's
@@ -109,6 +111,7 @@
     if (saved) { saved.textContent = "Saving…"; saved.classList.add("saving"); }
     const form = event.detail.elt.closest("form");
     const submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
+    if (form && form.classList.contains("human")) rewriteSent = true;
     if (form && form.classList.contains("rate")) {
       pendingMove = { index: Number(form.elements.index.value), rating: submitter ? submitter.value : null };
     }
@@ -129,6 +132,7 @@
     const xhr = event.detail.xhr;
     showError(xhr && xhr.status ? xhr.responseText : "Could not reach the server: your last click was not saved.");
     pendingMove = null;
+    rewriteSent = false;
     busySince = 0;
     const saved = document.getElementById("saved");
     if (saved) { saved.textContent = "⚠ Last change not saved"; saved.classList.remove("saving"); saved.classList.add("unsaved"); }
@@ -145,6 +149,11 @@
       if (!(pendingMove.rating === "-1" && stop) && next !== "") cursor = Number(next);
       else cursor = pendingMove.index;
       pendingMove = null;
+    }
+    if (rewriteSent) { // htmx gave the new box the focus back: the keys go on to the next step
+      rewriteSent = false;
+      cursor = defaultCursor();
+      if (document.activeElement && document.activeElement.closest("form.human")) document.activeElement.blur();
     }
     if (cursor === null || !step(cursor) || step(cursor).classList.contains("locked") || step(cursor).classList.contains("after_error")) {
       cursor = defaultCursor();
@@ -229,6 +238,7 @@
     if (kind === "help") return openHelp();
     if (kind === "move") return move(arg);
     if (kind === "stop") return openStop(arg);
+    if (kind === "rewrite") return openRewrite();
     if (kind === "submit") {
       const button = document.querySelector("#submit-form button[type=submit]");
       if (button && !button.disabled) press(button);
@@ -326,17 +336,36 @@
     const note = details.querySelector("textarea[name=note]");
     if (note) note.focus();
   }
+  // The reason and a written step: Ctrl+Enter sends the form, Esc goes back to the steps.
   document.addEventListener("keydown", (event) => {
-    const note = event.target.closest && event.target.closest("details.giveup textarea");
+    const note = event.target.closest && event.target.closest("details.giveup textarea, form.human textarea");
     if (!note) return;
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
       event.preventDefault();
       note.form.requestSubmit();
     } else if (event.key === "Escape") {
-      note.closest("details").open = false;
+      const details = note.closest("details");
+      if (details) details.open = false;
+      else { note.blur(); cursor = defaultCursor(); }
       showCursor(true);
     }
   });
+
+  // --- after a -1: write the step as it should be (PRM800K's human completion) ----------
+  // The box is on the first step rated -1 while the project collects written corrections.
+  function openRewrite() {
+    const box = document.querySelector("#task form.human textarea");
+    if (!box) {
+      showError(task().dataset.rewrite === "1" ? "Rate a step −1 first: only the first wrong step can be rewritten."
+        : "This project does not collect written corrections (an admin turns them on in the labeling settings).");
+      return;
+    }
+    tick(); // the time so far belongs to the step the cursor was on; writing counts on the -1 step
+    cursor = Number(box.closest(".step").dataset.index);
+    showCursor(false);
+    box.focus();
+    box.setSelectionRange(box.value.length, box.value.length);
+  }
 
   function dialogOpen() {
     return document.querySelector("dialog[open]") !== null;
