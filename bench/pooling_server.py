@@ -85,7 +85,7 @@ class PoolingModel:
         return texts
 
     def _encode(self, text: str):
-        from scoring.core.prm import Encoded
+        from scoring.core.encoding import Encoded
         from scoring.core.step_marker import marker_id, whole_text_ids
 
         tokenizer = self.prm.tokenizer

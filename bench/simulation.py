@@ -56,6 +56,7 @@ from scoring.rescoring import label_rows, scores, selection
 
 if TYPE_CHECKING:
     from scoring.core import prm, training
+    from scoring.core.encoding import Item
 
 STRATEGIES = ("random", "convincing_wrong", "uncertainty", "mix")
 
@@ -95,7 +96,7 @@ class Backbone:
         config = self.loaded.config | {"head": head.config(self.layer)}
         return dataclasses.replace(self.loaded, config=config, head=head, forward_passes=0)
 
-    def probabilities(self, loaded: prm.LoadedPRM, items: Sequence[prm.Item]) -> list[list[prm.StepProbability]]:
+    def probabilities(self, loaded: prm.LoadedPRM, items: Sequence[Item]) -> list[list[prm.StepProbability]]:
         from scoring.core import training
 
         return training.step_probabilities(loaded, items, cache=self.cache, backbone_id=self.backbone_id)
@@ -153,7 +154,7 @@ class HeldOut:
         return cls(list(range(len(problems))), rows)
 
     @property
-    def items(self) -> list[prm.Item]:
+    def items(self) -> list[Item]:
         return [(problem, steps) for _, problem, steps, *_ in self.solutions]
 
 

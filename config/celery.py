@@ -3,6 +3,7 @@ import os
 
 from celery import Celery
 from celery.signals import task_postrun, worker_ready
+from django.db import connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Workers log to files: no tqdm bars from model loading, and no tokenizer threads in forked children.
@@ -18,9 +19,7 @@ app.autodiscover_tasks()
 def reconcile_jobs_at_start(**_) -> None:
     """A starting worker resends the tasks of jobs a dead worker held or a lost broker dropped,
     so a killed worker's job resumes within seconds of the restart, beat or no beat."""
-    from django.db import connections
-
-    from annotate.pool import recovery
+    from annotate.pool import recovery  # Django models: config/__init__ imports this before the app registry is ready
 
     try:
         recovery.reconcile(pending_after=0)
@@ -31,6 +30,6 @@ def reconcile_jobs_at_start(**_) -> None:
 @task_postrun.connect
 def stop_heartbeats(**_) -> None:
     """A task that ended without finishing its job no longer vouches for it."""
-    from annotate.models.jobs import heartbeats
+    from annotate.models.jobs import heartbeats  # Django models: imported before the app registry is ready
 
     heartbeats.release_all()

@@ -1,5 +1,6 @@
 """The model side's data: PRM versions, their scores of the pool, and model jobs."""
 from django.db import models
+from django.utils import timezone
 
 from annotate.models import AutoLabelRun, Solution, Step
 from annotate.models.jobs import Job
@@ -108,8 +109,6 @@ class RescoreJob(Job):
     def rates(self, *, now=None) -> dict:
         """Tokens and solutions per second since the job started, and the seconds left at
         that pace (None until a chunk is done)."""
-        from django.utils import timezone
-
         if self.started_at is None or not self.done:
             return {"tokens_per_second": None, "eta_seconds": None}
         end = self.finished_at or now or timezone.now()

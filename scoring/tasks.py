@@ -9,6 +9,7 @@ whose whole worker died is resent by the reconciler (annotate.pool.recovery) whe
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
@@ -16,8 +17,8 @@ logger = logging.getLogger(__name__)
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def rescore_task(job_id: int) -> int:
     """Plan a rescore job's chunks (once) and dispatch the ones not done yet; returns how many."""
-    from scoring.models import RescoreJob
-    from scoring.rescoring import rescore as scoring
+    from scoring.models import RescoreJob  # with the task body (docstring)
+    from scoring.rescoring import rescore as scoring  # the registry, torch on load: worker only (docstring)
 
     job = RescoreJob.objects.get(pk=job_id)
     pending = scoring.plan_chunks(job=job)
@@ -31,7 +32,7 @@ def rescore_task(job_id: int) -> int:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def rescore_chunk_task(job_id: int, chunk_id: int) -> int:
     """Score one chunk of a rescore job; a rerun of a done chunk writes nothing."""
-    from scoring.rescoring import rescore as scoring
+    from scoring.rescoring import rescore as scoring  # the registry, torch on load: worker only (docstring)
 
     return scoring.run_chunk(chunk_id=chunk_id)
 
@@ -39,7 +40,7 @@ def rescore_chunk_task(job_id: int, chunk_id: int) -> int:
 @shared_task(acks_late=True)
 def resume_rescores_task(idle_seconds: float = 0) -> list[int]:
     """Re-dispatch the missing chunks of jobs idle that long (after a crash); safe to run any time."""
-    from scoring.rescoring import rescore as scoring
+    from scoring.rescoring import rescore as scoring  # the registry, torch on load: worker only (docstring)
 
     job_ids = [job.pk for job in scoring.stalled_jobs(idle_seconds=idle_seconds)]
     for job_id in job_ids:
@@ -59,7 +60,7 @@ def score_texts_task(model_version_id: int, items: list[list]) -> dict:
     Returns {"steps": [...]} or {"error": ..., "status": 400 | 503} (see `_answer`).
     Not acks_late: nobody waits for a redelivered answer.
     """
-    from scoring.rescoring import rescore as scoring
+    from scoring.rescoring import rescore as scoring  # the registry, torch on load: worker only (docstring)
 
     return _answer(model_version_id, "scoring for /api/score", lambda version: {
         "steps": scoring.score_texts(items=[(p, steps) for p, steps in items], model_version=version)
@@ -78,7 +79,7 @@ def search_task(model_version_id: int, body: dict) -> dict:
     Answers data like score_texts_task. Not acks_late: nobody waits for a redelivered answer,
     and a search writes nothing, so a worker killed mid-search leaves nothing to repair.
     """
-    from scoring.search import runs as searching
+    from scoring.search import runs as searching  # torch: worker only (docstring)
 
     return _answer(model_version_id, "search for /api/search",
                    lambda version: searching.run_search(body=body, model_version=version))
@@ -90,8 +91,8 @@ def _answer(model_version_id: int, what: str, compute) -> dict:
     The web process never has to rebuild (import) a scoring exception, and answers 503,
     never 500, for what the worker could not do.
     """
-    from scoring.models import ModelVersion
-    from scoring.store import registry
+    from scoring.models import ModelVersion  # with the task body (docstring)
+    from scoring.store import registry  # torch on load: worker only (docstring)
 
     version = ModelVersion.objects.filter(pk=model_version_id).first()
     if version is None:
@@ -113,7 +114,7 @@ def _answer(model_version_id: int, what: str, compute) -> dict:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def train_prm_task(run_id: int) -> str:
     """Run one pending training run; a redelivered task finds it claimed and does nothing."""
-    from scoring.learning import retraining
+    from scoring.learning import retraining  # training loads torch: worker only (docstring)
 
     return retraining.run_training(run_id=run_id).state
 
@@ -121,7 +122,7 @@ def train_prm_task(run_id: int) -> str:
 @shared_task
 def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None) -> int | None:
     """Beat's entry: start a run when enough labels are new; returns the run id or None."""
-    from scoring.learning import retraining
+    from scoring.learning import retraining  # training loads torch: worker only (docstring)
 
     run = retraining.scheduled_retrain(min_new_labels=min_new_labels, options=options)
     return run.pk if run else None
@@ -130,8 +131,8 @@ def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def export_model_task(model_version_id: int, as_kind: str) -> str:
     """Build a version's checkpoint archive for the models page; a rerun finds it built."""
-    from scoring.models import ModelVersion
-    from scoring.store import model_exports
+    from scoring.models import ModelVersion  # with the task body (docstring)
+    from scoring.store import model_exports  # the export loads torch: worker only (docstring)
 
     version = ModelVersion.objects.get(pk=model_version_id)
     return str(model_exports.build_archive(version=version, as_kind=as_kind))
@@ -143,9 +144,7 @@ def export_model_task(model_version_id: int, as_kind: str) -> str:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def generate_solutions_task(run_id: int) -> str:
     """Run or resume a generation run; a redelivery finds it held or finished and does nothing."""
-    from django.conf import settings
-
-    from scoring.generation import runs as generation
+    from scoring.generation import runs as generation  # the generator (torch): a worker only
 
     # Half the soft limit: the chunk that passes the budget still has the other half to finish.
     budget = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2
@@ -158,6 +157,6 @@ def generate_solutions_task(run_id: int) -> str:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def label_rollouts_task(job_id: int) -> str:
     """Label one chunk of a rollout job's solutions; a rerun skips the solutions already labeled."""
-    from scoring.generation import rollout_labeling
+    from scoring.generation import rollout_labeling  # the generator, torch: worker only (docstring)
 
     return rollout_labeling.run_rollout_job(job_id=job_id).state

@@ -2,6 +2,7 @@
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
+from annotate.labeling import roles
 from annotate.text import rendering
 from annotate.text.answers import strip_calculator_annotations
 
@@ -67,8 +68,6 @@ def at(values, index: int):
 
 @register.filter
 def has_role(user, role: str) -> bool:
-    from annotate.labeling import roles
-
     return roles.has_role(user, role)
 
 

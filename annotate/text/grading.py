@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import re
 import select
@@ -228,10 +229,9 @@ atexit.register(_WORKER.close)
 
 def serve() -> None:
     """The child's loop: read ``[answer, truth]`` lines, write true/false/null lines."""
-    import logging
-
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-    from math_verify import parse, verify  # noqa: F401  (imported before "ready")
+    # math_verify: sympy and an ANTLR parser, loaded in this child only (imported before "ready").
+    from math_verify import parse, verify  # noqa: F401
 
     print("ready", flush=True)
     for line in sys.stdin:
@@ -244,7 +244,7 @@ def serve() -> None:
 
 
 def _verify_with_math_verify(answer: str, truth: str) -> bool | None:
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # math_verify: sympy, in the verifier child only
 
     gold = parse(f"\\boxed{{{truth}}}", parsing_timeout=None)
     pred = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)

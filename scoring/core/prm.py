@@ -3,7 +3,8 @@
 Plain PyTorch/transformers, no Django: the Django side feeds rows in and stores what comes out.
 
 The on-disk format of a model folder (shared with training, which writes new versions in it)
-is described and checked in `scoring.core.model_files`, whose names are re-exported here.
+is described and checked in `scoring.core.model_files`, whose names are re-exported here. The
+token ids and step positions fed to the model come from `scoring.core.encoding`.
 
 A solution is scored in ONE forward pass: the problem, then each step followed by the
 separator; the step's score is read at the separator's last token. For a causal backbone that
@@ -19,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from scoring.core.encoding import Encoded, Item, encode, encode_many, token_budget_batches
 from scoring.core.model_files import (
     CONFIG_NAME,
     DEFAULT_SEPARATOR,
@@ -39,7 +42,6 @@ from scoring.core.model_files import (
     weights_sha256,
     write_model_config,
 )
-from scoring.core.step_marker import marker_id, whole_text, whole_text_ids
 from scoring.core.step_scores import StepProbability, aggregate, build_input
 
 if TYPE_CHECKING:
@@ -52,11 +54,9 @@ __all__ = [
     "ModelFormatError", "StepProbability", "aggregate", "backbone_folder", "build_input", "check_safetensors_only",
     "hash_files", "identity_files", "read_model_config", "validate_config", "weights_sha256", "write_model_config",
     # Defined here.
-    "Encoded", "Item", "LoadedPRM", "StepHead", "backbone_class", "choose_device", "choose_dtype",
-    "default_token_budget", "encode", "encode_many", "load_prm", "save_head_model", "token_budget_batches",
+    "LoadedPRM", "StepHead", "backbone_class", "choose_device", "choose_dtype", "default_token_budget", "load_prm",
+    "save_head_model",
 ]
-
-Item = tuple[str, Sequence[str]]
 
 
 # --- the step head -----------------------------------------------------------------------
@@ -99,15 +99,11 @@ class StepHead(nn.Module):
         return {"type": self.head_type, "layer": layer, "hidden_size": self.hidden_size}
 
     def save(self, folder: str | Path) -> None:
-        from safetensors.torch import save_file
-
         state = {name: tensor.detach().float().cpu().contiguous() for name, tensor in self.state_dict().items()}
         save_file(state, str(Path(folder) / HEAD_NAME))
 
     @classmethod
     def load(cls, folder: str | Path, head_config: dict[str, Any]) -> StepHead:
-        from safetensors.torch import load_file
-
         path = Path(folder) / HEAD_NAME
         if not path.exists():
             raise ModelFormatError(f"{path} is missing (kind 'head' needs it)")
@@ -138,7 +134,7 @@ def save_head_model(
     return folder
 
 
-# --- device and input ----------------------------------------------------------------------
+# --- device and precision ------------------------------------------------------------------
 
 
 def choose_device() -> torch.device:
@@ -158,89 +154,6 @@ def choose_dtype(device: torch.device) -> torch.dtype:
     if device.type == "mps":
         return torch.float16
     return torch.float32
-
-
-@dataclass
-class Encoded:
-    ids: list[int]
-    positions: list[int]  # index of each step's separator's last token in ids
-
-
-def encode(
-    tokenizer: PreTrainedTokenizerBase, problem: str, steps: Sequence[str], *, separator: str = DEFAULT_SEPARATOR
-) -> Encoded:
-    return encode_many(tokenizer, [(problem, steps)], separator=separator)[0]
-
-
-def encode_many(
-    tokenizer: PreTrainedTokenizerBase, items: Sequence[Item], *, separator: str = DEFAULT_SEPARATOR
-) -> list[Encoded]:
-    """Encode many solutions with one (batched, native) tokenizer call over all pieces.
-
-    A separator that is a special token (a step marker, `scoring.core.step_marker`) is read from
-    the whole text, tokenized in one call as a pooling server does; any other separator is read
-    piece by piece (each piece alone, the BOS token first), as models registered before it were.
-    """
-    marker = marker_id(tokenizer, separator)
-    if marker is not None:
-        return _encode_whole(tokenizer, items, separator=separator, marker=marker)
-    pieces = [build_input(problem, steps, separator=separator) for problem, steps in items]
-    flat = [piece for solution in pieces for piece in solution]
-    token_lists = iter(_token_ids(tokenizer, flat))
-    start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    encoded = []
-    for solution in pieces:
-        ids, positions = list(start), []
-        for index in range(len(solution)):
-            ids.extend(next(token_lists))
-            if index:
-                positions.append(len(ids) - 1)
-        encoded.append(Encoded(ids=ids, positions=positions))
-    return encoded
-
-
-def _encode_whole(
-    tokenizer: PreTrainedTokenizerBase, items: Sequence[Item], *, separator: str, marker: int
-) -> list[Encoded]:
-    texts = [whole_text(problem, steps, separator=separator) for problem, steps in items]
-    encoded = []
-    for (_, steps), text, ids in zip(items, texts, whole_text_ids(tokenizer, texts)):
-        positions = [index for index, token in enumerate(ids) if token == marker]
-        if len(positions) != len(steps):
-            raise ModelFormatError(
-                f"{len(positions)} step markers {separator!r} for {len(steps)} steps: the text holds the marker "
-                f"itself ({text[:80]!r})"
-            )
-        encoded.append(Encoded(ids=ids, positions=positions))
-    return encoded
-
-
-def _token_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
-    if not texts:
-        return []
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    if backend is not None:
-        # The Rust tokenizer directly: the Python wrapper's per-text conversion costs as much again.
-        return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
-    ids: list[list[int]] = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return ids
-
-
-def token_budget_batches(lengths: Sequence[int], *, max_tokens: int) -> Iterator[list[int]]:
-    """Indices grouped longest-first so that (longest in batch) x (batch size) <= max_tokens.
-
-    Sorting by length keeps padding small; a single over-budget item gets a batch alone.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batch: list[int] = []
-    for index in order:
-        width = lengths[batch[0]] if batch else lengths[index]
-        if batch and width * (len(batch) + 1) > max_tokens:
-            yield batch
-            batch = []
-        batch.append(index)
-    if batch:
-        yield batch
 
 
 # --- the loaded model ----------------------------------------------------------------------
@@ -367,7 +280,7 @@ class LoadedPRM:
 
 def backbone_class(kind: str) -> type[_BaseAutoModelClass]:
     """The transformers Auto class a model of this kind is loaded with."""
-    import transformers
+    import transformers  # transformers: seconds to import, and a head trained on stored features never needs it
 
     if kind == "head":
         return transformers.AutoModel
@@ -385,7 +298,7 @@ def load_prm(
     `shared`: an already loaded model of the same kind on the same backbone files, device and
     dtype; its backbone and tokenizer are reused, so a head-only version costs a head.
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers: only a process that loads a model pays its import
 
     folder = Path(folder).resolve()
     config = read_model_config(folder)

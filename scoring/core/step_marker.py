@@ -8,7 +8,7 @@ one tag, not three. A special token added to the tokenizer (Qwen's `<extra_0>`, 
 `STEP_MARKER`) is never merged: tokenizers split special tokens out before anything else.
 
 A model whose separator is such a special token is scored from the whole text here too
-(`scoring.core.prm.encode_many`), so Stepwise, the model card's snippet and a pooling server read
+(`scoring.core.encoding.encode_many`), so Stepwise, the model card's snippet and a pooling server read
 the same ids. `check_step_boundaries` runs the check on real texts; export and registration
 refuse a model that fails it. No torch, no Django.
 """

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, cast
 
+from scoring.core.model_files import check_safetensors_only
+
 DEFAULT_STEP_DELIMITER = "\n\n"
 # The prompt template stored with every generation run; {problem} is the only field.
 DEFAULT_PROMPT_TEMPLATE = (
@@ -114,10 +116,10 @@ class LocalGenerator:
 
     def __init__(self, folder: str | Path, *, device: str | None = None, dtype=None, batch_size: int = 8,
                  name: str | None = None, trust_remote_code: bool = False):
+        # torch, transformers (and scoring.core.prm, which imports torch): the web process builds no generator.
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from scoring.core.model_files import check_safetensors_only
         from scoring.core.prm import choose_device, choose_dtype
 
         folder = Path(folder).resolve()
@@ -134,7 +136,7 @@ class LocalGenerator:
         self.usage = Usage()
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
-        import torch
+        import torch  # torch: the web process never loads it (this module is imported there)
 
         if params.seed is not None:
             torch.manual_seed(params.seed)
@@ -149,7 +151,7 @@ class LocalGenerator:
         return samples
 
     def _sample_batch(self, prompts: list[str], params: SamplingParams) -> list[Sample]:
-        import torch
+        import torch  # torch: the web process never loads it (this module is imported there)
 
         tokenizer = self.tokenizer
         encoded = [tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
@@ -220,6 +222,7 @@ def check_spec(spec: dict) -> dict:
 
 def default_generator_folder() -> Path:
     """The SmolLM2 backbone that `default_model.build_default_model` converts (built if missing)."""
+    # Django: this module also runs without it (bench/openai_server.py); only the default folder needs it.
     from django.conf import settings
 
     from scoring.store.default_model import BACKBONE_NAME, build_default_model

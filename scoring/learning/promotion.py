@@ -28,14 +28,17 @@ from django.db import transaction
 from annotate.models import Solution
 from annotate.text.steps import first_error
 from scoring.core import evaluation
+from scoring.core.model_files import backbone_folder, read_model_config
 from scoring.core.training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
 from scoring.learning.options import RunOptions
 from scoring.models import ModelVersion, TrainingRun
 from scoring.rescoring import label_rows
+from scoring.rescoring import rescore as scoring
+from scoring.store import registry
+from scoring.store.remote_scorer import RemotePRM
 
 if TYPE_CHECKING:
     from scoring.core import prm
-    from scoring.store.remote_scorer import RemotePRM
 
 
 @dataclass
@@ -105,8 +108,7 @@ def scored(
 ) -> tuple[list[evaluation.LabeledSample], list[list[evaluation.Candidate]]]:
     """One model's step probabilities on an EvalSet: labeled samples (then references), and
     best-of-N candidates per problem; the same order for every model, so two can be paired."""
-    from scoring.core import training
-    from scoring.store.remote_scorer import RemotePRM
+    from scoring.core import training  # torch: never imported by the web process
 
     cache = label_rows.feature_cache()
     labeled_items = [(e.row.problem, list(e.row.steps)) for e in data.labeled]
@@ -139,13 +141,10 @@ def _candidate(solution: Solution, probs: list) -> evaluation.Candidate:
 
 
 def model_backbone_id(version: ModelVersion) -> str:
-    from scoring.core import (
-        prm,
-        training,  # noqa: F401
-    )
+    from scoring.core import training  # torch: never imported by the web process
 
-    config = prm.read_model_config(version.path)
-    return training.backbone_fingerprint(prm.backbone_folder(version.path, config))
+    config = read_model_config(version.path)
+    return training.backbone_fingerprint(backbone_folder(version.path, config))
 
 
 def evaluate_version(
@@ -158,8 +157,6 @@ def evaluate_version(
     max_candidates: int = 8,
 ) -> dict:
     """Metrics of any registered version on today's held-out set (`eval_prm`)."""
-    from scoring.store import registry
-
     train, val = split_by_problem(build_examples(label_rows.gather_rows()), val_fraction=val_fraction, seed=seed)
     data = eval_set(
         examples=val,
@@ -188,8 +185,6 @@ def evaluate_and_gate(
     registered): `examples` of its validation problems, never a problem it trained on. So an
     attempt that resumes a run after its worker died measures what the first attempt would have.
     """
-    from scoring.store import registry
-
     config = TrainConfig.from_dict(options.train)
     split = version.metrics.get("split")
     if split is None:
@@ -338,9 +333,6 @@ def describe(decision: dict) -> str:
 
 def promote(version: ModelVersion) -> None:
     """Make the version current; its rescore (and the new queue generation) follows on its own."""
-    from scoring.rescoring import rescore as scoring
-    from scoring.store import registry
-
     with transaction.atomic():
         registry.make_current_version(version)
         scoring.start_rescore(model_version=version, rebuild_queue=True)

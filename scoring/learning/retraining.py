@@ -13,6 +13,7 @@ fails in the database, whatever the timing.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -21,13 +22,16 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from annotate.models import Annotation, Generation
+from scoring.core.model_files import DEFAULT_SEPARATOR, backbone_folder, read_model_config
 from scoring.core.training_data import Example, TrainConfig, build_examples
 from scoring.learning import promotion
 from scoring.learning.options import RunOptions
 from scoring.models import ModelVersion, TrainingRun
 from scoring.rescoring import label_rows
+from scoring.store import default_model, registry
 
 if TYPE_CHECKING:
     from scoring.core import (
@@ -149,16 +153,13 @@ def _log(run: TrainingRun, line: str) -> None:
 
 def _parent_backbone(parent: ModelVersion | None) -> tuple[ModelVersion, Path, str, dict]:
     """(parent, backbone folder, separator, head config) training starts from: the current model's."""
-    from scoring.core import prm
-    from scoring.store import default_model
-
     if parent is None:
         parent = default_model.ensure_default_model()
     if parent.kind == ModelVersion.Kind.REMOTE:
         raise ValueError(f"model {parent.name!r} is served at {parent.path}: there are no weights here to train from")
-    config = prm.read_model_config(parent.path)
-    folder = prm.backbone_folder(parent.path, config)
-    return parent, folder, config.get("separator", prm.DEFAULT_SEPARATOR), config.get("head") or {}
+    config = read_model_config(parent.path)
+    folder = backbone_folder(parent.path, config)
+    return parent, folder, config.get("separator", DEFAULT_SEPARATOR), config.get("head") or {}
 
 
 def _training_backbone(parent: ModelVersion, folder: Path, separator: str, config: TrainConfig) -> prm.LoadedPRM:
@@ -169,10 +170,10 @@ def _training_backbone(parent: ModelVersion, folder: Path, separator: str, confi
     second backbone. A trained backbone starts from a fresh fp32 copy (bf16 autocast on GPU):
     training changes its weights.
     """
+    # torch (and scoring.core.prm, training, which import it): never imported by the web process.
     import torch
 
     from scoring.core import prm, training
-    from scoring.store import registry
 
     if config.mode == "head" and parent.kind == ModelVersion.Kind.HEAD:
         loaded = registry.load(parent)
@@ -199,8 +200,7 @@ def registered_version(run: TrainingRun) -> ModelVersion | None:
 
 def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[Example]) -> ModelVersion:
     """Train on the labeled examples, write the version's folder and register it with its split."""
-    from scoring.core import training
-    from scoring.store import registry
+    from scoring.core import training  # torch: never imported by the web process
 
     config = TrainConfig.from_dict(options.train)
     folder = version_folder(run)
@@ -277,10 +277,6 @@ def scheduled_retrain(*, min_new_labels: int, options: dict | None = None) -> Tr
 
 def ensure_schedule(*, every_minutes: int = 30, min_new_labels: int = 50) -> object:
     """Create the periodic retrain task once (admins edit it in the admin; we never overwrite)."""
-    import json
-
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
     interval, _ = IntervalSchedule.objects.get_or_create(every=every_minutes, period=IntervalSchedule.MINUTES)
     task, _ = PeriodicTask.objects.get_or_create(
         name=SCHEDULE_NAME,

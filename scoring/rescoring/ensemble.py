@@ -29,11 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from django.conf import settings
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from annotate.text.steps import predicted_first_error
-from scoring.core.training import regularized
-from scoring.core.training.losses import StepTensors
+from scoring.core import prm, training
+from scoring.core.training import regularized, truncated
+from scoring.core.training.losses import StepTensors, step_tensors
+from scoring.core.training_data import TrainConfig, build_examples
+from scoring.models import ModelVersion
 from scoring.rescoring import label_rows, scores
+from scoring.store import registry
 
 logger = logging.getLogger(__name__)
 
@@ -127,9 +134,6 @@ def uncertainties(ensemble: Ensemble, features: Sequence[torch.Tensor]) -> list[
 def fit_from_rows(rows, *, backbone, cache, backbone_id: str, layer: int, members: int = MEMBERS,
                   seed: int = 0) -> Ensemble:
     """An ensemble on label_rows.gather_rows() rows (importance weights included), features cached."""
-    from scoring.core.training.losses import step_tensors
-    from scoring.core.training_data import TrainConfig, build_examples
-
     examples = build_examples(rows)
     if not examples:
         raise ValueError("no labeled steps to fit an ensemble on")
@@ -156,8 +160,6 @@ def for_model_version(model_version, solution_ids, *, members: int = MEMBERS) ->
     labels, stored) and the pool's uncertainties under it (`pool_uncertainty_for`: computed
     once per solution, stored). Empty without labels or for a model that is not a head on a
     backbone (its reasons' shares then go to random picks)."""
-    from scoring.models import ModelVersion
-
     if model_version.kind != ModelVersion.Kind.HEAD:
         return {}
     rows = label_rows.gather_rows()
@@ -192,8 +194,6 @@ class Fitted:
 def store_dir(model_version) -> Path:
     """The version's folder under settings.ENSEMBLES_DIR (name and weights: a re-registered name
     with other weights gets its own)."""
-    from django.conf import settings
-
     return Path(settings.ENSEMBLES_DIR) / f"{model_version.name}-{model_version.weights_sha256[:16]}"
 
 
@@ -235,8 +235,6 @@ def fitted_for_version(model_version, rows, *, members: int = MEMBERS, seed: int
 def stored_ensemble(model_version) -> Fitted | None:
     """The version's last fitted ensemble, as it is (never fits): what /api/score reports a
     spread with. None for a model that is not a head, or before its first rebuild with labels."""
-    from scoring.models import ModelVersion
-
     if model_version.kind != ModelVersion.Kind.HEAD:
         return None
     return read_fitted(store_dir(model_version) / ENSEMBLE_FILE)
@@ -301,8 +299,6 @@ def read_uncertainties(path: Path) -> dict[int, SolutionUncertainty]:
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] | None:
     """A safetensors file's tensors and header metadata; None if missing or unreadable."""
-    from safetensors import safe_open
-
     if not path.exists():
         return None
     try:
@@ -314,8 +310,6 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] |
 
 
 def write_atomically(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    from safetensors.torch import save_file
-
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     save_file({name: t.contiguous() for name, t in tensors.items()}, str(tmp), metadata=metadata)
     os.replace(tmp, path)  # a reader (another worker, /api/score) never sees half a file
@@ -324,9 +318,6 @@ def write_atomically(path: Path, tensors: dict[str, torch.Tensor], metadata: dic
 def feature_source(model_version) -> dict:
     """The version's frozen backbone, feature cache and read-out layer: what fitting and
     featurizing the pool take (the backbone loads once per worker, in the registry)."""
-    from scoring.core import prm, training
-    from scoring.store import registry
-
     config = prm.read_model_config(model_version.path)
     folder = prm.backbone_folder(model_version.path, config)
     loaded = registry.load(model_version)
@@ -341,8 +332,6 @@ def scored_with_spread(loaded, fitted: Fitted, items) -> tuple[list[list], list[
     """For /api/score: (step probabilities, per step the spread of p over the members). One
     backbone pass when the head reads the ensemble's layer (a trained head does: both take the
     training layer), else a second pass for the head; nothing is written to the feature cache."""
-    from scoring.core.training import truncated
-
     # Read exactly as the feature cache reads what the ensemble was fitted on.
     with truncated(loaded.model, fitted.layer) as read_at:
         features = loaded.step_features(items, layer=read_at)

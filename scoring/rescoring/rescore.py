@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -17,11 +16,8 @@ from django.utils import timezone
 
 from annotate.models.jobs import JobState, heartbeats, holder_gone, this_worker
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob
-from scoring.rescoring import scores
+from scoring.rescoring import scores, selection
 from scoring.store import registry
-
-if TYPE_CHECKING:
-    pass
 
 
 def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersion | None = None) -> list[list[dict]]:
@@ -35,7 +31,7 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
             raise ValueError(f"item {index}: 'problem' must be a non-empty string")
         if not steps or not all(isinstance(s, str) and s.strip() for s in steps):
             raise ValueError(f"item {index}: 'steps' must be a non-empty list of non-empty strings")
-    from scoring.rescoring import ensemble
+    from scoring.rescoring import ensemble  # torch: /api/score runs this on the worker, never in the web process
 
     loaded = registry.load(version)
     # The version's stored ensemble (scoring/rescoring/ensemble.py), fitted at its last queue rebuild with labels.
@@ -168,8 +164,6 @@ def finish(*, job: RescoreJob) -> bool:
     The row lock and the guarded `succeed` make a late duplicate (the last two chunks
     finishing together, a redelivery) return False instead of starting a second generation.
     """
-    from scoring.rescoring import selection
-
     with job.failure_recorded(), transaction.atomic():
         if not RescoreJob.objects.select_for_update().filter(pk=job.pk, state=JobState.RUNNING).exists():
             return False

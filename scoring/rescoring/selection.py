@@ -190,7 +190,7 @@ def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None,
     policy = policy or Policy()
     pool = candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty)
     if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:
-        from scoring.rescoring.ensemble import for_model_version
+        from scoring.rescoring.ensemble import for_model_version  # torch: never imported by the web process
 
         pool = with_uncertainty(pool, for_model_version(model_version, [c.solution_id for c in pool]))
     picks = select(pool, policy)

@@ -231,10 +231,10 @@ STYLES = {"majority vote": ("grey", "--"), "oracle (any correct)": ("silver", ":
 
 def plot(report: dict, path) -> None:
     """Accuracy against generated tokens per problem, one line per method, as a PNG."""
-    import matplotlib
+    import matplotlib  # matplotlib: only a search evaluation draws a plot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display backend on a server
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for series, points in report["curves"].items():

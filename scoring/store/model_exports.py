@@ -20,6 +20,7 @@ from django.utils.text import slugify
 from annotate.models import Annotation
 from scoring.core.model_files import META_NAME
 from scoring.models import ModelVersion
+from scoring.store import registry
 
 ARCHIVE_FOLDER = "models"
 
@@ -41,8 +42,7 @@ def version_facts(version: ModelVersion) -> dict:
 
 def export_version(*, version: ModelVersion, out: str | Path, as_kind: str):
     """Verify the version's files against its hash, then write the standard checkpoint to `out`."""
-    from scoring.store import registry
-    from scoring.store.checkpoint_export import export_checkpoint
+    from scoring.store.checkpoint_export import export_checkpoint  # torch, transformers: the export task only
 
     registry.verify(version)
     return export_checkpoint(version.path, out, as_kind=as_kind, facts=version_facts(version))

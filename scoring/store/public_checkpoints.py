@@ -33,7 +33,7 @@ def describe_checkpoint(
     good_token: str | None = None, bad_token: str | None = None, trust_remote_code: bool = False,
 ) -> dict:
     """The stepwise.json for a public checkpoint folder, checked against its tokenizer and its weights."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers: the web process never loads it
 
     if style not in STYLES:
         raise ModelFormatError(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
@@ -82,6 +82,7 @@ def check_buildable(folder: Path, kind: str, *, trust_remote_code: bool = False)
     a folder transformers cannot build or whose checkpoint lacks weights that model needs (loading
     would initialise them at random: e.g. Qwen2.5-Math-PRM's `Qwen2ForProcessRewardModel` head read
     as a stock `Qwen2ForTokenClassification`). Refused here, not at the first rescore."""
+    # torch, transformers (and scoring.core.prm, which imports torch): the web process never loads them.
     import torch
     from transformers import AutoConfig
 
@@ -106,7 +107,7 @@ def check_buildable(folder: Path, kind: str, *, trust_remote_code: bool = False)
 
 
 def _checkpoint_keys(folder: Path) -> set[str]:
-    from safetensors import safe_open
+    from safetensors import safe_open  # safetensors: only registering a public checkpoint reads its keys
 
     keys: set[str] = set()
     for path in folder.glob("model*.safetensors"):

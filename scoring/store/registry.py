@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.core.management.base import CommandError
 from django.db import transaction
 
+from scoring.core import model_files
+from scoring.core.model_files import ModelFormatError, identity_files
 from scoring.models import ModelVersion
+from scoring.store.remote_scorer import RemoteConfig, RemotePRM
 
 if TYPE_CHECKING:
     from scoring.core.prm import LoadedPRM
-    from scoring.store.remote_scorer import RemotePRM
 
 
 class ModelIntegrityError(RuntimeError):
@@ -50,15 +53,13 @@ def register_model_version(
     make_current: bool = False, trust_remote_code: bool = False,
 ) -> ModelVersion:
     """Record a model folder under a name (validated and hashed now); optionally make it current."""
-    from scoring.core import prm
-
     folder = Path(path).resolve()
-    config = prm.read_model_config(folder)
-    prm.check_safetensors_only(prm.backbone_folder(folder, config))
+    config = model_files.read_model_config(folder)
+    model_files.check_safetensors_only(model_files.backbone_folder(folder, config))
     if trust_remote_code and not settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE:
         raise ValueError("trust_remote_code needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true")
     version = ModelVersion.objects.create(
-        name=name, kind=config["kind"], path=str(folder), weights_sha256=prm.weights_sha256(folder),
+        name=name, kind=config["kind"], path=str(folder), weights_sha256=model_files.weights_sha256(folder),
         parent=parent, config=config, metrics=metrics or {}, trust_remote_code=trust_remote_code,
     )
     if make_current:
@@ -73,8 +74,6 @@ def register_remote_version(*, name: str, config: dict, make_current: bool = Fal
     served model, separator, read-out), so pointing a name at another server is a new version.
     Nothing is contacted here; a bad field raises ValueError naming it.
     """
-    from scoring.store.remote_scorer import RemoteConfig
-
     remote = RemoteConfig.from_dict(config)
     version = ModelVersion.objects.create(
         name=name, kind=ModelVersion.Kind.REMOTE, path=remote.endpoint, weights_sha256=remote.fingerprint(),
@@ -117,8 +116,6 @@ def version_for_command(name: str | None, *, option: str = "--model") -> ModelVe
 
     Neither is a CommandError naming the option, worded the same by every command.
     """
-    from django.core.management.base import CommandError
-
     try:
         version = find_version(name)
     except UnknownModelVersion as error:
@@ -129,8 +126,6 @@ def version_for_command(name: str | None, *, option: str = "--model") -> ModelVe
 
 
 def _files_stamp(version: ModelVersion) -> tuple:
-    from scoring.core.model_files import ModelFormatError, identity_files
-
     try:
         return tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in identity_files(version.path))
     except (ModelFormatError, OSError) as error:
@@ -138,11 +133,9 @@ def _files_stamp(version: ModelVersion) -> tuple:
 
 
 def verify(version: ModelVersion) -> None:
-    from scoring.core import prm
-
     try:
-        actual = prm.weights_sha256(version.path)
-    except (prm.ModelFormatError, OSError) as error:
+        actual = model_files.weights_sha256(version.path)
+    except (ModelFormatError, OSError) as error:
         raise ModelIntegrityError(f"model {version.name!r}: {error}") from None
     if actual != version.weights_sha256:
         raise ModelIntegrityError(
@@ -173,7 +166,7 @@ def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
                 cached.stamp = stamp
             _loaded.move_to_end(key)
             return cached.model
-        from scoring.core import prm
+        from scoring.core import prm  # torch: loaded by the worker, never the web process
 
         verify(version)
         stamp = _files_stamp(version)
@@ -189,8 +182,6 @@ def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
 
 
 def _remote_client(version: ModelVersion) -> RemotePRM:
-    from scoring.store.remote_scorer import RemoteConfig, RemotePRM
-
     try:
         remote = RemoteConfig.from_dict(version.config)
     except ValueError as error:
@@ -204,10 +195,9 @@ def _remote_client(version: ModelVersion) -> RemotePRM:
 
 
 def _backbone_key(version: ModelVersion, options: dict) -> tuple:
-    from scoring.core import prm
-    from scoring.core.training import backbone_fingerprint
+    from scoring.core.training import backbone_fingerprint  # torch: loaded by the worker, never the web process
 
-    folder = prm.backbone_folder(version.path, prm.read_model_config(version.path))
+    folder = model_files.backbone_folder(version.path, model_files.read_model_config(version.path))
     return (version.kind, backbone_fingerprint(folder), settings.STEPWISE_SCORING_DTYPE, version.trust_remote_code,
             sorted(options.items()))
 
@@ -225,7 +215,7 @@ def forget_loaded() -> None:
 
 
 def _dtype_setting():
-    import torch
+    import torch  # torch: the web process never loads it
 
     name = settings.STEPWISE_SCORING_DTYPE
     if name == "auto":

@@ -25,6 +25,7 @@ from scoring.core.model_files import EXPORT_KINDS
 from scoring.models import ModelVersion, RescoreJob
 from scoring.rescoring import rescore as scoring
 from scoring.store import model_exports
+from scoring.tasks import export_model_task
 from scoring.web import search_report
 from scoring.web.charts import dotted
 
@@ -103,8 +104,6 @@ def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
     if as_kind not in EXPORT_KINDS:
         return HttpResponse(f"'as' must be one of {', '.join(EXPORT_KINDS)}", status=400)
     if model_exports.finished_archive(version, as_kind) is None:
-        from scoring.tasks import export_model_task
-
         export_model_task.delay_on_commit(version.pk, as_kind)
         messages.info(request, f"Building the {as_kind} checkpoint of {version.name} on the ml worker; "
                                "reload this page for its download link.")

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from bench.tiny import build_tiny_prm
-from scoring.core import prm
+from scoring.core import encoding, prm
 from scoring.core.step_marker import STEP_MARKER
 from scoring.store import model_exports, registry
 from scoring.store.checkpoint_export import export_checkpoint
@@ -59,7 +59,7 @@ def plain_transformers_scores(folder, kind):
     auto = AutoModelForCausalLM if kind == "step_token" else AutoModelForTokenClassification
     model = auto.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False).eval()
     scores = []
-    for encoded in prm.encode_many(tokenizer, ITEMS, separator=config["separator"]):
+    for encoded in encoding.encode_many(tokenizer, ITEMS, separator=config["separator"]):
         assert all(encoded.ids[p] == config["step_tag_id"] for p in encoded.positions)
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([encoded.ids])).logits[0, encoded.positions]

@@ -5,6 +5,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
+import bench
 from bench.tiny import build_tiny_prm
 from scoring.models import RescoreJob
 from scoring.store import registry
@@ -34,9 +35,11 @@ def test_a_model_command_without_any_model_says_how_to_get_one(db, tmp_path, com
 @pytest.mark.parametrize("command", [*MODEL_COMMANDS, "bench_scoring"])
 def test_a_model_command_with_an_unknown_model_lists_the_known_ones(db, tmp_path, command):
     registry.register_model_version(name="tiny-a", path=build_tiny_prm(tmp_path / "a"), make_current=True)
+    # bench_scoring is a benchmark (bench/), run through bench.call, and names versions the same way.
+    run = call_command if command in MODEL_COMMANDS else bench.call
     arguments = MODEL_COMMANDS[command](tmp_path) if command in MODEL_COMMANDS else [command]
     with pytest.raises(CommandError) as refused:
-        call_command(*arguments, "--model", "nope")
+        run(*arguments, "--model", "nope")
     assert str(refused.value) == "--model 'nope': no such model version (known: tiny-a)"
 
 

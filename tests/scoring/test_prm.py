@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bench.tiny import build_tiny_prm
-from scoring.core import prm
+from scoring.core import encoding, prm
 
 ITEMS = [
     ("What is 2 + 2?", ["First, 2 + 2 = 4.", "So the answer is 4.", "# Answer\n\n4"]),
@@ -88,7 +88,7 @@ def test_build_input_puts_the_separator_after_every_step():
 
 def test_token_budget_batches_sort_by_length_and_respect_the_budget():
     lengths = [5, 50, 7, 48, 6, 200]
-    batches = list(prm.token_budget_batches(lengths, max_tokens=100))
+    batches = list(encoding.token_budget_batches(lengths, max_tokens=100))
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     assert batches[0] == [5]  # over budget alone, not dropped
     for batch in batches[1:]:
@@ -153,7 +153,7 @@ def test_fast_path_tokenizes_exactly_like_the_tokenizer(folders):
 
     tokenizer = AutoTokenizer.from_pretrained(folders["head", "point", None])
     texts = [piece for problem, steps in ITEMS for piece in prm.build_input(problem, steps)] + ["  ки\n", "π"]
-    assert prm._token_ids(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert encoding._token_ids(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
 def test_token_budget_is_narrow_on_a_cpu_and_wide_on_an_accelerator():

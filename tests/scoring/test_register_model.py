@@ -46,7 +46,7 @@ def scores_by_hand(folder, version, solutions):
     """P(good) per step from the plain model's logits at the positions of the step tag."""
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-    from scoring.core.prm import encode
+    from scoring.core.encoding import encode
 
     config = version.config
     auto = AutoModelForCausalLM if config["kind"] == "step_token" else AutoModelForTokenClassification

@@ -23,7 +23,7 @@ PARQUET_FILE = Path("data") / "train.parquet"
 
 def features(format: str, *, labels: str = "human"):
     """The `datasets.Features` of a format's rows (extras only when the export asks for them)."""
-    from datasets import Features, List, Value
+    from datasets import Features, List, Value  # datasets: pyarrow and pandas, for export jobs only, never the web
 
     text, integer, number, boolean = Value("string"), Value("int64"), Value("float64"), Value("bool")
     auto = {"auto_labels": List({"source": text, "method": text, "kind": text, "n_rollouts": integer,
@@ -61,6 +61,7 @@ def arrow_row(format: str, row: dict) -> dict:
 
 
 def write_parquet(*, path: Path, format: str, rows: Iterable[dict], schema, on_row: Callable[[], None]) -> int:
+    # pyarrow: datasets' columnar backend, tens of MB; only an export job writes Parquet.
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -101,7 +102,7 @@ def write_dataset_folder(
 def _write_arrow_folder(*, folder: Path, format: str, rows: Iterable[dict], features, on_row) -> int:
     """`save_to_disk` of a Dataset read from a Parquet file written a chunk at a time, so the rows
     are never all in memory as Python objects."""
-    from datasets import Dataset
+    from datasets import Dataset  # datasets: pyarrow and pandas, for export jobs only, never the web
 
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".arrow-") as scratch:
         parquet = Path(scratch) / "rows.parquet"

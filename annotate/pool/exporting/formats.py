@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from annotate.labeling import verdicts
 from annotate.models import FinishReason
+from annotate.pool import prm800k  # the import side owns the schema, both ways
 from annotate.pool.exporting import automatic, loading
 from annotate.pool.exporting.loading import AnnotationRecord, annotation_chunks, solution_groups
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
@@ -51,8 +52,6 @@ def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
 
 
 def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
-    from annotate.pool import prm800k  # the import side owns the schema, both ways
-
     def line_for(annotation) -> dict:
         tally.read += 1
         tally.total_time[prm800k.total_time(annotation).source] += 1

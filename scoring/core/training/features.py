@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from scoring.core import prm
+from scoring.core.encoding import Item
 
 
 def load_backbone(
@@ -30,7 +32,7 @@ def load_backbone(
     dtype: torch.dtype | None = None,
 ) -> prm.LoadedPRM:
     """A bare backbone (no head) wrapped as a LoadedPRM, to extract step features or train."""
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer  # transformers: only loading a backbone pays its import
 
     folder = Path(folder).resolve()
     prm.check_safetensors_only(folder)
@@ -133,7 +135,7 @@ class FeatureCache:
     def features(
         self,
         loaded: prm.LoadedPRM,
-        items: Sequence[prm.Item],
+        items: Sequence[Item],
         *,
         layer: int | None,
         backbone_id: str,
@@ -141,8 +143,6 @@ class FeatureCache:
         chunk: int = 8,
     ) -> list[torch.Tensor]:
         """Features for every item, computing (in chunks) and storing only the missing ones."""
-        from safetensors.torch import load_file, save_file
-
         paths = [self.path(backbone_id, layer, loaded.dtype, loaded.separator, p, s) for p, s in items]
         out: list[torch.Tensor | None] = [None] * len(items)
         missing = []
@@ -170,7 +170,7 @@ class FeatureCache:
 
 
 def step_probabilities(
-    loaded: prm.LoadedPRM, items: Sequence[prm.Item], *, cache: FeatureCache | None = None, backbone_id: str = ""
+    loaded: prm.LoadedPRM, items: Sequence[Item], *, cache: FeatureCache | None = None, backbone_id: str = ""
 ) -> list[list[prm.StepProbability]]:
     """Step probabilities of a loaded model; head models reuse cached features when they can."""
     if loaded.kind != "head" or cache is None or not backbone_id:

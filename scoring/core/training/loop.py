@@ -20,6 +20,8 @@ import torch
 from torch import nn
 
 from scoring.core import prm
+from scoring.core.encoding import Encoded
+from scoring.core.training import regularized
 from scoring.core.training.features import FeatureCache, decoder_layers_owner, default_layer, truncated
 from scoring.core.training.losses import StepTensors, head_loss, head_optimizer, new_head, step_tensors
 from scoring.core.training_data import Example, LabeledRow, TrainConfig, build_examples, split_by_problem
@@ -199,8 +201,6 @@ def _train_head_only(
 def _fit_head_converged(result: TrainResult, x_train: torch.Tensor, x_val: torch.Tensor, train_t: StepTensors,
                         val_t: StepTensors, notify: Progress) -> None:
     """L2 logistic mu solved to convergence, L2 by CV by problem (regularized.py); kappa constant."""
-    from scoring.core.training import regularized
-
     config, head = result.config, result.head
     groups = [e.row.problem_id for e in result.train_examples for n in e.n if n > 0]
     fit = regularized.fit_converged(x_train, train_t, groups, seed=config.seed)
@@ -314,7 +314,7 @@ def _prepare_backbone(model: nn.Module, config: TrainConfig, layer: int | None) 
             for p in block.parameters():
                 p.requires_grad_(True)
     if config.mode == "lora":
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model  # peft: only a LoRA run needs it
 
         targets = [
             n for n in ("q_proj", "k_proj", "v_proj", "o_proj") if any(n in name for name, _ in model.named_modules())
@@ -345,7 +345,7 @@ def _checkpointing(model: nn.Module, *, enable: bool) -> None:
 
 
 def _hidden_at_labels(
-    backbone: prm.LoadedPRM, model: nn.Module, batch: Sequence[Example], encoded: dict[int, prm.Encoded],
+    backbone: prm.LoadedPRM, model: nn.Module, batch: Sequence[Example], encoded: dict[int, Encoded],
     layer: int | None,
 ) -> torch.Tensor:
     """Hidden states [labeled steps, H] at the separators of a batch, with gradients."""
@@ -380,7 +380,7 @@ def _backbone_val_loss(
     model: nn.Module,
     head: prm.StepHead,
     result: TrainResult,
-    encoded: dict[int, prm.Encoded],
+    encoded: dict[int, Encoded],
     val_t: StepTensors,
 ) -> float | None:
     if not result.val_examples:

@@ -10,10 +10,14 @@ import time
 from pathlib import Path
 from typing import cast
 
+import torch
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.pool.importing import formats
+from scoring import search
+from scoring.core import prm
+from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, LocalGenerator
 from scoring.search import evaluation as search_eval
 from scoring.store import registry
 from scoring.web import search_report
@@ -81,12 +85,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", type=Path, help="report path (.json; the .png goes beside it)")
 
     def handle(self, *args, **options):
-        from scoring import search
-        from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE
-
         if options["threads"]:
-            import torch
-
             torch.set_num_threads(options["threads"])
         problems = load_problems(options["dataset"], options["data"], n=options["problems"],
                                  shortest=options["shortest"])
@@ -117,8 +116,6 @@ class Command(BaseCommand):
         self._summary(report, out)
 
     def _prm(self, options):
-        from scoring.core import prm
-
         if options["prm"]:
             folder = options["prm"].resolve()
             loaded = prm.load_prm(folder, dtype=registry._dtype_setting())
@@ -127,8 +124,6 @@ class Command(BaseCommand):
         return registry.load(version), version.name, prm.backbone_folder(version.path, version.config)
 
     def _generator(self, folder):
-        from scoring.generation.generators import LocalGenerator
-
         return LocalGenerator(folder, dtype=registry._dtype_setting())
 
     def _summary(self, report: dict, out: Path) -> None:

@@ -3,6 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scoring.rescoring import rescore as scoring
 from scoring.store import default_model
+from scoring.store.registry import current_model_version
 
 
 class Command(BaseCommand):
@@ -20,8 +21,6 @@ class Command(BaseCommand):
         current = " (current)" if version.is_current else ""
         line = f"Default model: {version.name}{current} at {version.path}"
         if rescore:
-            from scoring.store.registry import current_model_version
-
             model = current_model_version() or version
             job = scoring.start_rescore(model_version=model)
             # One line: the job only scores what this model has not scored yet.

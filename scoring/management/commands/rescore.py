@@ -7,6 +7,7 @@ from annotate.models.jobs import JobState
 from scoring.models import RescoreJob
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
+from scoring.tasks import resume_rescores_task
 
 
 class Command(BaseCommand):
@@ -19,8 +20,6 @@ class Command(BaseCommand):
         parser.add_argument("--no-queue", action="store_true", help="score only; do not rebuild the queue")
 
     def handle(self, *args, model=None, wait=False, resume=False, no_queue=False, **options):
-        from scoring.tasks import resume_rescores_task
-
         if resume:
             resume_rescores_task.delay()
             self.stdout.write("Re-dispatching missing chunks of unfinished rescore jobs.")

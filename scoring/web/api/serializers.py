@@ -1,6 +1,7 @@
 """Read shapes of model versions, training runs and scores; the scoring request."""
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from annotate.text import splitting
@@ -267,8 +268,6 @@ class SearchBudgetSerializer(serializers.Serializer):
         min_value=1, required=False, help_text="Most PRM calls (one per scored path)")
 
     def validate_max_tokens(self, value: int) -> int:
-        from django.conf import settings
-
         if value > settings.STEPWISE_SEARCH_MAX_TOKENS:
             raise serializers.ValidationError(f"At most {settings.STEPWISE_SEARCH_MAX_TOKENS} tokens per search.")
         return value
