@@ -8,7 +8,9 @@ to *every* annotator, so they are never leased: the annotator's Annotation on th
 whole record. Ordinary QueueItems are written only by `enqueue`, in a generation numbered
 only by `start_generation`: the default order, freshly imported solutions (`enqueue_imported`)
 and selection (in scoring, which hands over its picks) go through the same rules for overlap,
-retirement and the queue size cap.
+retirement and the queue size cap. The demo pool (seed_demo) is served after every other
+solution: `enqueue` ranks its items below all the rest (DEMO_DEMOTION), so a newcomer's own
+import is what they label first.
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ IMPORTED_REASON = "imported, not scored yet"
 IMPORTED_WRONG_REASON = "imported, wrong answer, not scored yet"
 QC_REASON = "quality control"
 SCREENING_REASON = "screening"
+# Taken off a demo solution's priority: more than any span of real priorities (selection's run
+# from the queue size down to 1, imports' from 0 down by one per solution), so demo items wait
+# behind every other item, in their own order among themselves.
+DEMO_DEMOTION = 1e12
 
 
 class ScreeningFailed(Exception):
@@ -89,6 +95,7 @@ def enqueue(*, generation: Generation, picks: Iterable[Pick], model_version_name
     """
     size = settings.STEPWISE_QUEUE_SIZE if size is None else size
     slots = max(1, LabelingConfig.get().overlap_k)
+    demo = set(Solution.objects.demo().values_list("pk", flat=True))  # a few hundred at most
     with transaction.atomic():
         # Serializes writers of one generation, so two callers cannot both fill the cap.
         Generation.objects.select_for_update().filter(pk=generation.pk).first()
@@ -108,6 +115,8 @@ def enqueue(*, generation: Generation, picks: Iterable[Pick], model_version_name
                 continue
             queued.add(solution_id)
             room -= 1
+            if solution_id in demo:
+                priority -= DEMO_DEMOTION
             batch.extend(
                 QueueItem(solution_id=solution_id, generation=generation.number, slot=slot, priority=priority,
                           reason=reason, model_version_name=model_version_name, score_at_selection=score)
@@ -139,10 +148,11 @@ def enqueue_imported(*, solution_ids: Iterable[int], seed: int | None = None) ->
 
     None has a score yet, which the selection policy allows for: wrong answers (by grading)
     first, then the rest, each in random order, behind the work already waiting (lower
-    priorities). A model's generation also keeps its limit per problem
-    (STEPWISE_QUEUE_PER_PROBLEM, counting what it holds); the default order has none. Gold,
-    reference and labeled solutions, and those already someone's work, are skipped; the
-    queue size cap holds. The next rescore ranks them with the rest. Returns solutions queued.
+    priorities) but ahead of the demo pool, which `enqueue` ranks after everything. A model's
+    generation also keeps its limit per problem (STEPWISE_QUEUE_PER_PROBLEM, counting what it
+    holds); the default order has none. Gold, reference and labeled solutions, and those
+    already someone's work, are skipped; the queue size cap holds. The next rescore ranks them
+    with the rest. Returns solutions queued.
     """
     generation = current_generation()
     rows = _importable(list(solution_ids))
@@ -151,7 +161,10 @@ def enqueue_imported(*, solution_ids: Iterable[int], seed: int | None = None) ->
     rows.sort(key=lambda row: row[2] is not False)  # stable: wrong first, each group still shuffled
     if generation.model_version_name:
         rows = _within_problem_cap(rows, generation, settings.STEPWISE_QUEUE_PER_PROBLEM)
-    held = QueueItem.objects.filter(generation=generation.number).exclude(status=QueueItem.Status.RETIRED)
+    held = (
+        QueueItem.objects.filter(generation=generation.number).exclude(status=QueueItem.Status.RETIRED)
+        .exclude(solution__in=Solution.objects.demo())  # demoted below everything anyway
+    )
     lowest = min(held.aggregate(p=Min("priority"))["p"] or 0.0, 0.0)
     picks = [
         (pk, lowest - 1 - rank, IMPORTED_WRONG_REASON if is_correct is False else IMPORTED_REASON, None)

@@ -4,6 +4,9 @@ import json
 
 from django.db import models
 
+# The `source` of the demo pool that `seed_demo` makes: it is served after the user's own work.
+DEMO_SOURCE = "demo"
+
 
 def content_hash(*parts: object) -> str:
     """A stable fingerprint of content, so importing the same thing twice finds it."""
@@ -37,6 +40,10 @@ class SolutionQuerySet(models.QuerySet):
 
     def unlabeled(self) -> "SolutionQuerySet":
         return self.exclude(annotations__status="submitted")
+
+    def demo(self) -> "SolutionQuerySet":
+        """The demo pool's solutions (seed_demo), which rank after every other solution in the queue."""
+        return self.filter(source=DEMO_SOURCE)
 
 
 class Solution(models.Model):

@@ -130,9 +130,23 @@ def _fill(body: str, parts: list[Segment], *, inline: bool = False) -> str:
         if part.kind == "math":
             display = "true" if part.display and not inline else "false"
             return f'<span class="math" data-display="{display}">{code}</span>'
-        return f"<pre><code>{code}</code></pre>" if part.is_block else f"<code>{code}</code>"
+        return _code_block(code, part.body.count("\n") + 1) if part.is_block else f"<code>{code}</code>"
 
     return _PLACEHOLDER.sub(one, body)
+
+
+# A code block longer than this opens on its first lines with a control that shows the rest, so
+# an [asy] picture's forty lines never fill the screen (static/css/stepwise.css bounds it).
+COLLAPSED_LINES = 6
+
+
+def _code_block(code: str, lines: int) -> str:
+    block = f"<pre><code>{code}</code></pre>"
+    if lines <= COLLAPSED_LINES:
+        return block
+    # <details> is the control: it works without JavaScript, and Enter on its summary stays native.
+    return (f'<div class="codeblock collapsed">{block}<details><summary><span class="more">Show all {lines} lines'
+            '</span><span class="less">Show less</span></summary></details></div>')
 
 
 _STRONG = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)", re.S)

@@ -85,7 +85,7 @@
 
   function heartbeat(final) {
     const t = task();
-    if (!t || t.classList.contains("submitted")) return;
+    if (!t || t.classList.contains("submitted") || t.classList.contains("lost")) return;
     if (!final && Date.now() - lastActive > idleMs()) return; // an idle tab lets its lease lapse
     const body = new URLSearchParams(timeFields());
     fetch(t.dataset.heartbeat, {
@@ -93,7 +93,7 @@
       headers: { "X-CSRFToken": csrfToken(), "HX-Request": "true" },
     }).then((response) => {
       if (response.ok) dirty.clear();
-      else if (response.status === 409) response.text().then(showError);
+      else if (response.status === 409) response.text().then(taskLost);
     }).catch(() => {});
   }
   document.addEventListener("visibilitychange", () => { if (document.visibilityState === "hidden") heartbeat(true); });
@@ -130,7 +130,8 @@
   });
   ["htmx:responseError", "htmx:sendError"].forEach((name) => document.body.addEventListener(name, (event) => {
     const xhr = event.detail.xhr;
-    showError(xhr && xhr.status ? xhr.responseText : "Could not reach the server: your last click was not saved.");
+    if (xhr && xhr.status === 409) taskLost(xhr.responseText);
+    else showError(xhr && xhr.status ? xhr.responseText : "Could not reach the server: your last click was not saved.");
     pendingMove = null;
     rewriteSent = false;
     busySince = 0;
@@ -214,6 +215,21 @@
     setTimeout(() => { banner.hidden = true; }, 6000);
   }
 
+  // A 409 (a heartbeat's or an action's): the lease went to someone else, or the task was
+  // submitted elsewhere. The submit bar says so until the annotator goes on, and offers the
+  // next task (a claim, which drops this one); the keys no longer act on the steps.
+  function taskLost(message) {
+    const t = task();
+    const notice = document.getElementById("task-lost");
+    if (!t || !notice) return showError(message);
+    waiting.length = 0;
+    t.classList.add("lost");
+    notice.querySelector("[data-message]").textContent =
+      message || "This task is no longer yours: it went to someone else.";
+    notice.hidden = false;
+    if (!dialogOpen()) notice.querySelector("button").focus();
+  }
+
   // --- keys ----------------------------------------------------------------------------
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
@@ -224,6 +240,10 @@
     const action = KEYS[event.key];
     if (!action || !task()) return;
     event.preventDefault();
+    if (task().classList.contains("lost")) { // only Enter acts: it goes on to the next task
+      if (event.key === "Enter") document.querySelector("#task-lost button").click();
+      return;
+    }
     if (action[0] === "help") return openHelp(); // needs no answer from the server
     waiting.push(action);
     drain();

@@ -412,6 +412,21 @@ def test_imported_solutions_are_queued_wrong_answers_first_behind_the_work_alrea
     assert queueing.claim_next(annotator=second).solution_id in wrong
 
 
+def test_an_import_after_the_demo_pool_is_served_before_any_demo_item(tmp_path):
+    from django.core.management import call_command
+
+    from annotate.models.pool import DEMO_SOURCE
+
+    call_command("seed_demo", problems=6, stdout=io.StringIO())
+    summary = import_lines(tmp_path, [answered("my own p1", "4"), answered("my own p2", "5")])
+    assert queueing.enqueue_imported(solution_ids=summary.solution_ids) == 2
+    call_command("seed_demo", problems=6, stdout=io.StringIO())  # the next `./stepwise run`
+    first, second, third = annotators(3)
+    claimed = [queueing.claim_next(annotator=who).solution for who in (first, second, third)]
+    assert {solution.pk for solution in claimed[:2]} == set(summary.solution_ids)
+    assert claimed[2].source == DEMO_SOURCE
+
+
 def test_queueing_an_import_again_adds_nothing_and_the_queue_cap_holds(tmp_path, settings):
     settings.STEPWISE_QUEUE_SIZE = 3
     configure(overlap_k=2)

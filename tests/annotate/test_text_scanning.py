@@ -179,3 +179,11 @@ def test_the_steps_of_a_real_response_render_the_formulas_the_whole_response_ren
     for text in _model_responses():
         whole = MATH_SPAN.findall(rendering.render(text))
         assert [f for step in split_steps(text, mode) for f in MATH_SPAN.findall(rendering.render(step))] == whole
+
+
+def test_a_long_asy_picture_renders_collapsed_with_a_control_that_shows_every_line():
+    picture = "\n".join(f"dot(({n},0));" for n in range(rendering.COLLAPSED_LINES + 1))
+    rendered = rendering.render(f"See:\n[asy]\n{picture}\n[/asy]")
+    assert f"<pre><code>{picture}</code></pre>" in rendered
+    assert rendered.count('class="codeblock collapsed"') == 1
+    assert f"<summary><span class=\"more\">Show all {rendering.COLLAPSED_LINES + 1} lines</span>" in rendered

@@ -149,10 +149,12 @@ def test_a_submit_is_announced_even_when_the_next_task_has_the_same_problem(new_
     assert "Submitted as solution" in notice.inner_text()
     assert page.inner_text(".problem .statement") == statement  # the same problem again
     page.locator("#step-0.cursor").wait_for()
-    # It floats over the page and fades: nothing moves under the cursor, and it does not stay.
-    assert page.evaluate("getComputedStyle(document.querySelector('.messages .toast')).position") == "fixed"
+    # It has its own line above the page (never over a step) and fades but keeps that room:
+    # nothing moves under the cursor, and it does not stay.
+    cursor_top = page.locator("#step-0").bounding_box()["y"]
     page.wait_for_function("() => getComputedStyle(document.querySelector('.messages .toast')).visibility === 'hidden'",
                            timeout=10_000)
+    assert page.locator("#step-0").bounding_box()["y"] == cursor_top
 
 
 CONTRAST = """(el) => {

@@ -6,8 +6,8 @@ does its problem. Scores, steps and queue items go with the solutions they belon
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from annotate.management.commands.seed_demo import DEMO_SOURCE
 from annotate.models import Problem, Solution
+from annotate.models.pool import DEMO_SOURCE
 
 
 class Command(BaseCommand):

@@ -8,11 +8,9 @@ from django.core.management.base import BaseCommand
 from annotate.labeling import queueing
 from annotate.labeling.roles import ADMIN, ANNOTATOR, REVIEWER, grant_role
 from annotate.models import QueueItem, Solution
+from annotate.models.pool import DEMO_SOURCE
 from annotate.pool import importing
 from annotate.pool.synthetic import generic_lines, make_pool
-
-# The `source` of the demo pool's problems and solutions: remove_demo finds them by it.
-DEMO_SOURCE = "demo"
 
 DEMO_USERS = [
     # username, password, role
