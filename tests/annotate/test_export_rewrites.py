@@ -4,7 +4,7 @@ With written corrections on and stop-at-first-error off, an annotator rates a st
 the step as it should be (a human completion) and goes on rating the steps after it. The one
 rule (`annotate.labeling.verdicts`' docstring) says what each consumer gets, and these tests
 read the files with the consumers' own readers: the PRM800K schema validator, TRL's converter
-and tokenizer (restated in `trl_reference`, trl is not installed), `datasets` for Parquet.
+and tokenizer (trl 1.13's own, through `trl_reference`), `datasets` for Parquet.
 """
 import json
 

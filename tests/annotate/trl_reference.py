@@ -1,15 +1,16 @@
-"""TRL's readers of PRM data, restated for tests: trl is not a test dependency (its PRM trainer
-lives in `trl.experimental.prm` up to trl 1.13, and later releases ship none).
+"""TRL's readers of PRM data for tests: its PRM800K converter restated (an example script, not in
+the wheel), its trainer's tokenizer itself (trl 1.13's `trl.experimental.prm`; later releases
+ship no PRM trainer).
 
 - `trl_converter_rows`: TRL's own PRM800K converter (trl 1.13, `examples/datasets/prm800k.py`):
   every completion of a step that was not continued gives a row (the path so far plus it,
   labeled `rating == 1`), the path goes on with the chosen or human completion (a human one is
   good), and the walked path is the last row.
-- `tokenize_row`: what `PRMTrainer.tokenize_row` makes of one stepwise row: the prompt's tokens
-  (after BOS) labeled -100, then each step's tokens with the separator appended, labeled -100
-  but on the step's last token, which carries the step's label as 0 or 1.
+- `tokenize_row`: `PRMTrainer.tokenize_row` on one stepwise row: the prompt's tokens labeled
+  -100, then each step's tokens with the separator appended, labeled -100 but on the step's last
+  token, which carries the step's label as 0 or 1.
 """
-from itertools import chain
+import os
 
 
 def trl_converter_rows(line: dict) -> list[dict]:
@@ -32,15 +33,12 @@ def trl_converter_rows(line: dict) -> list[dict]:
 
 
 def tokenize_row(row: dict, tokenizer, step_separator: str = "\n") -> dict[str, list[int]]:
-    """`input_ids` and token `labels` of one stepwise row, as PRMTrainer tokenizes it (no truncation)."""
-    prompt_ids = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"]
-    separator = tokenizer.encode(step_separator, add_special_tokens=False)
-    steps = [tokenizer(text, add_special_tokens=False)["input_ids"] + separator for text in row["completions"]]
-    step_labels = [[-100] * (len(ids) - 1) + [int(label)] for ids, label in zip(steps, row["labels"], strict=True)]
-    if tokenizer.bos_token_id is not None:
-        prompt_ids = [tokenizer.bos_token_id, *prompt_ids]
-    return {"input_ids": prompt_ids + list(chain(*steps)),
-            "labels": [-100] * len(prompt_ids) + list(chain(*step_labels))}
+    """`input_ids` and token `labels` of one stepwise row: trl's own `PRMTrainer.tokenize_row`."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.experimental.prm import PRMTrainer  # trl 1.13: the last release with a PRM trainer
+
+    return PRMTrainer.tokenize_row(row, tokenizer, step_separator, max_length=None, max_completion_length=None,
+                                   train_on_last_step_only=False, is_eval=False)
 
 
 def supervised_labels(tokenized: dict[str, list[int]]) -> list[bool]:
