@@ -108,3 +108,47 @@ def test_every_benchmark_has_its_command_line():
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     missing = [name for name in names if f"./stepwise bench {name}" not in text]
     assert not missing, f"docs/benchmarks.md gives no command line for {missing}"
+
+
+def _section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"## {title}")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def _keys_read_by(function) -> set[str]:
+    """The string keys a parser reads off its line: `obj["k"]`, `obj.get("k")`, `"k" in obj`, `_text(obj, "k")`."""
+    import ast
+    import inspect
+    import textwrap
+
+    keys = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(function)))):
+        if isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) \
+                and node.args[0].id == "obj" and isinstance(node.args[1], ast.Constant):
+            keys.add(node.args[1].value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "obj":
+            keys.add(node.args[0].value)
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) \
+                and isinstance(node.comparators[0], ast.Name) and node.comparators[0].id == "obj":
+            keys.add(node.left.value)
+    return {key for key in keys if isinstance(key, str)}
+
+
+def test_the_generic_format_table_names_exactly_the_fields_the_importer_reads():
+    from annotate.pool.importing.formats import parse_generic
+
+    generic = _section("Import formats").split("**Generic**")[1].split("**PRM800K**")[0]
+    documented = set(re.findall(r"`([a-z_]+)`", generic))
+    assert documented == _keys_read_by(parse_generic)
+
+
+def test_the_prm800k_list_names_every_key_of_the_schema():
+    from annotate.pool.prm800k import schema
+
+    prm800k = _section("Import formats").split("**PRM800K**")[1]
+    documented = set(re.findall(r"`([a-z_]+)`", prm800k))
+    keys = {*schema.LINE_KEYS, *schema.QUESTION_KEYS, *schema.LABEL_KEYS, *schema.STEP_KEYS, *schema.COMPLETION_KEYS}
+    assert keys <= documented, sorted(keys - documented)
+    assert set(schema.FINISH_REASONS) <= documented
