@@ -2,7 +2,8 @@
 
 On one pool of 8-step solutions, in one run, it measures tokens per second of
   bare        the model forward alone on the batches scoring builds,
-  e2e         rescoring: database read -> tokenize -> forward -> database write,
+  e2e         rescoring as a job's chunks run it (rescore.score_chunk): database read ->
+              tokenize -> forward -> database write, the reads and writes beside the forward,
   per_prefix  the slow loop of one forward per step prefix,
 (tokens = the tokens of the scored solutions, the same count for all three), the time to
 rescore a pool of --pool-size solutions with the tiny test model, and the latency (p50/p95)
@@ -25,7 +26,7 @@ from annotate.models import Problem, Solution, Step
 from annotate.models.pool import content_hash
 from annotate.pool import synthetic
 from scoring.models import ModelVersion, SolutionScore, StepScore
-from scoring.rescoring import scores
+from scoring.rescoring import rescore, scores
 from scoring.store import registry
 
 STEPS = 8
@@ -143,8 +144,7 @@ class Command(BaseCommand):
                 bare.append(self.timed(lambda: model.forward_only(encoded)))
                 SolutionScore.objects.filter(model_version=version).delete()
                 StepScore.objects.filter(model_version=version).delete()
-                e2e.append(self.timed(lambda: [scores.score_solutions(model_version=version, solution_ids=c, prm=model)
-                                               for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)]))
+                e2e.append(self.timed(lambda: self.rescore(version, ids, model)))
             bare, e2e = min(bare), min(e2e)
             subset = max(1, n // 8)
             sub_tokens = model.count_tokens(encoded[:subset])
@@ -165,9 +165,14 @@ class Command(BaseCommand):
             ids = make_pool("pool", size)
             model = registry.load(version)
             model.forward_only(model.encode_many(scores.read_items(ids[:8])[2]))
-            seconds = self.timed(lambda: [scores.score_solutions(model_version=version, solution_ids=c, prm=model)
-                                          for c in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE)])
+            seconds = self.timed(lambda: self.rescore(version, ids, model))
         return {"tiny_pool_solutions": size, "tiny_pool_rescore_s": round(seconds, 2)}
+
+    @staticmethod
+    def rescore(version: ModelVersion, ids: list[int], model) -> None:
+        """What a rescore job's chunks do (rescore.score_chunk), one chunk after another."""
+        for chunk in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE):
+            rescore.score_chunk(model_version=version, solution_ids=chunk, prm=model)
 
     def scaleout(self, options) -> dict:
         """Throughput with N worker processes (bench.scaleout); the pool is committed

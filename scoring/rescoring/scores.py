@@ -1,11 +1,16 @@
 """Scores in the database: which solutions a version has not scored, reading a chunk's texts,
-writing its scores (keyed, so a chunk that runs twice writes nothing twice)."""
+writing its scores (keyed, so a chunk that runs twice writes nothing twice).
+
+Scores are written as plain rows, not model instances: COPY into a staging table and one
+INSERT ... ON CONFLICT DO NOTHING on PostgreSQL, executemany on SQLite. Building a StepScore
+per step cost as much as the database write.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django.db import transaction
+from django.db import connection, models, transaction
 
 from annotate.models import Solution, Step
 from scoring.core.step_scores import StepProbability, aggregate
@@ -41,23 +46,51 @@ def read_items(solution_ids: Sequence[int]) -> tuple[list[int], list[list[int]],
     return ordered, [step_ids[pk] for pk in ordered], [(problems[pk], texts[pk]) for pk in ordered]
 
 
+STEP_FIELDS = ("step", "model_version", "p", "mean", "sigma")
+SOLUTION_FIELDS = ("solution", "model_version", "product", "min", "last", "mean", "sigma")
+
+
 def write_scores(
     *, model_version: ModelVersion, solution_ids: Sequence[int], step_ids: Sequence[Sequence[int]],
     results: Sequence[Sequence[StepProbability]],
 ) -> int:
     """Insert step and solution scores; rows that already exist are left alone."""
-    step_rows: list[StepScore] = []
-    solution_rows: list[SolutionScore] = []
+    version = model_version.pk
+    step_rows: list[tuple] = []
+    solution_rows: list[tuple] = []
     for solution_id, ids, steps in zip(solution_ids, step_ids, results):
-        step_rows.extend(
-            StepScore(step_id=step_id, model_version=model_version, p=s.p, mean=s.mean, sigma=s.sigma)
-            for step_id, s in zip(ids, steps)
-        )
-        solution_rows.append(SolutionScore(solution_id=solution_id, model_version=model_version, **aggregate(steps)))
+        step_rows.extend((step_id, version, s.p, s.mean, s.sigma) for step_id, s in zip(ids, steps))
+        solution = aggregate(steps)
+        solution_rows.append((solution_id, version, *(solution[field] for field in SOLUTION_FIELDS[2:])))
     with transaction.atomic():
-        StepScore.objects.bulk_create(step_rows, ignore_conflicts=True, batch_size=2000)
-        SolutionScore.objects.bulk_create(solution_rows, ignore_conflicts=True, batch_size=2000)
+        insert_new(StepScore, STEP_FIELDS, step_rows)
+        insert_new(SolutionScore, SOLUTION_FIELDS, solution_rows)
     return len(solution_rows)
+
+
+def insert_new(model: type[models.Model], fields: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """Insert the rows whose unique keys are not in the table yet (ON CONFLICT DO NOTHING, as
+    bulk_create(ignore_conflicts=True)), values already in database form. Call it in a transaction."""
+    if not rows:
+        return
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    column = {field.name: field.column for field in model._meta.concrete_fields if field.column}
+    columns = ", ".join(quote(column[field]) for field in fields)
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            placeholders = ", ".join(["%s"] * len(fields))
+            cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({placeholders}) ON CONFLICT DO NOTHING", rows)
+            return
+        # COPY cannot skip conflicts, so it fills a session-local staging table that one INSERT
+        # reads; emptied in the same transaction, a rolled-back write leaves nothing staged either.
+        staged = quote(f"staged_{model._meta.db_table}")
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {staged} AS SELECT {columns} FROM {table} WITH NO DATA")
+        with connection.wrap_database_errors, cursor.cursor.copy(f"COPY {staged} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {staged} ON CONFLICT DO NOTHING")
+        cursor.execute(f"TRUNCATE {staged}")
 
 
 def score_solutions(

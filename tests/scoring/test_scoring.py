@@ -189,3 +189,75 @@ def test_a_finished_job_is_not_planned_again_on_redelivery(tiny_version, pool):
     assert RescoreJob.objects.get(pk=job.pk).state == JobState.SUCCEEDED
     assert scoring.plan_chunks(job=RescoreJob.objects.get(pk=job.pk)) == []
     assert RescoreChunk.objects.filter(job=job).count() == 2
+
+
+# --- the chunk pipeline: reads and tokenizing ahead, writes behind, on one background thread -----
+
+
+def stored_scores(version):
+    steps = dict(StepScore.objects.filter(model_version=version).values_list("step_id", "p"))
+    solutions = {row[0]: row[1:] for row in SolutionScore.objects.filter(model_version=version).values_list(
+        "solution_id", "product", "min", "last", "mean", "sigma")}
+    return steps, solutions
+
+
+def io_threads():
+    import threading
+
+    return [thread for thread in threading.enumerate() if thread.name.startswith("rescore-io")]
+
+
+@pytest.mark.embedded
+def test_a_pipelined_chunk_writes_exactly_what_the_sequential_path_writes(tiny_version, pool):
+    ids = [s.pk for s in pool]
+    scores.score_solutions(model_version=tiny_version, solution_ids=ids)
+    sequential = stored_scores(tiny_version)
+    StepScore.objects.all().delete()
+    SolutionScore.objects.all().delete()
+    # Batches of 2: reads run ahead of the forward and writes behind it, several at a time.
+    scored, tokens = scoring.score_chunk(model_version=tiny_version, solution_ids=ids, batch_size=2)
+    steps, solutions = stored_scores(tiny_version)
+    assert scored == len(pool) and steps.keys() == sequential[0].keys() and solutions.keys() == sequential[1].keys()
+    assert [steps[k] for k in sorted(steps)] == pytest.approx([sequential[0][k] for k in sorted(steps)], abs=1e-6)
+    for pk, row in solutions.items():
+        assert row == pytest.approx(sequential[1][pk], abs=1e-6)
+    assert tokens == registry.load(tiny_version).score_counting_tokens(scores.read_items(ids)[2])[1]
+    assert not io_threads()
+
+
+@pytest.mark.embedded
+def test_a_pipelined_rerun_writes_nothing_and_skips_rows_already_there(tiny_version, pool):
+    ids = [s.pk for s in pool]
+    scoring.score_chunk(model_version=tiny_version, solution_ids=ids, batch_size=2)
+    before = stored_scores(tiny_version)
+    assert scoring.score_chunk(model_version=tiny_version, solution_ids=ids, batch_size=2) == (0, 0)
+    # Solutions that lost their score are scored again; their step scores are there, kept as they were.
+    SolutionScore.objects.filter(solution_id__in=ids[:3]).delete()
+    assert scoring.score_chunk(model_version=tiny_version, solution_ids=ids, batch_size=2)[0] == 3
+    steps, solutions = stored_scores(tiny_version)
+    assert steps == before[0] and solutions.keys() == before[1].keys()
+    for pk, row in solutions.items():  # recomputed in other batches: equal up to float rounding
+        assert row == pytest.approx(before[1][pk], abs=1e-6)
+
+
+@pytest.mark.embedded
+def test_an_error_in_the_reader_thread_fails_the_chunk_and_stops_the_thread(tiny_version, pool, monkeypatch):
+    read_items, calls = scores.read_items, []
+
+    def failing_second_read(solution_ids):
+        calls.append(solution_ids)
+        if len(calls) == 2:
+            raise RuntimeError("connection lost")
+        return read_items(solution_ids)
+
+    monkeypatch.setattr(scores, "read_items", failing_second_read)
+    monkeypatch.setattr(scoring, "PIPELINE_BATCH", 2)
+    monkeypatch.setattr(scoring, "_on_cpu", lambda prm: False)  # overlap on this CPU too, as on a GPU
+    job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
+    (chunk,) = scoring.plan_chunks(job=job, chunk_size=10)
+    with pytest.raises(RuntimeError, match="connection lost"):
+        scoring.run_chunk(chunk_id=chunk.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "chunk 0: RuntimeError: connection lost" in job.error
+    assert RescoreChunk.objects.get(pk=chunk.pk).state != RescoreChunk.State.DONE
+    assert not io_threads()
