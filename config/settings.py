@@ -13,7 +13,7 @@ from csp.constants import NONE, SELF, UNSAFE_INLINE
 from dj_database_url import DBConfig
 from django.core.exceptions import ImproperlyConfigured
 
-from infra.env import env_bool, env_choice, env_float, env_int, env_rate, env_shares, env_str
+from infra.env import env_bool, env_choice, env_float, env_int, env_list, env_rate, env_shares, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -317,6 +317,9 @@ STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0, minimum=0.
 # Seconds one import may spend grading, all its lines together; the rest are imported ungraded.
 STEPWISE_IMPORT_GRADING_BUDGET = env_float("STEPWISE_IMPORT_GRADING_BUDGET", 600.0, minimum=0.0)
 STEPWISE_ALLOW_TRUST_REMOTE_CODE = env_bool("STEPWISE_ALLOW_TRUST_REMOTE_CODE", False)
+# Hosts a generator or remote scorer URL may name though link-local or a cloud metadata
+# service (infra/outbound.py refuses those otherwise), lower-cased as URLs compare them.
+STEPWISE_OUTBOUND_ALLOW = [host.lower() for host in env_list("STEPWISE_OUTBOUND_ALLOW")]
 # Scoring (scoring/): precision ("auto" = bf16 where supported), tokens per forward batch,
 # solutions per Celery chunk, and the queue each rescore rebuilds.
 STEPWISE_SCORING_DTYPE = env_choice("STEPWISE_SCORING_DTYPE", "auto", ("auto", "float32", "bfloat16", "float16"))

@@ -60,6 +60,11 @@ def _env_number(name: str, default, convert, kind: str, minimum):
     return number
 
 
+def env_list(name: str, default: str = "") -> list[str]:
+    """A comma-separated list, each item stripped, empty ones dropped ("a, b," -> ["a", "b"])."""
+    return [item.strip() for item in (env_str(name, default) or "").split(",") if item.strip()]
+
+
 def env_choice(name: str, default: str, choices: Collection[str]) -> str:
     value = env_str(name, default)
     if value not in choices:

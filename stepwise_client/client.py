@@ -134,7 +134,8 @@ class StepwiseClient:
         try:
             return post_json(self.url + path, body, headers=headers, timeout=self.timeout, policy=self.retry)
         except urllib.error.HTTPError as error:
-            detail = error.read().decode(errors="replace")[:2000]
+            # A redirect's reason names where it pointed (retrying.RefuseRedirects); its body rarely does.
+            detail = error.reason if 300 <= error.code < 400 else error.read().decode(errors="replace")[:2000]
             raise StepwiseError(f"POST {path} answered {error.code}: {detail}") from None
         except URLLIB_TRANSIENT as error:
             raise StepwiseError(f"POST {path} failed after {self.retry.attempts} attempts: {error}") from None

@@ -11,6 +11,7 @@ date), else a full-jitter exponential backoff (uniform in [0, backoff * 2^retry]
 """
 from __future__ import annotations
 
+import email.message
 import email.utils
 import http.client
 import json
@@ -22,7 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 # 408 request timeout, 409 conflict (a lock held elsewhere), 429 rate limit; 5xx is checked apart.
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -122,12 +123,30 @@ def urllib_retry_after(error: Exception) -> float | None:
     return None
 
 
+class RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the 3xx is raised as the HTTPError it is, naming its Location.
+
+    urllib's own handler follows one to any origin and takes the Authorization header along
+    (it drops only the body's headers), handing the token to whoever the server points at.
+    """
+
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: email.message.Message, newurl: str) -> urllib.request.Request | None:
+        raise urllib.error.HTTPError(req.full_url, code, f"{msg}: a redirect to {newurl}, not followed",
+                                     headers, fp)
+
+
+# urlopen's handlers, the redirect one replaced.
+_OPENER = urllib.request.build_opener(RefuseRedirects)
+
+
 def post_json(url: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float, policy: RetryPolicy,
               on_attempt: Callable[[], None] | None = None) -> dict[str, Any]:
     """POST `body` as JSON through urllib and return the JSON answer, retried by `policy`.
 
     The last failure is raised as urllib raised it (HTTPError, URLError, ...) for the caller to
-    word; `on_attempt` is called before every attempt, retries included (to count requests).
+    word, a redirect among them (`RefuseRedirects`); `on_attempt` is called before every attempt,
+    retries included (to count requests).
     """
     data = json.dumps(body).encode()
 
@@ -135,7 +154,7 @@ def post_json(url: str, body: dict[str, Any], *, headers: dict[str, str], timeou
         if on_attempt is not None:
             on_attempt()
         request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _OPENER.open(request, timeout=timeout) as response:
             answer: dict[str, Any] = json.loads(response.read())
             return answer
 

@@ -17,7 +17,8 @@ Every sample carries the tokens it cost, so search and rollouts can count comput
 
 `backends.generator_from_spec(spec)` builds either backend from the dict a run stores
 (`{"backend": "local", "model": folder}` or `{"backend": "openai", "base_url": ..., ...}`);
-only its default local model reads a Django setting (MODELS_DIR), lazily.
+only its default local model reads a Django setting (MODELS_DIR), lazily, and a server's URL
+passes `infra.outbound.check_url` (which reads STEPWISE_OUTBOUND_ALLOW when settings are configured).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, cast
 
+from infra import outbound
 from scoring.core.model_files import check_safetensors_only
 
 DEFAULT_STEP_DELIMITER = "\n\n"
@@ -201,7 +203,8 @@ def check_spec(spec: dict) -> dict:
 
     Specs are stored with generation runs and read back in workers, so they are checked
     before anything is stored: `{"backend": "local", "model": folder}` (no model: the default
-    SmolLM2 backbone) or `{"backend": "openai", "base_url": ..., "model": ..., "mode": ...}`.
+    SmolLM2 backbone) or `{"backend": "openai", "base_url": ..., "model": ..., "mode": ...}`,
+    its URL one Stepwise may call (`infra.outbound.check_url`).
     """
     if not isinstance(spec, dict):
         raise ValueError(f"a generator spec must be an object, not {type(spec).__name__}")
@@ -217,6 +220,10 @@ def check_spec(spec: dict) -> dict:
         for required in ("base_url", "model"):
             if not isinstance(spec.get(required), str) or not spec[required]:
                 raise ValueError(f"{required}: required for the openai backend")
+        try:
+            outbound.check_url(spec["base_url"])
+        except ValueError as error:
+            raise ValueError(f"base_url: {error}") from None
     return spec
 
 

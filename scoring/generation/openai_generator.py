@@ -38,7 +38,11 @@ class OpenAIGenerator:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         # Local servers take any key; the client insists on one being set.
         api_key = os.environ.get(api_key_env) or "unused"
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
+        # No redirect followed: the URL was checked (infra.outbound), where it points was not, and
+        # the key would go along. A 3xx is an APIStatusError naming its status, not retried.
+        http_client = openai.DefaultHttpxClient(follow_redirects=False)
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout,
+                                    http_client=http_client)
         self.model, self.mode, self.concurrency = model, mode, concurrency
         self.timeout = timeout
         self.retry = RetryPolicy(retries=max_retries, backoff=backoff_seconds)
@@ -72,7 +76,14 @@ class OpenAIGenerator:
         return self.client.completions.create(prompt=prompt, **fields)
 
     def _with_retries(self, call):
-        return self.retry.call(call, retryable=is_retryable, retry_after=retry_after, on_retry=self._count_retry)
+        try:
+            return self.retry.call(call, retryable=is_retryable, retry_after=retry_after, on_retry=self._count_retry)
+        except openai.APIStatusError as error:
+            if not 300 <= error.status_code < 400:
+                raise
+            location = error.response.headers.get("location") or "nowhere named"
+            raise openai.APIStatusError(f"HTTP {error.status_code}: a redirect to {location}, not followed "
+                                        "(use the URL it names)", response=error.response, body=error.body) from None
 
     def _count_retry(self, error: Exception) -> None:
         with self._usage_lock:

@@ -1,4 +1,5 @@
-"""A PRM served elsewhere: a client of a vLLM-compatible `/pooling` endpoint. No Django.
+"""A PRM served elsewhere: a client of a vLLM-compatible `/pooling` endpoint. No Django (but
+for the one setting `infra.outbound.check_url` reads, which checks every config's URL).
 
 A remote model version scores through this instead of local weights, with the same
 interface as a loaded model (`step_probabilities`, `score_counting_tokens`), so scoring,
@@ -37,6 +38,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 
+from infra import outbound
 from scoring.core.step_scores import StepProbability, build_input
 
 # The retry policy's owner is the standalone client package (standard library only, like this module).
@@ -84,8 +86,10 @@ class RemoteConfig:
         for name in ("url", "served_model", "separator"):
             if not isinstance(config.get(name), str) or not config[name]:
                 raise ValueError(f"'{name}' must be a non-empty string")
-        if not config["url"].startswith(("http://", "https://")):
-            raise ValueError(f"'url' must start with http:// or https://, not {config['url']!r}")
+        try:
+            outbound.check_url(config["url"])
+        except ValueError as error:
+            raise ValueError(f"'url': {error}") from None
         values = {name: config[name] for name in known if name in config}
         for name, minimum in (("positive_index", 0), ("concurrency", 1), ("retries", 0), ("batch_size", 1),
                               ("max_answer_bytes", 1)):
@@ -202,7 +206,8 @@ class RemotePRM:
         URLError for a connection that failed or ran past the deadline), so that the retry
         policy and the messages read it the same; RemoteScoringError for an answer too large.
 
-        http.client rather than urllib: the deadline needs the connection's socket, to cut it.
+        http.client rather than urllib: the deadline needs the connection's socket, to cut it;
+        and it follows no redirect, so the key goes to the checked URL's server only.
         """
         url = urllib.parse.urlsplit(self.config.endpoint)
         kind: type[http.client.HTTPConnection] = (
@@ -319,6 +324,10 @@ def parse_pooling_response(answer: dict, *, expected: int, where: str) -> list[l
 
 
 def _error_message(error: urllib.error.HTTPError) -> str:
+    if 300 <= error.code < 400:
+        # Never followed: the URL was checked, where it points was not, and the key would go along.
+        location = error.headers.get("Location") if error.headers else None
+        return f"a redirect to {location or 'nowhere named'}, not followed (register the URL it names)"
     try:
         body = json.loads(error.read() or b"{}")
     except (json.JSONDecodeError, OSError):

@@ -15,6 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling.roles import admin_required
 from annotate.web.htmx import page_or_partial
+from infra import outbound
 from scoring.generation import runs as generation
 from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE
 from scoring.models import GenerationRun
@@ -42,6 +43,13 @@ class StartGenerationForm(forms.Form):
             return [int(pk) for pk in text.split(",") if pk.strip()]
         except ValueError:
             raise forms.ValidationError("comma-separated integers expected") from None
+
+    def clean_base_url(self) -> str:
+        url = self.cleaned_data["base_url"]
+        try:
+            return outbound.check_url(url) if url else url
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
 
     def run_options(self) -> dict:
         data = self.cleaned_data

@@ -125,7 +125,7 @@ def test_endpoint_answers_off_the_protocol_are_clear_errors_and_4xx_is_not_retri
     with pytest.raises(RemoteScoringError, match="item 0 has 1 steps but the server returned 2 step outputs"):
         tag_in_step.step_probabilities([("Compute.", [f"a step that quotes {STEP_TAG} itself"])])
 
-    with pytest.raises(ValueError, match="'url' must start with http"):
+    with pytest.raises(ValueError, match="'url': .*only http:// and https://"):
         registry.register_remote_version(name="bad", config={**remote_config(server, tiny_folder), "url": "gpu:80"})
 
 

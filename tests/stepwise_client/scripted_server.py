@@ -22,10 +22,12 @@ class ScriptedServer:
     def __init__(self, failures: list[tuple[int, dict]], *, answers: dict | None = None):
         self.failures, self.requests, self.answers = list(failures), 0, {**ANSWERS, **(answers or {})}
         self.bodies: list[dict] = []  # every request's JSON body, in the order they came
+        self.headers: list[dict] = []  # every request's headers, a GET's too (a followed redirect may be one)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
+                server.headers.append(dict(self.headers))
                 server.bodies.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
                 server.requests += 1
                 status, headers = server.failures.pop(0) if server.failures else (200, {})
@@ -36,6 +38,11 @@ class ScriptedServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body.encode())
+
+            def do_GET(self):
+                server.headers.append(dict(self.headers))
+                server.requests += 1
+                self.send_error(405)
 
             def log_message(self, *args):
                 pass
