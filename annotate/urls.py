@@ -5,6 +5,7 @@ from annotate.web import export_views, home_views, label_views, pool_views, qual
 app_name = "annotate"
 urlpatterns = [
     path("", home_views.home, name="home"),
+    path("demo/remove", home_views.remove_demo, name="remove-demo"),
     path("label/", label_views.label_start, name="label-start"),
     path("label/next", label_views.label_next, name="label-next"),
     path("label/<int:pk>/", label_views.label_task, name="label-task"),

@@ -1,7 +1,8 @@
 """The README stays a short user's guide whose configuration table matches the settings.
 
 The environment variables are read from `config/settings.py`'s source text (and the env
-helpers it calls), not by importing it: the test needs no database and no environment.
+helpers it calls), not by importing it: the test needs no database and no environment. A few
+(`PORT`, `STEPWISE_VENV`) are read by the `stepwise` script instead; the table may list those too.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 SETTINGS = ROOT / "config" / "settings.py"
+SCRIPT = ROOT / "stepwise"
 # The module with env_str, env_int, ... (it moved from config/ to infra/).
 ENV_HELPERS = [path for path in (ROOT / "infra" / "env.py", ROOT / "config" / "env.py") if path.exists()]
 MAX_LINES = 300
@@ -37,6 +39,22 @@ def settings_env_names() -> set[str]:
     for helper in ENV_HELPERS:
         names |= env_names(helper.read_text())
     return names
+
+
+# The script runs under `set -u`, so it reads a variable the environment may leave unset as
+# `${NAME:-default}` (or `${NAME-default}`); a bare `$NAME` is one the script set itself or bash's own.
+SCRIPT_DEFAULTED = re.compile(rf"\$\{{({NAME}):?[-=]")
+SCRIPT_BARE = re.compile(rf"\$\{{?({NAME})\b")
+SCRIPT_ASSIGNED = re.compile(rf"(?:^|[\s;(])(?:local\s+|export\s+|readonly\s+)?({NAME})\+?=", re.MULTILINE)
+BASH_OWN = {"BASH_SOURCE", "SECONDS", "RANDOM", "LINENO", "PWD", "OLDPWD", "HOME", "PATH", "IFS", "FUNCNAME"}
+
+
+def script_env_names(source: str) -> set[str]:
+    """The variables a bash script reads from the environment: those it reads with a default,
+    and any it reads bare without setting them (none today: `set -u` would stop on an unset one)."""
+    assigned = set(SCRIPT_ASSIGNED.findall(source))
+    bare = set(SCRIPT_BARE.findall(source)) - assigned - BASH_OWN
+    return set(SCRIPT_DEFAULTED.findall(source)) | bare
 
 
 def configuration_section() -> str:
@@ -90,11 +108,25 @@ def test_every_setting_read_from_the_environment_is_in_the_readme():
     assert not missing, f"README.md's Configuration section does not describe {missing}"
 
 
-def test_every_variable_in_the_configuration_table_is_read_by_the_settings():
+def test_script_parsing_finds_the_variables_the_stepwise_script_reads_and_not_its_own():
+    names = script_env_names(SCRIPT.read_text())
+    assert {"PORT", "STEPWISE_VENV", "STEPWISE_DATA_DIR", "STEPWISE_CHROMIUM"} <= names
+    # The script's own variables and bash's are not settings.
+    assert not names & {"ROOT", "VENV", "PY", "STARTED", "SECONDS", "BASH_SOURCE"}
+
+
+def test_script_parsing_on_a_canned_script():
+    source = 'set -u\nROOT=$(pwd)\nlocal port=${PORT:-8000} dir=${DATA-x}\necho "$ROOT $SECONDS ${ROOT}/$HOST"\n'
+    assert script_env_names(source) == {"PORT", "DATA", "HOST"}
+
+
+def test_every_variable_in_the_configuration_table_is_read_by_the_settings_or_the_script():
     listed = table_names(configuration_section())
-    assert listed
-    unknown = sorted(listed - settings_env_names())
-    assert not unknown, f"README.md's configuration table lists {unknown}, which config/settings.py never reads"
+    assert "PORT" in listed
+    unknown = sorted(listed - settings_env_names() - script_env_names(SCRIPT.read_text()))
+    assert not unknown, (
+        f"README.md's configuration table lists {unknown}, which neither config/settings.py nor ./stepwise reads"
+    )
 
 
 def test_readme_is_short():

@@ -2,9 +2,10 @@
 `run` uses, `run`'s start-up output is one true line per stage, and Ctrl-C stops all it started.
 
 `manage` runs through a subprocess in a fresh shell's environment (no venv on PATH, no
-SECRET_KEY), the server wait by sourcing the script, the commands `run` calls for their output
-lines; `run` itself starts for real, on SQLite and the file-system broker, and is stopped as a
-terminal's Ctrl-C would (SIGINT to the script) while the default model is still being set up.
+SECRET_KEY), the server wait and the install's progress lines by sourcing the script, the
+commands `run` calls for their output lines; `run` itself starts for real, on SQLite and the
+file-system broker, and is stopped as a terminal's Ctrl-C would (SIGINT to the script) while
+the default model is still being set up.
 """
 import io
 import os
@@ -66,12 +67,55 @@ def test_stepwise_manage_passes_the_commands_exit_status_on(tmp_path):
     assert failed.returncode != 0 and "Unknown command" in failed.stderr
 
 
-def wait_for_server(url: str, seconds: int) -> subprocess.CompletedProcess:
-    """The script's own wait, run by sourcing it (sourcing defines functions and runs nothing)."""
+# What pip prints (with --progress-bar off) while it installs: a new package, a big download from
+# an extra index, one already there, a cached one, the install, the end.
+PIP_OUTPUT = """\
+Looking in indexes: https://pypi.org/simple
+Collecting Django==5.2.19 (from -r requirements.txt (line 5))
+  Downloading django-5.2.19-py3-none-any.whl (8.3 MB)
+Collecting torch==2.13.0+cpu (from -r requirements.txt (line 20))
+  Downloading https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl (190.5 MB)
+Requirement already satisfied: asgiref>=3.8.1 in ./.venv/lib/python3.11/site-packages (from Django==5.2.19)
+Collecting sqlparse>=0.3.1 (from Django==5.2.19->-r requirements.txt (line 5))
+  Using cached sqlparse-0.5.3-py3-none-any.whl (44 kB)
+Installing collected packages: sqlparse, torch, Django
+Successfully installed Django-5.2.19 sqlparse-0.5.3 torch-2.13.0+cpu
+"""
+
+
+def sourced(command: str, **kwargs) -> subprocess.CompletedProcess:
+    """`command` in a shell that sourced the script (which defines its functions and runs nothing)."""
     return subprocess.run(
-        ["bash", "-c", f'source "{SCRIPT}" && wait_for_server "{url}" {seconds}'],
-        cwd=ROOT, env={**os.environ, "STEPWISE_VENV": sys.prefix}, capture_output=True, text=True, timeout=60,
+        ["bash", "-c", f'source "{SCRIPT}" && {command}'], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "STEPWISE_VENV": sys.prefix}, **kwargs,
     )
+
+
+def test_pip_progress_turns_pips_lines_into_a_few_a_newcomer_can_read():
+    shown = sourced("pip_progress 2", input=PIP_OUTPUT)
+    assert shown.returncode == 0 and shown.stdout == ""
+    assert shown.stderr.splitlines() == [
+        "  packages: 2 found so far ...",
+        "  packages: downloading torch (190 MB) ...",  # the small Django download says nothing
+        "  packages: 4 found so far ...",
+        "  packages: 4 found; installing 3 of them ...",
+        "  packages: 3 installed.",
+    ]
+
+
+def test_pip_install_shows_progress_and_still_fails_when_pip_fails(tmp_path):
+    # A stand-in for the venv's python: pip's output, then pip's failure.
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{PIP_OUTPUT}EOF\necho 'ERROR: No matching distribution' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    failed = sourced(f'PY="{fake}"; pip_install -r requirements.txt; echo "not reached"')
+    assert failed.returncode == 1 and "not reached" not in failed.stdout
+    assert "packages: 3 installed." in failed.stderr and "ERROR: No matching distribution" in failed.stderr
+
+
+def wait_for_server(url: str, seconds: int) -> subprocess.CompletedProcess:
+    """The script's own wait, run by sourcing it."""
+    return sourced(f'wait_for_server "{url}" {seconds}')
 
 
 class Redirect(BaseHTTPRequestHandler):

@@ -1,10 +1,13 @@
-"""`remove_demo` takes the demo pool away but for the solutions someone has labeled."""
+"""`remove_demo` and the home page's button take the demo pool away but for the solutions someone has labeled."""
 import io
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 
 from annotate.models import Annotation, Problem, Solution
+from annotate.pool import demo
 from scoring.models import ModelVersion, StepScore
 from tests.factories import SolutionFactory, UserFactory
 
@@ -31,3 +34,62 @@ def test_remove_demo_keeps_labeled_solutions_their_problems_and_every_other_pool
     assert not StepScore.objects.exists()
     assert out.getvalue().startswith("Demo pool: removed ") and "kept 2 labeled" in out.getvalue()
     assert "--no-demo" in out.getvalue()
+
+
+def _client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def demo_pool(db):
+    call_command("seed_demo", problems=2, stdout=io.StringIO())
+    return list(Solution.objects.demo())
+
+
+def test_an_admin_sees_the_button_while_demo_data_exists_and_removing_says_how_many(demo_pool, admin_user):
+    labeled = demo_pool[0]
+    Annotation.objects.create(solution=labeled, annotator=UserFactory(), labeler="a", status="submitted")
+    client = _client_for(admin_user)
+    home = client.get(reverse("annotate:home")).content.decode()
+    assert "Remove demo data" in home and reverse("annotate:remove-demo") in home
+
+    response = client.post(reverse("annotate:remove-demo"), follow=True)
+
+    page = response.content.decode()
+    assert response.redirect_chain == [(reverse("annotate:home"), 302)]
+    assert f"Removed {len(demo_pool) - 1} demo solutions" in page and "Kept 1 that someone annotated" in page
+    assert list(Solution.objects.demo()) == [labeled]
+    # Only the annotated solution is left, so there is nothing for the button to remove.
+    assert "Remove demo data" not in page
+
+
+def test_the_command_and_the_button_apply_the_same_rule(demo_pool, admin_user):
+    Annotation.objects.create(solution=demo_pool[0], annotator=UserFactory(), labeler="a")
+    assert set(demo.removable()) == set(demo_pool[1:])
+    _client_for(admin_user).post(reverse("annotate:remove-demo"))
+    assert set(Solution.objects.demo()) == {demo_pool[0]}
+
+
+def test_an_annotator_neither_sees_the_button_nor_may_remove_the_demo(demo_pool, annotator):
+    client = _client_for(annotator)
+    assert "Remove demo data" not in client.get(reverse("annotate:home")).content.decode()
+    assert client.post(reverse("annotate:remove-demo")).status_code == 403
+    assert Solution.objects.demo().count() == len(demo_pool)
+
+
+def test_a_get_removes_nothing(demo_pool, admin_user):
+    assert _client_for(admin_user).get(reverse("annotate:remove-demo")).status_code == 405
+    assert Solution.objects.demo().count() == len(demo_pool)
+
+
+def test_the_button_is_hidden_without_demo_data(admin_user):
+    assert "Remove demo data" not in _client_for(admin_user).get(reverse("annotate:home")).content.decode()
+
+
+def test_the_removal_needs_a_csrf_token(demo_pool, admin_user):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    assert client.post(reverse("annotate:remove-demo")).status_code == 403
+    assert Solution.objects.demo().count() == len(demo_pool)
