@@ -13,12 +13,12 @@ from django.db import transaction
 from django.db.models import Case, IntegerField, Value, When
 from django.utils import timezone
 
-from annotate.labeling import queue_items, queueing, tasks, verdicts
+from annotate.labeling import assistance, queue_items, queueing, tasks, verdicts
 from annotate.labeling.refusals import LabelingError
 from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, Change, change
 from annotate.labeling.tasks import Task
 from annotate.labeling.timing import ActiveTime, store_times
-from annotate.models import Annotation, Completion, FinishReason, LabelingConfig, StepLabel
+from annotate.models import Annotation, Assistance, Completion, FinishReason, LabelingConfig, StepLabel
 from infra import statements
 
 RATINGS = (-1, 0, 1)
@@ -40,25 +40,47 @@ def rate(*, annotation: AnnotationOrRef, index: int, rating: int, times: ActiveT
         if rating not in RATINGS:
             raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
         _check_reachable(read.ratings, index, config)
+        _check_second_look(read, index)
         read.writes.update(Completion, read.completion_ids[index], rating=rating)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
         clear_rewrite = rating != -1 and config.allow_human_completion and read.rows[index].human_completion is not None
         if clear_rewrite:
             read.writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
+        seen, suggestion = _assisted(read, config, index, rating)
         stored = store_times(read, times)
-    return _rated(read, config, index, rating, clear_rewrite, stored)
+    return _rated(read, config, index, rating, clear_rewrite, stored, seen, suggestion)
+
+
+def _assisted(read: Change, config: LabelingConfig, index: int,
+              rating: int) -> tuple[dict | None, assistance.Suggestion | None]:
+    """What the rating keeps of the model's view (written with it), and the guess the page shows.
+    A blind project reads nothing more."""
+    prior = read.rows[index].assistance
+    ps = assistance.model_ps(solution_id=read.annotation.solution_id) if config.assistance != Assistance.BLIND else []
+    seen = assistance.record(config=config, prior=prior, rating=rating, index=index, ps=ps)
+    if seen != prior:
+        read.writes.update(StepLabel, read.step_label_ids[index], assistance=seen)
+    return seen, assistance.suggestion(ps) if config.assistance == Assistance.SUGGEST else None
+
+
+def _check_second_look(read: Change, index: int) -> None:
+    """A second look waiting for its answer is answered before any other step is rated."""
+    waiting = assistance.waiting_index([row.assistance for row in read.rows], read.ratings)
+    if waiting is not None and waiting != index:
+        raise LabelingError(f"the model doubts step {waiting + 1}: rate it again (the same rating keeps it) first")
 
 
 def _rated(read: Change, config: LabelingConfig, index: int, rating: int, clear_rewrite: bool,
-           stored: ActiveTime | None) -> Task:
+           stored: ActiveTime | None, seen: dict | None, suggestion: assistance.Suggestion | None) -> Task:
     """The task after a rating, from its rows as read and what the rating wrote, with the steps
     whose rows it changed."""
     now = list(read.rows)
     for i, ms in (stored.steps if stored else {}).items():
         now[i] = now[i]._replace(time_ms=ms)
     rewrite = None if clear_rewrite else now[index].human_completion
-    now[index] = now[index]._replace(rating=rating, human_completion=rewrite)
-    before, after = tasks.build(read.annotation, read.rows, config), tasks.build(read.annotation, now, config)
+    now[index] = now[index]._replace(rating=rating, human_completion=rewrite, assistance=seen)
+    before = tasks.build(read.annotation, read.rows, config, suggestion)
+    after = tasks.build(read.annotation, now, config, suggestion)
     after.changed = _changed_steps(before, after)
     return after
 
@@ -158,6 +180,8 @@ def _submit(annotation: AnnotationOrRef, finish_reason: str, note: str, times: A
     with change(annotation, config) as read:
         locked, ratings, writes = read.annotation, read.ratings, read.writes
         reason = _decide(ratings, config, finish_reason, note)
+        if reason not in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM):
+            _check_second_look(read, -1)
         # Checked against the steps as read (the page reports those about to be dropped too);
         # the times are written with the status below, in the same statement on PostgreSQL.
         stored = store_times(read, times)

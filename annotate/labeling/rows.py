@@ -56,8 +56,9 @@ class AnnotationRow(NamedTuple):
 
 
 class StepValues(NamedTuple):
-    """One step of the task: its first completion's text, rating and flag, the step's time and
-    the annotator's rewrite of it (PRM800K's human_completion)."""
+    """One step of the task: its first completion's text, rating and flag, the step's time,
+    the annotator's rewrite of it (PRM800K's human_completion) and what the annotator was
+    shown of the model (annotate.labeling.assistance)."""
 
     step_index: int  # (a field named `index` would hide tuple.index)
     text: str
@@ -65,6 +66,7 @@ class StepValues(NamedTuple):
     flagged: bool | None
     time_ms: int | None
     human_completion: dict | None
+    assistance: dict | None = None
 
 
 # What `read` and `change` take: a reference, or an annotation already read (a claim's).
@@ -81,6 +83,7 @@ _STEP_COLUMNS = {
     "step_index": "step_labels__index", "text": "step_labels__completions__text",
     "rating": "step_labels__completions__rating", "flagged": "step_labels__completions__flagged",
     "time_ms": "step_labels__time_ms", "human_completion": "step_labels__human_completion",
+    "assistance": "step_labels__assistance",
 }
 _LEASE_COLUMNS = {"item_status": "queue_item__status", "leased_to": "queue_item__leased_to_id",
                   "expires_at": "queue_item__lease_expires_at"}
@@ -113,7 +116,8 @@ def _annotation(row) -> AnnotationRow:
 
 
 def _step(row) -> StepValues:
-    return StepValues(row.step_index, row.text, row.rating, row.flagged, row.time_ms, row.human_completion)
+    return StepValues(row.step_index, row.text, row.rating, row.flagged, row.time_ms, row.human_completion,
+                      row.assistance)
 
 
 def read(annotation: AnnotationOrRef) -> tuple[AnnotationRow, list[StepValues]]:

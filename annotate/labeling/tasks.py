@@ -11,7 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from annotate.labeling import rows, verdicts
+from annotate.labeling import assistance, rows, verdicts
+from annotate.labeling.assistance import Suggestion
 from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, StepValues
 from annotate.models import Annotation, FinishReason, LabelingConfig, Problem
 from infra import statements
@@ -34,6 +35,8 @@ class StepRow:
     human_completion: str | None
     state: StepState
     submitted: bool = False  # the task's
+    # The model disagreed with its rating: the page asks once to look again (assistance).
+    second_look: bool = False
 
     @property
     def inactive(self) -> bool:
@@ -58,6 +61,8 @@ class Task:
     config: LabelingConfig
     # After a rating: the steps whose row on the page it changed (None: not known, show all).
     changed: set[int] | None = None
+    # The model's first-error guess, shown from the start in a `suggest` project (assistance).
+    suggestion: Suggestion | None = None
 
     @property
     def submitted(self) -> bool:
@@ -75,7 +80,8 @@ class Task:
 def task_view(annotation: AnnotationOrRef, config: LabelingConfig | None = None) -> Task:
     """The page's view of the owner's annotation (Annotation.DoesNotExist if not theirs)."""
     row, steps = rows.read(annotation)
-    return build(row, steps, config or LabelingConfig.get())
+    config = config or LabelingConfig.get()
+    return build(row, steps, config, assistance.suggestion_for(solution_id=row.solution_id, config=config))
 
 
 def claimed_view(annotation: Annotation) -> Task:
@@ -86,7 +92,9 @@ def claimed_view(annotation: Annotation) -> Task:
     if started is None:
         return task_view(annotation)
     steps = [StepValues(step.step_index, step.text, None, None, None, None) for step in started]
-    return build(AnnotationRow.of(annotation), steps, LabelingConfig.get())
+    config = LabelingConfig.get()
+    return build(AnnotationRow.of(annotation), steps, config,
+                 assistance.suggestion_for(solution_id=annotation.solution_id, config=config))
 
 
 class ProblemText(NamedTuple):
@@ -105,11 +113,14 @@ def problem_of(task: Task) -> ProblemText:
     return problem
 
 
-def build(annotation: AnnotationRow, steps: list[StepValues], config: LabelingConfig) -> Task:
-    """The task of an annotation with these steps, under these settings."""
+def build(annotation: AnnotationRow, steps: list[StepValues], config: LabelingConfig,
+          suggestion: Suggestion | None = None) -> Task:
+    """The task of an annotation with these steps, under these settings. A second look waiting
+    for its answer holds the task there: that step is the next to rate, and it cannot be submitted."""
     ratings = [step.rating for step in steps]
     first_error = verdicts.first_error(ratings)
-    following = next_index(ratings, config)
+    waiting = assistance.waiting_index([step.assistance for step in steps], ratings)
+    following = next_index(ratings, config) if waiting is None else waiting
     shown = []
     for step in steps:
         if config.stop_at_first_error and first_error is not None and step.step_index > first_error:
@@ -119,8 +130,10 @@ def build(annotation: AnnotationRow, steps: list[StepValues], config: LabelingCo
         else:
             state = StepState.CURRENT if step.step_index == following else StepState.LOCKED
         shown.append(StepRow(step.step_index, step.text, step.rating, bool(step.flagged), step.time_ms or 0,
-                             (step.human_completion or {}).get("text"), state, annotation.is_submitted))
-    return Task(annotation, shown, following, first_error, finish_reason(ratings, config), config)
+                             (step.human_completion or {}).get("text"), state, annotation.is_submitted,
+                             step.step_index == waiting))
+    reason = finish_reason(ratings, config) if waiting is None else None
+    return Task(annotation, shown, following, first_error, reason, config, suggestion=suggestion)
 
 
 def next_index(ratings: list[int | None], config: LabelingConfig) -> int | None:

@@ -3,12 +3,13 @@ from annotate.models.auto_labels import AutoLabelRun, AutoStepLabel
 from annotate.models.jobs import ExportJob, ImportJob, JobState
 from annotate.models.labels import Annotation, Completion, FinishReason, ScreeningResult, StepLabel
 from annotate.models.pool import Problem, SampleLine, Solution, Step
-from annotate.models.project import LabelingConfig
+from annotate.models.project import Assistance, LabelingConfig
 from annotate.models.queue import Generation, QueueItem
 from annotate.models.review import RatingOverride
 
 __all__ = [
     "Annotation",
+    "Assistance",
     "AutoLabelRun",
     "AutoStepLabel",
     "Completion",

@@ -108,6 +108,9 @@ class StepLabel(models.Model):
     chosen_completion = models.IntegerField(null=True, blank=True)
     human_completion = models.JSONField(null=True, blank=True)
     time_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Active time on this step")
+    # What the annotator saw of the model when rating this step (annotate.labeling.assistance):
+    # null when nothing (a blind project, an imported line).
+    assistance = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["annotation", "index"]

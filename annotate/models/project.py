@@ -1,5 +1,6 @@
 """Per-project labeling settings, edited by admins (one row)."""
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -9,6 +10,14 @@ from infra.memo import ProcessMemo
 # Every labeling request reads the settings: a process keeps them this long (an admin's change
 # reaches the other web processes within it).
 _memo: ProcessMemo["LabelingConfig"] = ProcessMemo(seconds=5.0)
+
+
+class Assistance(models.TextChoices):
+    """What the labeling page shows of the model's view (annotate/labeling/assistance.py)."""
+
+    BLIND = "blind", "Blind: nothing of the model"
+    SECOND_LOOK = "second_look", "Second look: ask once when the model disagrees with a rating"
+    SUGGEST = "suggest", "Suggest: show the model's first-error guess from the start"
 
 
 class LabelingConfig(models.Model):
@@ -30,6 +39,15 @@ class LabelingConfig(models.Model):
     screening_pass_accuracy = models.FloatField(default=0.8, help_text="Step accuracy against gold to pass screening")
     lease_seconds = models.PositiveIntegerField(default=0, help_text="0: use STEPWISE_LEASE_SECONDS")
     idle_seconds = models.PositiveIntegerField(default=60, help_text="Inactivity after which time stops counting")
+    assistance = models.CharField(
+        max_length=20, choices=Assistance.choices, default=Assistance.BLIND,
+        help_text="What annotators see of the current model's step scores; each rating keeps what was shown",
+    )
+    assistance_margin = models.FloatField(
+        default=0.5, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Second look: asked when the model's P(step right) is further than this from the rating "
+                  "(+1 and 0 read as 1, -1 as 0)",
+    )
 
     class Meta:
         verbose_name = "labeling settings"

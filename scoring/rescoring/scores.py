@@ -65,6 +65,8 @@ def write_scores(
     with transaction.atomic():
         insert_new(StepScore, STEP_FIELDS, step_rows)
         insert_new(SolutionScore, SOLUTION_FIELDS, solution_rows)
+        if model_version.is_current:  # the labeling side's copy (a candidate's scores are not shown)
+            registry.hand_down_scores(step_ids=[row[0] for row in step_rows])
     return len(solution_rows)
 
 

@@ -147,6 +147,7 @@
     if (pendingMove) {
       const next = state().next;
       const stop = t.dataset.stop === "1";
+      // A second look the model asked for (next is that step) holds the cursor there too.
       if (!(pendingMove.rating === "-1" && stop) && next !== "") cursor = Number(next);
       else cursor = pendingMove.index;
       pendingMove = null;

@@ -31,7 +31,7 @@ SOLUTION_FIELDS = (
 )
 PROBLEM_FIELDS = ("id", "statement", "ground_truth_solution", "ground_truth_answer")
 STEP_FIELDS = ("solution_id", "index", "text")
-STEP_LABEL_FIELDS = ("id", "annotation_id", "index", "chosen_completion", "human_completion", "time_ms")
+STEP_LABEL_FIELDS = ("id", "annotation_id", "index", "chosen_completion", "human_completion", "time_ms", "assistance")
 COMPLETION_FIELDS = ("step_label_id", "index", "text", "rating", "flagged", "extra")
 
 
@@ -114,6 +114,7 @@ if TYPE_CHECKING:
         chosen_completion: int | None
         human_completion: Any
         time_ms: int | None
+        assistance: Any
         completions: Related[CompletionRecord]
 
     class AnnotationRecord(Record):
@@ -147,7 +148,7 @@ else:
 
 # JSON columns are read as text and decoded here: nearly all hold `{}` or null, and Django's
 # json.loads per value was a third of a PRM800K export's time.
-JSON_FIELDS = {"question_extra", "human_completion", "extra", "meta"}
+JSON_FIELDS = {"question_extra", "human_completion", "extra", "meta", "assistance"}
 
 
 def _decode(text: str | None) -> object:

@@ -127,6 +127,10 @@ def _step(step_label, extra: dict) -> dict:
     for key in absent:
         step.pop(key, None)
     step.update(step_extra)
+    # What the annotator was shown of the model (annotate.labeling.assistance), an extra key
+    # beside PRM800K's, so a dataset can be filtered by it; absent when nothing was shown.
+    if step_label.assistance is not None:
+        step["assistance"] = step_label.assistance
     return step
 
 
