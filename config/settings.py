@@ -13,7 +13,7 @@ from csp.constants import NONE, SELF, UNSAFE_INLINE
 from dj_database_url import DBConfig
 from django.core.exceptions import ImproperlyConfigured
 
-from infra.env import env_bool, env_choice, env_float, env_int, env_list, env_rate, env_shares, env_str
+from infra.env import env_bool, env_choice, env_float, env_int, env_list, env_networks, env_rate, env_shares, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -152,7 +152,8 @@ LOGOUT_REDIRECT_URL = "login"
 # /admin/login/ for STEPWISE_LOGIN_LOCKOUT_SECONDS, even with the right password; so is an address
 # past STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT failures over all usernames (spraying). A browser that
 # logged in as that user before is counted apart, by its device cookie: an attacker behind the
-# same NAT cannot lock it out.
+# same NAT cannot lock it out. Past a few failures a pair also waits a delay that doubles with
+# each failure (429 with Retry-After).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # ModelBackend with the per-request user read memoized while it is unchanged (infra/auth.py).
@@ -162,6 +163,7 @@ AXES_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("STEPWISE_LOGIN_LOCKOUT_SECONDS", 900, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_HANDLER = "infra.login_lockout.LoginLockoutHandler"
+AXES_LOCKOUT_CALLABLE = "infra.login_lockout.lockout_response"  # the 429, with Retry-After
 STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT", 30, minimum=1)
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
@@ -169,6 +171,10 @@ AXES_VERBOSE = False
 # (only set this when the proxy overwrites that header; a client could forge it otherwise).
 if env_bool("STEPWISE_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# The proxies whose X-Forwarded-For is believed; the client address for lockout, throttles and the
+# wrong-token limit is decided in one place (infra/client_address.py). None: the socket address.
+STEPWISE_TRUSTED_PROXIES = env_networks("STEPWISE_TRUSTED_PROXIES")
+AXES_CLIENT_IP_CALLABLE = "infra.client_address.client_address"
 # Off by default so `./stepwise run` works on http://localhost; docker-compose turns them on.
 SECURE_SSL_REDIRECT = env_bool("STEPWISE_SSL_REDIRECT", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("STEPWISE_SECURE_COOKIES", False)
@@ -277,7 +283,8 @@ if REDIS_URL:
 # --- REST framework ------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # DRF's TokenAuthentication, answering 429 past STEPWISE_BAD_TOKEN_LIMIT wrong tokens per address.
+        "infra.auth.LimitedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -317,6 +324,8 @@ STEPWISE_GRADING_TIMEOUT = env_float("STEPWISE_GRADING_TIMEOUT", 5.0, minimum=0.
 # Seconds one import may spend grading, all its lines together; the rest are imported ungraded.
 STEPWISE_IMPORT_GRADING_BUDGET = env_float("STEPWISE_IMPORT_GRADING_BUDGET", 600.0, minimum=0.0)
 STEPWISE_ALLOW_TRUST_REMOTE_CODE = env_bool("STEPWISE_ALLOW_TRUST_REMOTE_CODE", False)
+# Wrong API tokens one address may send per 10 minutes before the next are answered 429.
+STEPWISE_BAD_TOKEN_LIMIT = env_int("STEPWISE_BAD_TOKEN_LIMIT", 20, minimum=1)
 # Hosts a generator or remote scorer URL may name though link-local or a cloud metadata
 # service (infra/outbound.py refuses those otherwise), lower-cased as URLs compare them.
 STEPWISE_OUTBOUND_ALLOW = [host.lower() for host in env_list("STEPWISE_OUTBOUND_ALLOW")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import NamedTuple, overload
 
 from django.core.exceptions import ImproperlyConfigured
@@ -63,6 +64,14 @@ def _env_number(name: str, default, convert, kind: str, minimum):
 def env_list(name: str, default: str = "") -> list[str]:
     """A comma-separated list, each item stripped, empty ones dropped ("a, b," -> ["a", "b"])."""
     return [item.strip() for item in (env_str(name, default) or "").split(",") if item.strip()]
+
+
+def env_networks(name: str) -> tuple[IPv4Network | IPv6Network, ...]:
+    """Comma-separated addresses or CIDR ranges ("10.0.0.1, 172.16.0.0/12"), none by default."""
+    try:
+        return tuple(ip_network(item, strict=False) for item in env_list(name))
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
 
 
 def env_choice(name: str, default: str, choices: Collection[str]) -> str:

@@ -12,6 +12,13 @@ This handler (``AXES_HANDLER``) closes both, after OWASP's "device cookies":
 - **Per address.** Failures from one address are also summed over every user name in the
   lockout window; past ``STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT`` the address is refused (429) for
   any user name it holds no device cookie for.
+- **Growing delays.** Past ``FREE_FAILURES`` failures a (user name, address) pair waits before
+  its next attempt: 1 s, then twice as long after each failure, at most the lockout window
+  (429 with Retry-After; an attempt made while waiting counts as a failure too). A known device
+  is judged by its own count and never waits for the pair.
+
+The address is infra/client_address.py's (``AXES_CLIENT_IP_CALLABLE``), in
+``request.axes_ip_address``.
 
 Device counts live in ``caches["throttle"]`` (shared by every web process), the pair's and the
 address's in axes' own table.
@@ -19,25 +26,29 @@ address's in axes' own table.
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 from collections.abc import Callable
 from functools import wraps
 
 from axes.attempts import get_cool_off_threshold
 from axes.handlers.database import AxesDatabaseHandler
-from axes.helpers import get_client_username
+from axes.helpers import get_client_username, get_lockout_message
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.core import signing
 from django.core.cache import caches
-from django.db.models import Sum
-from django.http import HttpRequest, HttpResponseBase
+from django.db.models import Max, Sum
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.utils import timezone
 
 DEVICE_COOKIE = "stepwise_device"
 DEVICE_SECONDS = 180 * 86400  # a device unused for this long is unknown again
 DEVICE_USERS = 8  # user names one browser is known for (a shared lab machine)
 _SALT = "infra.login_lockout.device"
 _PENDING = "stepwise_device_cookie"  # the request attribute the login view's wrapper reads
+_RETRY_AFTER = "stepwise_retry_after"  # seconds a delayed pair waits, for lockout_response
+FREE_FAILURES = 3  # a pair's failures before the growing delays start (typos, a forgotten caps lock)
 
 
 class LoginLockoutHandler(AxesDatabaseHandler):
@@ -54,6 +65,18 @@ class LoginLockoutHandler(AxesDatabaseHandler):
         if _address_failures(request) >= settings.STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT:
             return max(failures, settings.AXES_FAILURE_LIMIT)
         return failures
+
+    def is_locked(self, request, credentials: dict | None = None) -> bool:
+        """Locked out (``get_failures``), or a pair still waiting out its growing delay."""
+        if super().is_locked(request, credentials):
+            return True
+        wait = _pair_delay(request, credentials)
+        if wait <= 0:
+            return False
+        # axes flags a lockout for its middleware only once the failures reach the limit.
+        request.axes_locked_out, request.axes_credentials = True, credentials
+        setattr(request, _RETRY_AFTER, wait)
+        return True
 
     def user_login_failed(self, sender, credentials: dict, request=None, **kwargs) -> None:
         key = _device_key(request, credentials) if request is not None else None
@@ -93,6 +116,17 @@ def remembers_device(view: Callable[..., HttpResponseBase]) -> Callable[..., Htt
         return response
 
     return login_view
+
+
+def lockout_response(request, original_response=None, credentials: dict | None = None) -> HttpResponse:
+    """axes' 429 (``AXES_LOCKOUT_CALLABLE``), saying how long to wait: a pair's delay, else the
+    lockout window, which runs from this attempt (it counted as a failure)."""
+    response = HttpResponse(get_lockout_message(), status=429)
+    wait = getattr(request, _RETRY_AFTER, 0)
+    if not wait or getattr(request, "axes_failures_since_start", 0) >= settings.AXES_FAILURE_LIMIT:
+        wait = settings.AXES_COOLOFF_TIME.total_seconds()  # this attempt, counted, reached the lockout
+    response["Retry-After"] = str(math.ceil(wait))
+    return response
 
 
 def _read_device(request) -> tuple[str | None, list[str]]:
@@ -137,3 +171,20 @@ def _address_failures(request) -> int:
         ip_address=request.axes_ip_address, attempt_time__gte=get_cool_off_threshold(request)
     )
     return attempts.aggregate(n=Sum("failures_since_start"))["n"] or 0
+
+
+def _pair_delay(request, credentials: dict | None) -> float:
+    """Seconds the (user name, address) pair must still wait after its last failure: none up to
+    ``FREE_FAILURES`` failures, then 1, 2, 4 ... at most the lockout window; none for a known device."""
+    if _device_key(request, credentials) is not None:
+        return 0.0
+    attempts = AccessAttempt.objects.filter(
+        username=get_client_username(request, credentials), ip_address=request.axes_ip_address,
+        attempt_time__gte=get_cool_off_threshold(request),
+    ).aggregate(n=Sum("failures_since_start"), last=Max("attempt_time"))
+    failures = attempts["n"] or 0
+    if failures <= FREE_FAILURES:
+        return 0.0
+    window = settings.AXES_COOLOFF_TIME.total_seconds()
+    delay = min(2.0 ** min(failures - FREE_FAILURES - 1, 64), window)
+    return max(0.0, (attempts["last"] - timezone.now()).total_seconds() + delay)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.core.cache import caches
 from rest_framework.throttling import BaseThrottle
 
+from infra.client_address import client_address
 from infra.env import Rate, parse_rate
 
 
@@ -41,7 +42,8 @@ def check(scope: str, ident: object, rate: Rate | tuple[int, int]) -> Verdict:
 
 
 class UserRate(BaseThrottle):
-    """A DRF throttle by this module's rule: `rate()` requests per user (by address when anonymous)."""
+    """A DRF throttle by this module's rule: `rate()` requests per user (by address when anonymous,
+    as infra/client_address.py decides it, not DRF's `get_ident`, which believes any X-Forwarded-For)."""
 
     scope = ""
 
@@ -49,7 +51,7 @@ class UserRate(BaseThrottle):
         raise NotImplementedError
 
     def allow_request(self, request, view) -> bool:
-        ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
+        ident = request.user.pk if request.user and request.user.is_authenticated else client_address(request)
         self.verdict = check(self.scope, ident, parse_rate(self.rate()))
         return self.verdict.allowed
 

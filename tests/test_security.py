@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,11 +19,12 @@ from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotate.labeling import queueing
 from annotate.models import Annotation, ExportJob, ImportJob, JobState, LabelingConfig
-from infra.login_lockout import DEVICE_COOKIE
+from infra.login_lockout import DEVICE_COOKIE, FREE_FAILURES
 from tests.factories import SolutionFactory, user_with_role
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +122,7 @@ def test_a_right_password_before_the_limit_clears_the_count(client):
     user_with_role("kim", "annotator")
     for _ in range(settings.AXES_FAILURE_LIMIT - 1):
         post_login(client, "/accounts/login/", "kim", "wrong", "10.0.0.1")
+    time.sleep(1.05)  # the growing delay after the fourth failure (test_each_failure_past_a_few_...)
     assert post_login(client, "/accounts/login/", "kim", PASSWORD, "10.0.0.1").status_code == 302
     client.logout()
     post_login(client, "/accounts/login/", "kim", "wrong", "10.0.0.1")
@@ -221,6 +225,82 @@ def test_one_address_trying_many_user_names_is_throttled(settings):
     assert post_login(new_browser("10.0.0.9"), "/accounts/login/", "kim", PASSWORD, "10.0.0.9").status_code == 429
     assert post_login(new_browser("10.0.0.8"), "/accounts/login/", "kim", PASSWORD, "10.0.0.8").status_code == 302
     assert post_login(known, "/accounts/login/", "lee", PASSWORD, "10.0.0.9").status_code == 302
+
+
+@pytest.mark.django_db
+def test_each_failure_past_a_few_makes_the_pair_wait_twice_as_long(settings):
+    settings.AXES_FAILURE_LIMIT = 50  # the delays alone, far below the lockout
+    user_with_role("kim", "annotator")
+    browser = new_browser("10.0.0.5")
+    for _ in range(FREE_FAILURES + 1):  # the last starts the delays
+        assert post_login(browser, "/accounts/login/", "kim", "wrong", "10.0.0.5").status_code == 200
+    waits = []
+    for _ in range(4):
+        refused = post_login(browser, "/accounts/login/", "kim", PASSWORD, "10.0.0.5")
+        assert refused.status_code == 429 and "_auth_user_id" not in browser.session
+        waits.append(int(refused["Retry-After"]))
+    # Asking while waiting counts as a failure too: each answer waits twice as long as the last.
+    assert waits == [1, 2, 4, 8]
+    # The delay is the pair's: the same user elsewhere, another user here, get in at once.
+    assert post_login(new_browser("10.0.0.6"), "/accounts/login/", "kim", PASSWORD, "10.0.0.6").status_code == 302
+    user_with_role("lee", "annotator")
+    assert post_login(new_browser("10.0.0.5"), "/accounts/login/", "lee", PASSWORD, "10.0.0.5").status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_delay_grows_no_longer_than_the_lockout_window(settings):
+    settings.AXES_FAILURE_LIMIT = 10**6
+    settings.STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT = 10**6
+    user_with_role("kim", "annotator")
+    post_login(new_browser("10.0.0.5"), "/accounts/login/", "kim", "wrong", "10.0.0.5")
+    AccessAttempt.objects.update(failures_since_start=FREE_FAILURES + 200)  # 2**200 s, uncapped
+    refused = post_login(new_browser("10.0.0.5"), "/accounts/login/", "kim", PASSWORD, "10.0.0.5")
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) == settings.AXES_COOLOFF_TIME.total_seconds()
+
+
+@pytest.mark.django_db
+def test_a_thousand_wrong_passwords_neither_get_in_nor_keep_the_real_user_out():
+    user_with_role("kim", "annotator")
+    office = "10.0.0.7"  # the attacker shares the real user's address
+    own = new_browser(office)
+    assert post_login(own, "/accounts/login/", "kim", PASSWORD, office).status_code == 302
+    log_out(own)
+    attacker, statuses = new_browser(office), []
+    started = time.monotonic()
+    for n in range(1000):
+        statuses.append(post_login(attacker, "/accounts/login/", "kim", f"guess-{n}", office).status_code)
+    assert time.monotonic() - started < 300  # bounded: never waits out a delay itself
+    assert "_auth_user_id" not in attacker.session
+    assert set(statuses[FREE_FAILURES + 1:]) == {429} and 200 in statuses
+    # Every guess was counted; even the right password is refused to the attacker now.
+    assert AccessAttempt.objects.get(username="kim").failures_since_start == 1000
+    refused = post_login(attacker, "/accounts/login/", "kim", PASSWORD, office)
+    assert refused.status_code == 429 and int(refused["Retry-After"]) == settings.AXES_COOLOFF_TIME.total_seconds()
+    # The real user, on the browser that logged in before, is not held by the delay or the lockout.
+    assert post_login(own, "/accounts/login/", "kim", PASSWORD, office).status_code == 302
+
+
+# --- wrong API tokens ------------------------------------------------------------------
+
+def token_get(address: str, key: str):
+    return APIClient().get("/api/annotations", HTTP_AUTHORIZATION=f"Token {key}", REMOTE_ADDR=address)
+
+
+@pytest.mark.django_db
+def test_wrong_api_tokens_past_the_limit_get_429_but_good_tokens_never_do(annotator, settings):
+    settings.STEPWISE_BAD_TOKEN_LIMIT = 5
+    good = Token.objects.create(user=annotator).key
+    scanner = f"10.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}.9"  # the counts outlive the test db
+    for _ in range(3):
+        assert token_get(scanner, good).status_code == 200  # good ones are not counted
+    statuses = [token_get(scanner, uuid.uuid4().hex).status_code for _ in range(8)]
+    assert statuses == [401] * 5 + [429] * 3
+    refused = token_get(scanner, uuid.uuid4().hex)
+    assert 0 < int(refused["Retry-After"]) <= 600
+    # The same address's good token still works, and another address's wrong one is a plain 401.
+    assert token_get(scanner, good).status_code == 200
+    assert token_get(f"{scanner}1"[:-1] + "8", uuid.uuid4().hex).status_code == 401
 
 
 # --- the API schema ------------------------------------------------------------------------
