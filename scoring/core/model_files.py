@@ -76,14 +76,22 @@ def read_model_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / CONFIG_NAME
     if not path.exists():
         raise ModelFormatError(f"{path} is missing: not a Stepwise model folder")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ModelFormatError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
-    if not isinstance(config, dict):
-        raise ModelFormatError(f"{path}: must be a JSON object")
+    config = read_json_object(path)
     validate_config(config, where=str(path))
     return config
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file holding one object, or ModelFormatError naming the file and what is wrong."""
+    if not path.exists():
+        raise ModelFormatError(f"{path} is missing")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ModelFormatError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"{path}: must be a JSON object")
+    return data
 
 
 def backbone_folder(folder: str | Path, config: dict[str, Any]) -> Path:

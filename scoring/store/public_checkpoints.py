@@ -14,11 +14,16 @@ Ids come, in order, from the options given, from the folder's own stepwise.json 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from scoring.core import step_marker
-from scoring.core.model_files import CONFIG_NAME, ModelFormatError, check_safetensors_only, validate_config
+from scoring.core.model_files import (
+    CONFIG_NAME,
+    ModelFormatError,
+    check_safetensors_only,
+    read_json_object,
+    validate_config,
+)
 
 STYLES = {
     "math_shepherd": {"kind": "step_token", "separator": " ки", "good": "+", "bad": "-"},
@@ -64,8 +69,8 @@ ARCHITECTURE_SUFFIX = {"step_token": "ForCausalLM", "token_classification": "For
 
 def _check_architecture(folder: Path, kind: str, style: str) -> None:
     """A folder of the wrong class would load with a freshly initialised read-out (random scores)."""
-    config = _read_json(folder / "config.json")
-    own = _read_json(folder / CONFIG_NAME).get("kind") if (folder / CONFIG_NAME).exists() else None
+    config = read_json_object(folder / "config.json")
+    own = read_json_object(folder / CONFIG_NAME).get("kind") if (folder / CONFIG_NAME).exists() else None
     if own is not None and own != kind:
         raise ModelFormatError(f"{folder / CONFIG_NAME} says kind {own!r}; --style {style} is kind {kind!r}")
     architectures = config.get("architectures") or []
@@ -124,24 +129,12 @@ def _tied_keys(model) -> set[str]:
     return set(tied) if isinstance(tied, dict | list | set | tuple) else set()
 
 
-def _read_json(path: Path) -> dict:
-    if not path.exists():
-        raise ModelFormatError(f"{path} is missing")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ModelFormatError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
-    if not isinstance(data, dict):
-        raise ModelFormatError(f"{path}: must be a JSON object")
-    return data
-
-
 def _ids_in_folder(folder: Path) -> dict:
     """What the folder itself says: its stepwise.json, else the id fields of its config.json."""
     for name in (CONFIG_NAME, "config.json"):
         path = folder / name
         if path.exists():
-            data = _read_json(path)
+            data = read_json_object(path)
             keys = ("separator", "step_tag_id", "good_token_id", "bad_token_id", "positive_label")
             found = {key: data[key] for key in keys if data.get(key) is not None}
             if found:
