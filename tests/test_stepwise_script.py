@@ -98,7 +98,7 @@ def test_pip_progress_turns_pips_lines_into_a_few_a_newcomer_can_read():
         "  packages: 2 found so far ...",
         "  packages: downloading torch (190 MB) ...",  # the small Django download says nothing
         "  packages: 4 found so far ...",
-        "  packages: 4 found; installing 3 of them ...",
+        "  packages: installing 3 ...",
         "  packages: 3 installed.",
     ]
 
