@@ -42,13 +42,6 @@ class LabelRequest(HtmxHttpRequest):
     user: User
 
 
-def _required_int(request: LabelRequest, name: str) -> int:
-    """The POST's whole number `name`, which the action needs (LabelingError if missing or bad)."""
-    value = int_param(request.POST, name)
-    assert value is not None  # Not optional: int_param refuses a missing one.
-    return value
-
-
 @require_GET
 @annotator_required
 def label_start(request: LabelRequest) -> HttpResponse:
@@ -105,7 +98,7 @@ def _task_page(request: LabelRequest, task: Task, *, whole: bool = True, status:
 def label_rate(request: LabelRequest, pk: int) -> HttpResponse:
     # The hot path: the rating reads the annotation once, under its lock (owner checked there).
     return _act(request, pk, lambda a, t: actions.rate(
-        annotation=a, index=_required_int(request, "index"), rating=_required_int(request, "rating"), times=t
+        annotation=a, index=int_param(request.POST, "index"), rating=int_param(request.POST, "rating"), times=t
     ))
 
 
@@ -113,21 +106,21 @@ def label_rate(request: LabelRequest, pk: int) -> HttpResponse:
 @annotator_required
 def label_flag(request: LabelRequest, pk: int) -> HttpResponse:
     return _act(request, pk, lambda a, t: actions.flag(
-        annotation=a, index=_required_int(request, "index"), flagged=request.POST.get("flagged") == "1", times=t
+        annotation=a, index=int_param(request.POST, "index"), flagged=request.POST.get("flagged") == "1", times=t
     ))
 
 
 @require_POST
 @annotator_required
 def label_undo(request: LabelRequest, pk: int) -> HttpResponse:
-    return _act(request, pk, lambda a, t: actions.undo(annotation=a, index=_required_int(request, "index"), times=t))
+    return _act(request, pk, lambda a, t: actions.undo(annotation=a, index=int_param(request.POST, "index"), times=t))
 
 
 @require_POST
 @annotator_required
 def label_complete(request: LabelRequest, pk: int) -> HttpResponse:
     return _act(request, pk, lambda a, t: actions.write_completion(
-        annotation=a, index=_required_int(request, "index"), text=request.POST.get("text", ""), times=t
+        annotation=a, index=int_param(request.POST, "index"), text=request.POST.get("text", ""), times=t
     ))
 
 

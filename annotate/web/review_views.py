@@ -77,7 +77,6 @@ def review_override(request: HttpRequest, pk: int) -> HttpResponse:
     annotation = _submitted(pk)
     try:
         index = int_param(request.POST, "index")
-        assert index is not None  # Not optional: int_param refuses a missing one (LabelingError).
         override = reviewing.override_rating(
             annotation=annotation, index=index,
             rating=int_param(request.POST, "rating", optional=True), reviewer=request.user,
