@@ -24,13 +24,12 @@ from django.conf import settings
 
 from annotate.models import Problem
 from annotate.models.jobs import JobState
-from scoring.core.model_files import read_model_config, write_model_config
+from scoring.core.model_files import read_model_config
 from scoring.models import ModelVersion, RescoreJob
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
 
 REPO_ROOT = Path(settings.BASE_DIR)
-STEP_TAG = "</s>"
 
 
 @contextmanager
@@ -109,9 +108,9 @@ def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size:
     results: dict = {"scaleout_solutions": len(pool_ids), "scaleout_chunk_size": chunk_size}
     with tempfile.TemporaryDirectory() as workdir, ExitStack() as stack:
         work = Path(workdir)
-        folder = build_tiny_prm(work / "tiny", kind="head")
-        # A special token as the step tag (as Qwen2.5-Math-PRM's <extra_0>): what STEP pooling reads.
-        write_model_config(folder, {**read_model_config(folder), "separator": STEP_TAG})
+        # A one-token step marker (as Qwen2.5-Math-PRM's <extra_0>): what STEP pooling reads.
+        folder = build_tiny_prm(work / "tiny", kind="head", step_marker=True)
+        separator = read_model_config(folder)["separator"]
         url = stack.enter_context(pooling_server(folder, work)) if remote else None
         versions: list[ModelVersion] = []
         stack.callback(lambda: [version.delete() for version in versions])
@@ -121,7 +120,7 @@ def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size:
                     name = f"bench-scaleout-{mode}-{count}-{time.time_ns()}"
                     versions.append(
                         registry.register_remote_version(name=name, config={
-                            "url": url, "served_model": folder.name, "separator": STEP_TAG, "positive_index": 1})
+                            "url": url, "served_model": folder.name, "separator": separator, "positive_index": 1})
                         if mode == "remote" else registry.register_model_version(name=name, path=folder)
                     )
                     key = f"{mode}_{count}_workers"

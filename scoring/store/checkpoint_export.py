@@ -21,6 +21,10 @@ coordinate that carries the bias. A head on the final-normed state (layer None o
 is plain for token classification; for step_token one more appended layer computes z from the
 normed state in its MLP (silu(z) - silu(-z) = z, exactly) into a second extra dimension.
 
+`serve_as="vllm"` writes the token-classification read-out as `Qwen2ForProcessRewardModel`, the
+process reward model vLLM serves with STEP pooling (see "The vLLM form" below); the default form is
+what transformers loads.
+
 Plain PyTorch/transformers, no Django: `scoring.store.model_exports` feeds it a version and its facts.
 """
 from __future__ import annotations
@@ -53,14 +57,18 @@ class ExportedCheckpoint:
     kind: str
     config: dict  # the stepwise.json written into it
     construction: str  # "plain" or "linearized" (see the module docstring)
+    serve_as: str = "transformers"  # or "vllm": Qwen2ForProcessRewardModel
 
 
 def export_checkpoint(
     model_folder: str | Path, out: str | Path, *, as_kind: str = "token_classification", facts: dict | None = None,
+    serve_as: str = "transformers",
 ) -> ExportedCheckpoint:
-    """Write `out` (must not exist): safetensors, config.json, tokenizer, README.md, stepwise.json."""
+    """Write `out` (must not exist): safetensors, config.json, tokenizer, README.md, and for the
+    transformers form stepwise.json (Stepwise loads that form back; the vLLM form it does not)."""
     if as_kind not in EXPORT_KINDS:
         raise ValueError(f"--as must be one of {EXPORT_KINDS}, not {as_kind!r}")
+    _check_serve_as(serve_as, as_kind)
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new folder")
@@ -80,15 +88,22 @@ def export_checkpoint(
     step_marker.require_step_marker(tokenizer, separator, where=str(folder))
     readout = HeadReadout.of(head, layer=config["head"].get("layer"), num_layers=base.config.num_hidden_layers)
     ids = _token_ids(tokenizer, separator, as_kind)
-    model, construction = build_standard_model(base, readout, as_kind=as_kind, good_token_id=ids.get("good_token_id"))
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    model.save_pretrained(partial, safe_serialization=True)
-    tokenizer.save_pretrained(partial)
     stepwise_config = {"kind": as_kind, "backbone": ".", "separator": separator} | ids
-    write_model_config(partial, stepwise_config)
-    exported = ExportedCheckpoint(folder=out, kind=as_kind, config=stepwise_config, construction=construction)
+    if serve_as == "vllm":
+        construction = write_process_reward_model(partial, base, readout)
+    else:
+        model, construction = build_standard_model(base, readout, as_kind=as_kind,
+                                                   good_token_id=ids.get("good_token_id"))
+        model.save_pretrained(partial, safe_serialization=True)
+        write_model_config(partial, stepwise_config)
+    # The vLLM form's tokenizer lies apart: next to a qwen2 config.json, transformers' AutoTokenizer
+    # swaps in Qwen2's own pre-tokenizer, which splits the text differently (vllm serve --tokenizer).
+    tokenizer.save_pretrained(partial / VLLM_TOKENIZER if serve_as == "vllm" else partial)
+    exported = ExportedCheckpoint(folder=out, kind=as_kind, config=stepwise_config, construction=construction,
+                                  serve_as=serve_as)
     write_model_card(partial, exported, head_type=head.head_type, layer=readout.layer, facts=facts or {})
     partial.rename(out)  # last: a crash leaves a .partial folder, never a half-written export
     return exported
@@ -228,3 +243,126 @@ def _layer_index(name: str) -> int | None:
     parts = name.split(".")
     return int(parts[1]) if parts[0] == "layers" else None
 
+
+
+# --- the vLLM form ---------------------------------------------------------------------------
+#
+# vLLM (read at commit 055e47c of vllm-project/vllm) serves token_classify with STEP pooling only
+# from its registered process reward model, `Qwen2ForProcessRewardModel`
+# (vllm/model_executor/models/qwen2_rm.py): Qwen2Model, then score = Linear(H, H) -> ReLU ->
+# Linear(H, 2) on the final-normed state, softmax over the 2 labels at each step_tag_id. A causal LM
+# under `--runner pooling` is converted to an embedding model (models/adapters.py: lm_head is never
+# built), which refuses token_classify; so a step_token export has no vLLM form.
+#
+# A Llama backbone is a Qwen2 one with zero q/k/v biases. The score MLP carries the head exactly:
+# its first layer's rows 0 and 1 are w and -w with biases b and -b, the second's row 1 is
+# (1, -1), so the logits are [0, relu(z) - relu(-z)] = [0, z]. A head at an intermediate layer is
+# linearized as above, but vLLM's Qwen2Attention takes head_dim = hidden_size / heads and has no
+# o_proj bias: the residual stream is widened by one whole GQA group of query heads (and one kv
+# head), and the appended layer writes the constant through that kv head's v_proj bias (attention
+# weights sum to 1: the output is the bias) and o_proj.
+
+VLLM_ARCHITECTURE = "Qwen2ForProcessRewardModel"
+VLLM_TOKENIZER = "tokenizer"  # the subfolder `vllm serve --tokenizer` names
+SERVE_AS = ("transformers", "vllm")
+
+
+def _check_serve_as(serve_as: str, as_kind: str) -> None:
+    if serve_as not in SERVE_AS:
+        raise ValueError(f"--serve-as must be one of {SERVE_AS}, not {serve_as!r}")
+    if serve_as == "vllm" and as_kind != "token_classification":
+        raise ModelFormatError(
+            "vLLM serves step rewards from Qwen2ForProcessRewardModel, a token classifier; its pooling runner "
+            "drops a causal LM's lm_head, so it cannot read a step_token export: use --as token_classification"
+        )
+
+
+def write_process_reward_model(folder: Path, base, readout: HeadReadout) -> str:
+    """config.json and model.safetensors of the Qwen2ForProcessRewardModel computing the readout."""
+    from safetensors.torch import save_file
+
+    _check_vllm_backbone(base.config)
+    if readout.normed:
+        config, state, construction = _qwen2_config(base.config), _qwen2_backbone(base), "plain"
+        row, bias = readout.weight, readout.bias
+    else:
+        config, state = _widened_qwen2(base, kept=int(readout.layer or 0))
+        wide = config.hidden_size
+        # The final norm divides by ~CONSTANT/sqrt(wide); the row undoes that.
+        row = torch.cat([readout.weight, torch.zeros(wide - readout.weight.shape[0])]) * CONSTANT / math.sqrt(wide)
+        bias, construction = readout.bias, "linearized"
+    state |= _score_mlp(row, bias)
+    config.architectures = [VLLM_ARCHITECTURE]
+    config.save_pretrained(folder)
+    save_file({name: value.contiguous() for name, value in state.items()}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    return construction
+
+
+def _check_vllm_backbone(config) -> None:
+    plain_llama = config.model_type == "llama" and not config.attention_bias and not config.mlp_bias
+    if not (plain_llama or config.model_type == "qwen2"):
+        raise ModelFormatError(
+            f"the vLLM form needs a Llama (no attention or MLP bias) or Qwen2 backbone; this one is "
+            f"{config.model_type!r}"
+        )
+    if config.hidden_size != config.num_attention_heads * config.head_dim:
+        raise ModelFormatError("vLLM's Qwen2 takes head_dim = hidden_size / num_attention_heads; this backbone differs")
+
+
+def _qwen2_config(old, **changes):
+    from transformers import Qwen2Config
+
+    fields = {name: getattr(old, name) for name in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
+        "rope_parameters", "bos_token_id", "eos_token_id", "pad_token_id")}
+    return Qwen2Config(**fields | {"tie_word_embeddings": False, "use_sliding_window": False, "num_labels": 2}
+                       | changes)
+
+
+def _qwen2_backbone(base) -> dict:
+    """The backbone's weights under Qwen2's names (Llama's, with q/k/v biases that are zero)."""
+    state = {f"model.{name}": value for name, value in base.state_dict().items()}
+    for name, value in list(state.items()):
+        for projection in ("q_proj", "k_proj", "v_proj"):
+            if name.endswith(f"self_attn.{projection}.weight") and name.replace("weight", "bias") not in state:
+                state[name.replace("weight", "bias")] = torch.zeros(value.shape[0])
+    return state
+
+
+def _widened_qwen2(base, *, kept: int):
+    """Layers 0..kept-1 in a stream widened by one GQA group, and one layer writing CONSTANT."""
+    old = base.config
+    group, head_dim = old.num_attention_heads // old.num_key_value_heads, old.head_dim
+    hidden, heads, kv_heads = old.hidden_size, old.num_attention_heads, old.num_key_value_heads
+    wide = hidden + group * head_dim
+    config = _qwen2_config(old, hidden_size=wide, num_hidden_layers=kept + 1, num_attention_heads=heads + group,
+                           num_key_value_heads=kv_heads + 1, rms_norm_eps=old.rms_norm_eps * hidden / wide)
+    from transformers import Qwen2Model
+
+    shapes = {f"model.{name}": value.shape for name, value in Qwen2Model(config).state_dict().items()}
+    state = {name: torch.zeros(shape) for name, shape in shapes.items()}
+    for name, value in _qwen2_backbone(base).items():
+        index = _layer_index(name.removeprefix("model."))
+        if index is not None and index >= kept or name == "model.norm.weight":
+            continue
+        factor = math.sqrt(hidden / wide) if name.endswith("layernorm.weight") else 1.0
+        state[name][tuple(slice(0, n) for n in value.shape)] = value * factor
+    appended = f"model.layers.{kept}.self_attn."
+    state[appended + "v_proj.bias"][kv_heads * head_dim] = CONSTANT  # the new kv head's first value dim
+    state[appended + "o_proj.weight"][wide - 1, heads * head_dim] = 1.0  # read by the first new query head
+    state["model.norm.weight"].fill_(1.0)
+    return config, state
+
+
+def _score_mlp(row: torch.Tensor, bias: float) -> dict:
+    """score.0 / score.2 of Qwen2ForProcessRewardModel giving logits [0, row·x + bias] (see above)."""
+    hidden = row.shape[0]
+    first, first_bias = torch.zeros(hidden, hidden), torch.zeros(hidden)
+    first[0], first[1] = row, -row
+    first_bias[0], first_bias[1] = bias, -bias
+    second = torch.zeros(2, hidden)
+    second[1, 0], second[1, 1] = 1.0, -1.0
+    return {"score.0.weight": first, "score.0.bias": first_bias, "score.2.weight": second,
+            "score.2.bias": torch.zeros(2)}

@@ -10,6 +10,16 @@ CARD_NAME = "README.md"
 
 def write_model_card(folder: Path, exported, *, head_type: str, layer: int | None, facts: dict) -> Path:
     config = exported.config
+    if getattr(exported, "serve_as", "transformers") == "vllm":
+        return _write(folder, [
+            _front_matter("vllm"),
+            f"# {facts.get('name', 'Stepwise PRM')}\n\nA process reward model trained in Stepwise and exported in "
+            f"the form vLLM serves as one (`{VLLM_ARCHITECTURE}`, as Qwen2.5-Math-PRM).",
+            _vllm_reading(config),
+            _construction(exported.construction, head_type, layer),
+            _training(facts),
+            _evaluation(facts),
+        ])
     sections = [
         _front_matter(exported.kind),
         f"# {facts.get('name', 'Stepwise PRM')}\n\nA process reward model trained in Stepwise and exported as a "
@@ -18,11 +28,15 @@ def write_model_card(folder: Path, exported, *, head_type: str, layer: int | Non
         _construction(exported.construction, head_type, layer),
         _training(facts),
         _evaluation(facts),
-        _serving(config, exported.kind),
+        _serving(exported.kind),
         "## Back into Stepwise\n\n`stepwise.json` describes this folder as a Stepwise model of kind "
         f"`{exported.kind}`: `./stepwise manage register_model {folder.name if folder.name else 'FOLDER'} "
         f"--style {exported.kind}` registers it as a version.",
     ]
+    return _write(folder, sections)
+
+
+def _write(folder: Path, sections: list[str]) -> Path:
     path = Path(folder) / CARD_NAME
     path.write_text("\n\n".join(sections) + "\n")
     return path
@@ -33,7 +47,7 @@ def _auto_class(kind: str) -> str:
 
 
 def _front_matter(kind: str) -> str:
-    tag = "text-generation" if kind == "step_token" else "token-classification"
+    tag = {"step_token": "text-generation", "vllm": "token-classification"}.get(kind, "token-classification")
     return f"---\nlibrary_name: transformers\npipeline_tag: {tag}\ntags:\n- process-reward-model\n- stepwise\n---"
 
 
@@ -144,19 +158,57 @@ def _evaluation(facts: dict) -> str:
     return "## Evaluation\n\nAs recorded by Stepwise for this version.\n\n" + table
 
 
-def _serving(config: dict, kind: str) -> str:
-    tag = config["step_tag_id"]
-    if kind == "step_token":
-        pooler = {"pooling_type": "STEP", "step_tag_id": tag,
-                  "returned_token_ids": [config["good_token_id"], config["bad_token_id"]]}
-    else:
-        pooler = {"pooling_type": "STEP", "step_tag_id": tag}
+def _serving(kind: str) -> str:
     return (
-        "## Serving with vLLM\n\n(From vLLM's pooling-model documentation; not run by Stepwise's tests.)\n\n"
-        f"```bash\nvllm serve ./this-folder --runner pooling --dtype float32 \\\n"
-        f"  --pooler-config '{json.dumps(pooler)}'\n```\n\n"
-        "then `POST /pooling` with the input above; each returned row is the softmax at one step tag."
+        "## Serving with vLLM\n\nvLLM does not serve this form as a process reward model: "
+        + ("its pooling runner drops a causal LM's lm_head, so the `+`/`-` rows above are never read. "
+           if kind == "step_token" else "its token classification is for registered encoder models. ")
+        + "Export the version with `--as token_classification --serve-as vllm` for the form it serves."
     )
+
+
+# The vLLM version whose code the vLLM form and `bench.pooling_server` follow (see that module).
+VLLM_VERSION = "vllm-project/vllm@055e47c"
+VLLM_ARCHITECTURE = "Qwen2ForProcessRewardModel"
+
+
+def vllm_pooler_config(config: dict) -> dict:
+    """The --pooler-config this export is served with: STEP pooling at the step tag, nothing else."""
+    return {"pooling_type": "STEP", "step_tag_id": config["step_tag_id"]}
+
+
+def vllm_serve_command(config: dict, *, folder: str = "./this-folder", name: str = "stepwise-prm") -> str:
+    """The one `vllm serve` line for the vLLM form (float32: see "How it was built")."""
+    return (f"vllm serve {folder} --tokenizer {folder}/tokenizer --runner pooling --dtype float32 \\\n"
+            f"  --served-model-name {name} --pooler-config '{json.dumps(vllm_pooler_config(config))}'")
+
+
+def vllm_request(config: dict, *, name: str = "stepwise-prm") -> dict:
+    text = EXAMPLE_PROBLEM + "\n\n" + "".join(step + config["separator"] for step in EXAMPLE_STEPS)
+    return {"model": name, "input": [text], "task": "token_classify", "encoding_format": "float"}
+
+
+def _vllm_reading(config: dict) -> str:
+    separator = json.dumps(config["separator"])
+    return "\n".join([
+        "## Serving it with vLLM",
+        "",
+        f"Follows vLLM's code at {VLLM_VERSION} (`{VLLM_ARCHITECTURE}` in `vllm/model_executor/models/qwen2_rm.py`,"
+        " STEP pooling in `vllm/model_executor/layers/pooler/tokwise/methods.py`):",
+        "",
+        f"```bash\n{vllm_serve_command(config)}\n```",
+        "",
+        "```bash\ncurl -s localhost:8000/pooling -H 'Content-Type: application/json' -d '"
+        + json.dumps(vllm_request(config)) + "'\n```",
+        "",
+        f"Input: the problem, then `\\n\\n`, then each step followed by the step marker {separator}, as one text. "
+        f"The answer holds one row per occurrence of the marker (id **{config['step_tag_id']}**, the `step_tag_id`), "
+        "each row `[P(bad), P(good)]`: read entry 1 (`positive_index` 1 in Stepwise's remote config).",
+        "",
+        "With transformers alone: `AutoModel` loads the Qwen2 backbone (no custom code); the score MLP is the "
+        "`score.0` / `score.2` tensors of `model.safetensors`: `softmax(score.2(relu(score.0(h))))[..., 1]` at "
+        "the marker positions, h the backbone's last hidden state.",
+    ])
 
 
 def _flatten(metrics: dict, prefix: str = ""):

@@ -40,12 +40,13 @@ def version_facts(version: ModelVersion) -> dict:
     return facts
 
 
-def export_version(*, version: ModelVersion, out: str | Path, as_kind: str):
-    """Verify the version's files against its hash, then write the standard checkpoint to `out`."""
+def export_version(*, version: ModelVersion, out: str | Path, as_kind: str, serve_as: str = "transformers"):
+    """Verify the version's files against its hash, then write the standard checkpoint to `out`
+    (`serve_as="vllm"`: the form vLLM's pooling runner serves; see checkpoint_export)."""
     from scoring.store.checkpoint_export import export_checkpoint  # torch, transformers: the export task only
 
     registry.verify(version)
-    return export_checkpoint(version.path, out, as_kind=as_kind, facts=version_facts(version))
+    return export_checkpoint(version.path, out, as_kind=as_kind, facts=version_facts(version), serve_as=serve_as)
 
 
 def archive_path(version: ModelVersion, as_kind: str) -> Path:

@@ -105,8 +105,10 @@ def test_the_export_holds_safetensors_config_tokenizer_and_card_and_no_pickle(tm
     assert "auto_map" not in json.loads((exported.folder / "config.json").read_text())
     card = (exported.folder / "README.md").read_text()
     config = exported.config
-    for fact in (f"id **{config['step_tag_id']}**", f"good token id {config['good_token_id']}", "vllm serve"):
+    for fact in (f"id **{config['step_tag_id']}**", f"good token id {config['good_token_id']}",
+                 "--serve-as vllm"):
         assert fact in card
+    assert "vllm serve" not in card  # vLLM would not read a causal LM's lm_head rows (test_vllm_pooling)
 
 
 def test_exporting_into_an_existing_folder_is_refused_and_writes_nothing(tmp_path):

@@ -35,7 +35,7 @@ def test_a_pooling_server_finds_one_row_per_step_with_the_marker(tmp_path):
     text = step_marker.whole_text(*THREE_STEPS, separator=step_marker.STEP_MARKER)
     status, answer = server.pool({"model": "m", "input": [text], "task": "token_classify"})
     rows = answer["data"][0]["data"]
-    local = server.prm.step_probabilities([THREE_STEPS])[0]
+    local = prm.load_prm(folder, device="cpu", dtype=torch.float32).step_probabilities([THREE_STEPS])[0]
     assert status == 200 and len(rows) == 3
     assert [row[1] for row in rows] == pytest.approx([s.p for s in local], abs=1e-6)
 
@@ -59,7 +59,7 @@ def test_register_model_refuses_a_separator_that_merges(tmp_path, db):
 def test_a_text_holding_the_marker_itself_is_refused_rather_than_misread(tmp_path):
     folder = build_tiny_prm(tmp_path / "prm", kind="head", layer=1, step_marker=True)
     model = prm.load_prm(folder, device="cpu")
-    with pytest.raises(ModelFormatError, match="holds the marker"):
+    with pytest.raises(ModelFormatError, match="2 step tags .* for 1 steps: the text holds the tag itself"):
         model.step_probabilities([("P", [f"a {step_marker.STEP_MARKER} b"])])
 
 
