@@ -9,7 +9,11 @@ token ids and step positions fed to the model come from `scoring.core.encoding`.
 A solution is scored in ONE forward pass: the problem, then each step followed by the
 separator; the step's score is read at the separator's last token. For a causal backbone that
 position sees exactly the prefix up to and including the step, so it equals scoring each
-prefix separately (`score_per_prefix`, the slow reference), only ~n times cheaper.
+prefix separately (`score_per_prefix`, the slow reference), only ~n times cheaper. A public
+checkpoint reads its model card's own input instead (`encoding`'s `input_format`), in one pass too.
+
+Qwen2.5-Math-PRM's `Qwen2ForProcessRewardModel` ships as remote code; `load_model` reads it as
+`scoring.core.process_reward.ProcessRewardModel`, so it loads without running any code from the folder.
 """
 from __future__ import annotations
 
@@ -17,13 +21,13 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from scoring.core.encoding import Encoded, Item, encode, encode_many, token_budget_batches
+from scoring.core.encoding import Encoded, Item, encode, encode_many, input_format, token_budget_batches
 from scoring.core.model_files import (
     CONFIG_NAME,
     DEFAULT_SEPARATOR,
@@ -42,10 +46,11 @@ from scoring.core.model_files import (
     weights_sha256,
     write_model_config,
 )
+from scoring.core.process_reward import PROCESS_REWARD_ARCHITECTURES, ProcessRewardModel, is_process_reward
 from scoring.core.step_scores import StepProbability, aggregate, build_input
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
     from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
 __all__ = [
@@ -53,9 +58,10 @@ __all__ = [
     "CONFIG_NAME", "DEFAULT_SEPARATOR", "HEAD_NAME", "IDENTITY_GLOBS", "KINDS", "META_NAME", "PICKLE_SUFFIXES",
     "ModelFormatError", "StepProbability", "aggregate", "backbone_folder", "build_input", "check_safetensors_only",
     "hash_files", "identity_files", "read_model_config", "validate_config", "weights_sha256", "write_model_config",
+    "PROCESS_REWARD_ARCHITECTURES", "ProcessRewardModel",
     # Defined here.
-    "LoadedPRM", "StepHead", "backbone_class", "choose_device", "choose_dtype", "default_token_budget", "load_prm",
-    "save_head_model",
+    "LoadedPRM", "StepHead", "backbone_class", "build_model",
+    "choose_device", "choose_dtype", "default_token_budget", "load_model", "load_prm", "save_head_model",
 ]
 
 
@@ -134,6 +140,34 @@ def save_head_model(
     return folder
 
 
+# --- loading a backbone, Qwen's process reward architecture included ---------------------
+
+
+def build_model(kind: str, config: PretrainedConfig, *, trust_remote_code: bool = False) -> nn.Module:
+    """The model a folder of this kind and config is, with fresh weights (meta device: shapes only)."""
+    if is_process_reward(config):
+        from transformers import AutoModel  # transformers: only a process that builds a model pays its import
+
+        # from_config is untyped in transformers
+        return ProcessRewardModel(cast(Any, AutoModel).from_config(config), config.num_labels or 2)
+    model: nn.Module = cast(Any, backbone_class(kind)).from_config(config, trust_remote_code=trust_remote_code)
+    return model
+
+
+def load_model(
+    folder: Path, kind: str, *, dtype: torch.dtype, trust_remote_code: bool = False
+) -> PreTrainedModel | ProcessRewardModel:
+    """The weights of a backbone folder as the model scoring reads (`build_model`'s class)."""
+    from transformers import AutoConfig  # transformers: only a process that loads a model pays its import
+
+    if is_process_reward(AutoConfig.from_pretrained(folder, trust_remote_code=False)):
+        return ProcessRewardModel.load(folder, dtype=dtype)
+    model: PreTrainedModel = backbone_class(kind).from_pretrained(
+        folder, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code
+    )
+    return model
+
+
 # --- device and precision ------------------------------------------------------------------
 
 
@@ -165,7 +199,7 @@ class LoadedPRM:
 
     kind: str
     config: dict[str, Any]
-    model: PreTrainedModel
+    model: PreTrainedModel | ProcessRewardModel
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
     dtype: torch.dtype
@@ -179,11 +213,15 @@ class LoadedPRM:
         separator: str = self.config.get("separator", DEFAULT_SEPARATOR)
         return separator
 
+    @property
+    def input_format(self) -> str:
+        return input_format(self.config)
+
     def encode(self, problem: str, steps: Sequence[str]) -> Encoded:
-        return encode(self.tokenizer, problem, steps, separator=self.separator)
+        return encode(self.tokenizer, problem, steps, separator=self.separator, input_format=self.input_format)
 
     def encode_many(self, items: Sequence[Item]) -> list[Encoded]:
-        return encode_many(self.tokenizer, items, separator=self.separator)
+        return encode_many(self.tokenizer, items, separator=self.separator, input_format=self.input_format)
 
     def step_probabilities(self, items: Sequence[Item]) -> list[list[StepProbability]]:
         """Per-step probabilities for each (problem, steps), one forward pass per solution."""
@@ -302,6 +340,7 @@ def load_prm(
 
     folder = Path(folder).resolve()
     config = read_model_config(folder)
+    input_format(config, where=str(folder / CONFIG_NAME))
     backbone = backbone_folder(folder, config)
     check_safetensors_only(backbone)
     device = torch.device(device) if device is not None else choose_device()
@@ -310,10 +349,8 @@ def load_prm(
         model, tokenizer = shared.model, shared.tokenizer
     else:
         tokenizer = AutoTokenizer.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-        model = backbone_class(config["kind"]).from_pretrained(
-            backbone, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-        )
-        model.to(device).eval()
+        model = load_model(backbone, config["kind"], dtype=dtype, trust_remote_code=trust_remote_code)
+        nn.Module.to(model, device).eval()
     head = None
     if config["kind"] == "head":
         head = StepHead.load(folder, config["head"]).to(device).eval()

@@ -12,6 +12,13 @@ from scoring.rescoring import scores
 from scoring.store import registry
 from scoring.store.checkpoint_export import export_checkpoint
 from tests.factories import SolutionFactory
+from tests.scoring.test_public_formats import (
+    math_shepherd_folder,
+    mistral_style_tokenizer,
+    qwen_card_scores,
+    qwen_math_prm_folder,
+    qwen_style_tokenizer,
+)
 
 STEPS = [["First add the ones: 2 + 7 = 9.", "Then the tens: 10."], ["So x = 4.", "# Answer 4", "Done."]]
 
@@ -30,12 +37,12 @@ def pool(db):
 
 
 def qwen_style_folder(folder, *, with_tag=True):
-    """A tiny 2-label token classifier whose tokenizer has Qwen2.5-Math-PRM's `<extra_0>`."""
+    """A tiny stock 2-label token classifier whose tokenizer is built to Qwen2.5's rules (`<extra_0>`
+    unless `with_tag` is false, its chat template)."""
     from transformers import LlamaForTokenClassification
 
-    tokenizer = build_tiny_tokenizer()
-    if with_tag:
-        tokenizer.add_special_tokens({"additional_special_tokens": ["<extra_0>"]})
+    tokenizer = qwen_style_tokenizer() if with_tag else build_tiny_tokenizer()
+    tokenizer.chat_template = tokenizer.chat_template or qwen_style_tokenizer().chat_template
     torch.manual_seed(3)
     LlamaForTokenClassification(tiny_llama_config(tokenizer, num_labels=2)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -55,7 +62,8 @@ def scores_by_hand(folder, version, solutions):
     result = []
     for solution in solutions:
         steps = [s.text for s in solution.steps.order_by("index")]
-        encoded = encode(tokenizer, solution.problem.statement, steps, separator=config["separator"])
+        encoded = encode(tokenizer, solution.problem.statement, steps, separator=config["separator"],
+                         input_format=config.get("input_format", "stepwise"))
         assert [encoded.ids[p] for p in encoded.positions] == [config["step_tag_id"]] * len(steps)
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([encoded.ids])).logits[0, encoded.positions]
@@ -74,13 +82,14 @@ def stored_scores(version, solutions):
 
 
 def test_a_math_shepherd_folder_reads_plus_and_minus_at_the_tag_and_scores_the_pool(tmp_path, pool):
-    folder = build_tiny_backbone(tmp_path / "math-shepherd")  # a causal LM whose tokenizer knows ки, + and -
+    folder = math_shepherd_folder(tmp_path / "math-shepherd")  # Mistral; ки, + and - one token each
     call_command("register_model", str(folder), "--style", "math_shepherd")
     version = ModelVersion.objects.get(name="math-shepherd")
-    tokenizer = build_tiny_tokenizer()
-    assert version.kind == "step_token" and version.config["separator"] == " ки"
-    assert version.config["good_token_id"] == tokenizer.convert_tokens_to_ids("+")
-    assert version.config["bad_token_id"] == tokenizer.convert_tokens_to_ids("-")
+    tokenizer = mistral_style_tokenizer()
+    assert version.kind == "step_token" and version.config["input_format"] == "math_shepherd"
+    assert version.config["step_tag_id"] == tokenizer.convert_tokens_to_ids("▁ки")
+    assert version.config["good_token_id"] == tokenizer.convert_tokens_to_ids("▁+")
+    assert version.config["bad_token_id"] == tokenizer.convert_tokens_to_ids("▁-")
     assert scores.score_solutions(model_version=version, solution_ids=[s.pk for s in pool]) == len(pool)
     want = scores_by_hand(folder, version, pool)
     assert stored_scores(version, pool) == pytest.approx(want, abs=1e-5)
@@ -104,7 +113,7 @@ def test_a_folder_without_the_styles_tag_is_refused_and_left_as_it_was(tmp_path,
 
 
 def test_a_label_token_that_is_several_tokens_is_refused_by_name(tmp_path, db):
-    folder = build_tiny_backbone(tmp_path / "ms")
+    folder = math_shepherd_folder(tmp_path / "ms")
     with pytest.raises(CommandError, match="--good-token 'correct and proper'"):
         call_command("register_model", str(folder), "--style", "math_shepherd", "--good-token", "correct and proper")
     assert not (folder / "stepwise.json").exists()
@@ -140,33 +149,33 @@ def test_a_folder_of_the_wrong_model_class_is_refused_naming_its_architecture(tm
     assert not (folder / "stepwise.json").exists() and not ModelVersion.objects.exists()
 
 
-def qwen_process_reward_folder(folder):
-    """A Qwen2.5-Math-PRM-shaped folder: `Qwen2ForProcessRewardModel` (remote code, mapped only to
-    AutoModel) whose head `score.0` / `score.2` no stock transformers class has."""
-    from safetensors.torch import save_file
-    from transformers import Qwen2Config, Qwen2Model
-
-    tokenizer = build_tiny_tokenizer()
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<extra_0>"]})
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, num_labels=2)
-    torch.manual_seed(0)
-    state = {f"model.{name}": value for name, value in Qwen2Model(config).state_dict().items()}
-    state |= {"score.0.weight": torch.randn(32, 32), "score.2.weight": torch.randn(2, 32)}
-    folder.mkdir()
-    save_file(state, str(folder / "model.safetensors"))
-    config.architectures = ["Qwen2ForProcessRewardModel"]
-    config.auto_map = {"AutoModel": "modeling_qwen2_rm.Qwen2ForProcessRewardModel"}
-    config.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+def test_a_qwen_math_prm_folder_registers_without_remote_code_and_scores_the_pool_as_its_card(tmp_path, pool):
+    folder = qwen_math_prm_folder(tmp_path / "qwen-math-prm")  # Qwen2ForProcessRewardModel, remote code in auto_map
+    call_command("register_model", str(folder), "--style", "qwen_prm")
+    version = ModelVersion.objects.get(name="qwen-math-prm")
+    assert version.config["input_format"] == "qwen_prm" and not version.trust_remote_code
+    scores.score_solutions(model_version=version, solution_ids=[s.pk for s in pool])
+    want = [p for s in pool for p in qwen_card_scores(folder, s.problem.statement,
+                                                      [step.text for step in s.steps.order_by("index")])]
+    assert stored_scores(version, pool) == pytest.approx(want, abs=1e-5)
 
 
 @pytest.mark.parametrize("remote_code", [False, True])
-def test_an_architecture_transformers_cannot_load_is_refused_at_registration(tmp_path, db, settings, remote_code):
+def test_a_checkpoint_lacking_weights_its_architecture_needs_is_refused_at_registration(
+    tmp_path, db, settings, remote_code
+):
     settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE = True
-    folder = qwen_process_reward_folder(tmp_path / "qwen-math-prm")
+    folder = qwen_math_prm_folder(tmp_path / "qwen-math-prm", head=("score.0.weight", "score.2.weight"))
     options = ["--trust-remote-code"] if remote_code else []
-    with pytest.raises(CommandError, match=r"initialised at random: score\.bias, score\.weight"):
+    with pytest.raises(CommandError, match=r"initialised at random: score\.0\.bias, score\.2\.bias"):
         call_command("register_model", str(folder), "--style", "qwen_prm", *options)
+    assert not (folder / "stepwise.json").exists() and not ModelVersion.objects.exists()
+
+
+def test_an_architecture_transformers_cannot_build_is_refused_at_registration(tmp_path, db):
+    folder = qwen_math_prm_folder(tmp_path / "qwen-math-prm")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"hidden_act": "no_such_activation"}))
+    with pytest.raises(CommandError, match="cannot build this model as ProcessRewardModel"):
+        call_command("register_model", str(folder), "--style", "qwen_prm")
     assert not (folder / "stepwise.json").exists() and not ModelVersion.objects.exists()

@@ -54,7 +54,9 @@ SEMANTICS = {
            "writes them; each path ends at the first bad or unrated step. Labels read the verdict of "
            "the very text in the row (chosen, human-written or stopped-at completion): a step the "
            "annotator rewrote is False in the row ending at it, and its rewrite is True in the path, "
-           "which goes on with the steps rated after it.",
+           "which goes on with the steps rated after it. Train with trl 1.13: `from trl.experimental.prm "
+           "import PRMConfig, PRMTrainer` (not in trl's top-level package); trl 1.14 and later ship no PRM "
+           "trainer, so pin `trl<=1.13`.",
     "processbench": "One row per solution whose deciding annotations agree on the first error (or "
                     "a reviewer decided it); a -1 rating is an error. An annotation rating every step "
                     "correct of a solution whose answer grades as wrong is left out "

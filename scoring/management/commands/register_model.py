@@ -1,6 +1,10 @@
 """`manage.py register_model FOLDER --style math_shepherd|qwen_prm|token_classification [--name N]
 [--separator S] [--good-token T] [--bad-token T] [--trust-remote-code] [--make-current]`:
-a public PRM checkpoint folder as a model version (see scoring.store.public_checkpoints)."""
+a public PRM checkpoint folder as a model version (see scoring.store.public_checkpoints).
+
+math_shepherd and qwen_prm folders are scored on their model cards' own input; before a folder is
+accepted its config is read and its model built with shapes only, so a class transformers cannot
+build or weights the checkpoint lacks are refused here, not at the first rescore."""
 from pathlib import Path
 
 from django.conf import settings
@@ -20,11 +24,13 @@ class Command(BaseCommand):
         parser.add_argument("--style", choices=sorted(STYLES), required=True)
         parser.add_argument("--name", help="version name (default: the folder's name)")
         parser.add_argument("--separator", "--step-tag", dest="separator",
-                            help="text appended after each step; its last token is the step tag")
+                            help="token_classification / step_token styles: text appended after each step, "
+                                 "its last token the step tag (math_shepherd and qwen_prm use their cards' tags)")
         parser.add_argument("--good-token", help="step_token styles: the token whose logit says good (default '+')")
         parser.add_argument("--bad-token", help="step_token styles: the token whose logit says bad (default '-')")
         parser.add_argument("--trust-remote-code", action="store_true",
-                            help="load the folder's own modeling code (needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true)")
+                            help="load the folder's own modeling code (needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true; "
+                                 "Qwen2.5-Math-PRM never does: Stepwise defines its model)")
         parser.add_argument("--make-current", action="store_true")
 
     def handle(self, *args, folder, style, name=None, separator=None, good_token=None, bad_token=None,
