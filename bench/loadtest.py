@@ -6,7 +6,7 @@ doing what a person at the labeling page does: log in, claim the next task (POST
 /label/next, which answers with the task page), rate every step as htmx does, submit.
 The clients stop by themselves at a deadline and after a bounded number of requests.
 Afterwards the parent checks the database: no solution went to two annotators and every
-rating the server acknowledged is stored. CPU is read from /proc for the gunicorn processes
+rating the server acknowledged is stored. CPU is read from /proc for the web server's processes
 and for the PostgreSQL backends serving our database (found by their process titles, so
 short-lived connections are seen too; see `DatabaseCpu`).
 """
@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -371,26 +372,33 @@ def free_port() -> int:
 
 
 class Server:
-    """gunicorn `config.wsgi`, 2 workers x 4 threads on loopback, as `./stepwise run` starts it."""
+    """The web server as `./stepwise run` starts it (the script's `web_server`: uvicorn, 4 Django
+    threads per process), `workers` processes on loopback."""
 
-    def __init__(self, *, database_url: str, workers: int = 2, threads: int = 4, extra_env: dict | None = None):
-        self.port, self.workers, self.threads = free_port(), workers, threads
+    threads = 4  # infra.web_front.THREADS
+
+    def __init__(self, *, database_url: str, workers: int = 2, extra_env: dict | None = None):
+        self.port, self.workers = free_port(), workers
         self.url = f"http://127.0.0.1:{self.port}"
-        gunicorn = Path(sys.executable).with_name("gunicorn")
-        env = {**os.environ, "DATABASE_URL": database_url, **(extra_env or {})}
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "DATABASE_URL": database_url, "STEPWISE_VENV": sys.prefix, **(extra_env or {})}
         env.setdefault("SECRET_KEY", "bench-http-not-secret")
+        # Its log in a file, not a pipe nobody reads while it runs (a full pipe would stall the server).
+        self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [str(gunicorn), "config.wsgi", "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers),
-             "--threads", str(threads), "--log-level", "warning"],
-            cwd=Path(__file__).resolve().parent.parent, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            ["bash", "-c", f'source "{root / "stepwise"}" && web_server {self.port} {workers} >/dev/null'],
+            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True,
         )
+
+    def _log_tail(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-2000:].decode(errors="replace")
 
     def wait_until_up(self, seconds: float = 60) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited: {self.process.stderr.read()[-2000:]}")
+                raise RuntimeError(f"the web server exited: {self._log_tail()}")
             try:
                 requests.get(self.url + "/accounts/login/", timeout=5)
             except requests.RequestException:
@@ -398,7 +406,7 @@ class Server:
                 continue
             self._warm()
             return
-        raise RuntimeError(f"gunicorn did not answer within {seconds} s")
+        raise RuntimeError(f"the web server did not answer within {seconds} s")
 
     def _warm(self) -> None:
         """A page from every worker before anything is measured: a worker's first request loads
@@ -416,12 +424,13 @@ class Server:
         try:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        self.log.close()
 
 
 class RunningServer:
-    """A gunicorn started elsewhere (--url), known by its master's pid so its CPU can be read."""
+    """A server started elsewhere (--url), known by its main pid so its CPU can be read."""
 
     def __init__(self, url: str, pid: int):
         self.url, self.pid = url, pid
@@ -458,7 +467,7 @@ def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
 
 
 def server_cpu(pids: list[int]) -> float:
-    """gunicorn's CPU: the master with its reaped children, plus the live workers."""
+    """The server's CPU: the main process with its reaped children, plus the live workers."""
     master, *workers = pids
     return cpu_seconds(master, reaped=True) + sum(cpu_seconds(pid) for pid in workers)
 

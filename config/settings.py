@@ -115,10 +115,12 @@ def database_from_url(url: str) -> DBConfig:
         # Parameters bound by the server, and a statement run 5 times on a connection prepared
         # (Django leaves psycopg's preparing off unless asked), so PostgreSQL stops parsing and
         # planning the labeling path's statements: 13.3 -> 8.8 ms of its CPU per labeled task.
-        # A pooler in transaction mode (PgBouncer) cannot keep prepared statements: set
-        # DB_PREPARED_STATEMENTS=false behind one.
-        prepared = env_bool("DB_PREPARED_STATEMENTS", True)
-        config["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5 if prepared else None}
+        # A pooler in transaction mode (PgBouncer) cannot keep them: `auto` prepares nothing on a
+        # connection that goes through one (infra/postgresql finds out at connect); `true` prepares
+        # there too (PgBouncer 1.21+ with max_prepared_statements), `false` nowhere.
+        prepared = env_choice("DB_PREPARED_STATEMENTS", "auto", ("auto", "true", "false"))
+        config["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": None if prepared == "false" else 5,
+                             "prepare_behind_pooler": prepared == "true"}
         # Django's backend, but a connection's health is checked without a query (infra/postgresql).
         config["ENGINE"] = "infra.postgresql"
     if config["ENGINE"] == "django.db.backends.sqlite3":
@@ -216,6 +218,9 @@ MEDIA_ROOT = UPLOADS_DIR
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STEPWISE_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 STEPWISE_MAX_UPLOAD_BYTES = env_int("STEPWISE_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+# The web front (infra/web_front.py) reads each request whole before Django runs it: a client that
+# pauses longer than this while sending its body gets 408, and its connection is closed.
+STEPWISE_CLIENT_BODY_TIMEOUT_SECONDS = env_float("STEPWISE_CLIENT_BODY_TIMEOUT_SECONDS", 60, minimum=1)
 
 # --- Celery -------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
@@ -248,7 +253,13 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 3300)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Model work (rescoring, training) runs on its own queue, served by GPU workers where present.
-CELERY_TASK_ROUTES = {"scoring.tasks.*": {"queue": "ml"}}
+# The answers a web request waits for (/api/score, /api/search) have a queue and a worker of their
+# own, so they never wait behind rescoring or training on `ml` (scoring/on_worker.py).
+CELERY_TASK_ROUTES = {
+    "scoring.tasks.score_texts_task": {"queue": "score"},
+    "scoring.tasks.search_task": {"queue": "score"},
+    "scoring.tasks.*": {"queue": "ml"},
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
@@ -360,6 +371,14 @@ STEPWISE_SCORE_API_TIMEOUT = env_float("STEPWISE_SCORE_API_TIMEOUT", 30.0, minim
 # Requests of one web process that may wait on the ml worker at once, /api/score and /api/search
 # together (each holds a web thread while it waits); one more gets 429, leaving threads for annotators.
 STEPWISE_SCORE_CONCURRENCY = env_int("STEPWISE_SCORE_CONCURRENCY", 2, minimum=1)
+# Requests of one user (their API token or session) to /api/score and /api/search in flight at
+# once, counted in the throttle cache so the bound holds across web processes; one more gets 429.
+STEPWISE_SCORE_IN_FLIGHT = env_int("STEPWISE_SCORE_IN_FLIGHT", 2, minimum=1)
+# Tokens one POST /api/score may send, counted as the UTF-8 bytes of each problem and step plus one
+# per step (its separator): a byte-level tokenizer never makes more tokens than bytes, and math text
+# makes about one per 2.8. Past it, 400 naming `items` (or `steps`). 65,536 is 10 s of SmolLM2-135M
+# on a 2-core CPU for typical text, 30 s at worst; with a GPU it may be raised.
+STEPWISE_SCORE_MAX_TOKENS = env_int("STEPWISE_SCORE_MAX_TOKENS", 65_536, minimum=64)
 # POST /api/search (scoring/search/runs.py): how long it waits for the ml worker, the most
 # tokens one request may budget, and requests per user (a search holds a worker far longer).
 STEPWISE_SEARCH_API_TIMEOUT = env_float("STEPWISE_SEARCH_API_TIMEOUT", 120.0, minimum=0.1)

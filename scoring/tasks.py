@@ -1,4 +1,5 @@
-"""Celery tasks of the model side, routed to the `ml` queue (settings.CELERY_TASK_ROUTES).
+"""Celery tasks of the model side, routed to the `ml` queue, and the answers a web request waits
+for (score_texts_task, search_task) to the `score` queue (settings.CELERY_TASK_ROUTES).
 
 Each takes ids and calls one function in scoring.rescoring.rescore; that module (and torch, through
 the registry) is imported inside the task body so the web process never loads a model.
@@ -7,8 +8,10 @@ reject_on_worker_lost: a task lost with its worker child is put back at once, an
 whose whole worker died is resent by the reconciler (annotate.pool.recovery) when a worker starts.
 """
 import logging
+import time
 
 from celery import shared_task
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
@@ -48,62 +51,85 @@ def resume_rescores_task(idle_seconds: float = 0) -> list[int]:
     return job_ids
 
 
-# Seconds the ml worker may spend on one POST /api/score; the view waits a little less.
+# The most seconds the score worker spends on one POST /api/score or /api/search: each message also
+# carries its request's deadline and limits (scoring/on_worker.py), which end it sooner.
 SCORE_SOFT_TIME_LIMIT = 60
 SCORE_TIME_LIMIT = 75
+SEARCH_SOFT_TIME_LIMIT = 180
+SEARCH_TIME_LIMIT = 200
+# Solutions scored between two looks at the deadline: a request given up on stops within one chunk.
+SCORE_CHUNK_ITEMS = 8
+
+
+class DeadlinePassed(Exception):
+    """The request this task answers has stopped waiting: nothing more is computed for it."""
 
 
 @shared_task(soft_time_limit=SCORE_SOFT_TIME_LIMIT, time_limit=SCORE_TIME_LIMIT)
-def score_texts_task(model_version_id: int, items: list[list]) -> dict:
+def score_texts_task(model_version_id: int, items: list[list], deadline: float | None = None) -> dict:
     """Score texts for POST /api/score in the worker, where the model stays loaded.
 
-    Returns {"steps": [...]} or {"error": ..., "status": 400 | 503} (see `_answer`).
-    Not acks_late: nobody waits for a redelivered answer.
+    Returns {"steps": [...]} or {"error": ..., "status": 400 | 503} (see `_answer`); scores
+    SCORE_CHUNK_ITEMS solutions at a time and stops at the first chunk that finds `deadline`
+    (a Unix time) passed. Not acks_late: nobody waits for a redelivered answer.
     """
     from scoring.rescoring import rescore as scoring  # the registry, torch on load: worker only (docstring)
 
-    return _answer(model_version_id, "scoring for /api/score", lambda version: {
-        "steps": scoring.score_texts(items=[(p, steps) for p, steps in items], model_version=version)
-    })
+    def score_in_chunks(version) -> dict:
+        steps: list[list[dict]] = []
+        for start in range(0, len(items), SCORE_CHUNK_ITEMS):
+            check_deadline(deadline, done=start, total=len(items))
+            chunk = items[start:start + SCORE_CHUNK_ITEMS]
+            steps += scoring.score_texts(items=[(p, s) for p, s in chunk], model_version=version)
+        return {"steps": steps}
 
-
-# A search generates as well as scores: minutes, not seconds. The view waits a little less.
-SEARCH_SOFT_TIME_LIMIT = 180
-SEARCH_TIME_LIMIT = 200
+    return _answer(model_version_id, "scoring for /api/score", score_in_chunks, deadline=deadline)
 
 
 @shared_task(soft_time_limit=SEARCH_SOFT_TIME_LIMIT, time_limit=SEARCH_TIME_LIMIT)
-def search_task(model_version_id: int, body: dict) -> dict:
+def search_task(model_version_id: int, body: dict, deadline: float | None = None) -> dict:
     """Run one PRM-guided search for POST /api/search in the worker (model and generator stay loaded).
 
-    Answers data like score_texts_task. Not acks_late: nobody waits for a redelivered answer,
-    and a search writes nothing, so a worker killed mid-search leaves nothing to repair.
+    Answers data like score_texts_task; the message's soft time limit ends it at `deadline`. Not
+    acks_late: nobody waits for a redelivered answer, and a search writes nothing, so a worker
+    killed mid-search leaves nothing to repair.
     """
     from scoring.search import runs as searching  # torch: worker only (docstring)
 
     return _answer(model_version_id, "search for /api/search",
-                   lambda version: searching.run_search(body=body, model_version=version))
+                   lambda version: searching.run_search(body=body, model_version=version), deadline=deadline)
 
 
-def _answer(model_version_id: int, what: str, compute) -> dict:
+def check_deadline(deadline: float | None, *, done: int, total: int) -> None:
+    """Raise DeadlinePassed once `deadline` (a Unix time; None: no deadline) has passed."""
+    if deadline is not None and time.time() >= deadline:
+        raise DeadlinePassed(f"{done} of {total} solutions scored when the request's deadline passed")
+
+
+def _answer(model_version_id: int, what: str, compute, *, deadline: float | None) -> dict:
     """`compute(version)`, with expected failures as data: {"error", "status": 400 | 503}.
 
     The web process never has to rebuild (import) a scoring exception, and answers 503,
-    never 500, for what the worker could not do.
+    never 500, for what the worker could not do. Past the deadline nobody reads an answer: the
+    task logs that it stopped ("abandoned", counted by tests and operators) and stores none (Ignore).
     """
     from scoring.models import ModelVersion  # with the task body (docstring)
     from scoring.store import registry  # torch on load: worker only (docstring)
 
-    version = ModelVersion.objects.filter(pk=model_version_id).first()
-    if version is None:
-        return {"error": f"model version {model_version_id} no longer exists", "status": 503}
     try:
+        check_deadline(deadline, done=0, total=1)
+        version = ModelVersion.objects.filter(pk=model_version_id).first()
+        if version is None:
+            return {"error": f"model version {model_version_id} no longer exists", "status": 503}
         return compute(version)
     except registry.ModelIntegrityError as error:
         return {"error": str(error), "status": 503}
     except ValueError as error:
         return {"error": str(error), "status": 400}
-    except Exception as error:  # a time limit, out of memory: the caller answers 503, never 500
+    except (DeadlinePassed, SoftTimeLimitExceeded) as error:
+        logger.info("%s abandoned: %s", what, error or "its soft time limit (the deadline) passed")
+        raise Ignore() from None
+    except Exception as error:  # a hard limit, out of memory: the caller answers 503, never 500
         logger.exception("%s failed", what)
         return {"error": f"{what.split()[0]} failed: {type(error).__name__}: {error}", "status": 503}
 

@@ -60,20 +60,22 @@ def worker_environment() -> dict[str, str]:
 
 
 class WorkerProcess:
-    """A `celery worker` child process serving every queue, started and stopped by tests."""
+    """A `celery worker` child process serving `queues` (every queue by default), started and stopped by tests."""
 
-    def __init__(self, log_path: Path):
+    def __init__(self, log_path: Path, queues: str = "default,ml,score", env: dict[str, str] | None = None):
         self.log_path = log_path
+        self.queues = queues
+        self.env = env or {}  # on top of the test's environment (a private database or broker)
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> None:
         ci.uses("real worker")
         self.log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,ml",
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queues,
              "--pool", "prefork", "--concurrency", "1", "--loglevel", "INFO", "--without-gossip",
              "--without-mingle", "--without-heartbeat"],
-            cwd=REPO_ROOT, env=worker_environment(), stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT, env={**worker_environment(), **self.env}, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout

@@ -1,7 +1,7 @@
 """./stepwise bench bench_http [--pool 50000] [--clients 1,10] [--seconds 30] [--url URL]
 
-The annotator's workflow over HTTP against the real server: gunicorn `config.wsgi`, 2
-workers x 4 threads on loopback as `./stepwise run` starts it (or the server at --url).
+The annotator's workflow over HTTP against the real server as `./stepwise run` starts it (uvicorn,
+2 processes x 4 Django threads on loopback), or the server at --url.
 N simulated annotators, one OS process each, log in, claim (POST /label/next, which answers
 with the task page), rate every step as htmx does, submit, for --seconds, then stop by
 themselves. --in-process TASKS measures instead what each request costs inside Django (SQL
@@ -10,9 +10,9 @@ change much.
 
 Prints per-endpoint p50/p95/p99, labeled tasks per second, 5xx responses, duplicate
 assignments (a solution served to two annotators), lost labels (acknowledged ratings or
-submits the database does not hold), and server + database CPU per labeled task: gunicorn's
+submits the database does not hold), and server + database CPU per labeled task: the server's
 processes and the PostgreSQL backends of our database, from /proc (on SQLite the database
-works inside gunicorn, so its CPU is in the server figure). Uses the database of
+works inside the server, so its CPU is in the server figure). Uses the database of
 DATABASE_URL; the pool (source "bench-workspace", shared with bench_workspace) is built on
 first use and kept. Refuses a database holding other solutions unless --force.
 """
@@ -38,7 +38,7 @@ ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.RATE, loadtest.SUBMIT)
 
 
 class Command(BaseCommand):
-    help = "HTTP load test of the labeling workflow through gunicorn: latency, throughput, errors, CPU per task"
+    help = "HTTP load test of the labeling workflow through the web server: latency, throughput, errors, CPU per task"
 
     def add_arguments(self, parser):
         parser.add_argument("--pool", type=int, default=50_000, help="Solutions in the bench pool")
@@ -46,9 +46,9 @@ class Command(BaseCommand):
                             help="Comma-separated client counts, one run each")
         parser.add_argument("--seconds", "--duration", type=float, default=30, help="Labeling time per run")
         parser.add_argument("--max-requests", type=int, default=100_000, help="Requests per client at most")
-        parser.add_argument("--url", default="", help="Target a running server instead of starting gunicorn")
+        parser.add_argument("--url", default="", help="Target a running server instead of starting one")
         parser.add_argument("--server-pid", type=int, default=0,
-                            help="With --url: the gunicorn master's pid, to measure its CPU")
+                            help="With --url: the server's main pid (uvicorn or gunicorn), to measure its CPU")
         parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
         parser.add_argument("--product-defaults", action="store_true",
                             help="Label under the product's default settings (gold at 10 %%, screening required) "
@@ -90,7 +90,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Stepwise HTTP benchmark on {connection.vendor} ({size:,} solutions in the pool"
                 f"{f', built in {built:.1f} s' if built else ''}); "
-                f"{url or 'gunicorn 2 workers x 4 threads'}; "
+                f"{url or 'uvicorn 2 processes x 4 Django threads'}; "
                 f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; {_settings_named()}"
             )
             for n in runs:

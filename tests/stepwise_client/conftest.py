@@ -15,7 +15,7 @@ from tests.conftest import WorkerProcess, _test_database_url
 @pytest.fixture(scope="package")
 def web(django_db_setup, django_db_blocker):
     """gunicorn on the test database, as `./stepwise run` serves the app."""
-    server = Server(database_url=_test_database_url(), workers=1, threads=4)
+    server = Server(database_url=_test_database_url(), workers=1)
     try:
         server.wait_until_up(90)
         yield server

@@ -116,7 +116,7 @@ def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tiny_fold
 def test_a_429_is_retried_after_the_wait_the_server_names(worker, token, tiny_folder):
     """One request a second per user: of three batches sent at once, the later ones wait and pass."""
     tiny_version(tiny_folder)
-    throttled = Server(database_url=_test_database_url(), workers=1, threads=2,
+    throttled = Server(database_url=_test_database_url(), workers=1,
                        extra_env={"STEPWISE_SCORE_RATE": "1/second"})
     try:
         throttled.wait_until_up(90)

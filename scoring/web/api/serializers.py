@@ -133,6 +133,21 @@ def split_completion(item: dict) -> None:
     item["steps"] = steps
 
 
+def token_count(item: dict) -> int:
+    """The tokens one split solution may make: its UTF-8 bytes, which a byte-level tokenizer never
+    exceeds, and a separator per step (STEPWISE_SCORE_MAX_TOKENS; counted here, without the model)."""
+    return len(item["problem"].encode()) + sum(len(step.encode()) + 1 for step in item["steps"])
+
+
+def check_tokens(items: list[dict], *, field: str) -> None:
+    """Refuse a request past STEPWISE_SCORE_MAX_TOKENS, naming `field`: the bound on a request's compute."""
+    tokens = sum(map(token_count, items))
+    if tokens > settings.STEPWISE_SCORE_MAX_TOKENS:
+        raise serializers.ValidationError({field: (
+            f"The request may make {tokens} tokens (UTF-8 bytes and a separator per step); "
+            f"at most {settings.STEPWISE_SCORE_MAX_TOKENS} (STEPWISE_SCORE_MAX_TOKENS) are scored in one call.")})
+
+
 def split_each(items: list[dict]) -> None:
     """`split_completion` on every item of a batch; the errors name the items, as DRF's own do."""
     errors: list[Any] = []  # an item's detail, or {} for an item without error
@@ -190,8 +205,10 @@ class ScoreRequestSerializer(serializers.Serializer):
         # Split only once the request is known to be within its total: splitting is the costly part.
         if single:
             split_completion(data)
+            check_tokens(items, field="completion" if "completion" in data else "steps")
         else:
             split_each(items)
+            check_tokens(items, field="items")
         return data
 
     def _items(self) -> list[dict]:

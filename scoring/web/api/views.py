@@ -1,4 +1,7 @@
 """The model side's REST API: model versions, training runs, stored scores, and live scoring."""
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
 from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers as drf_serializers
@@ -60,15 +63,19 @@ named in `model`: a dense reward source for RL trainers (one reward per step).
 
 Send one solution as `{{"problem": ..., "steps": [...]}}` or up to {serializers.MAX_ITEMS} as
 `{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`, at most {serializers.MAX_TOTAL_TEXT} characters of
-text in all; larger requests get a 400 naming the limit. Instead of `steps`, a solution may be
-one text, `"completion": "..."`, with an optional `"split"` mode ({", ".join(serializers.SPLIT_CHOICES)};
-default auto): the server cuts it into steps with the splitter its imports and generation use,
-holds them to the limits sent steps have ({serializers.MAX_STEPS} steps of at most
-{serializers.MAX_TEXT} characters), and answers each step's `text` beside its scores. Distributional
-models also return each step's `mean` and `sigma`. `spread` is the standard deviation of the
-step's probability across the model's bootstrap ensemble of heads (epistemic: how much more
-labels could change it), once the version has one (fitted at its first queue rebuild with
-labels, refitted when they change); null when it has none.
+text in all and at most STEPWISE_SCORE_MAX_TOKENS tokens, counted as the UTF-8 bytes of the
+problems and steps plus one per step (no byte-level tokenizer makes more); larger requests get a
+400 naming the limit. A user has at most STEPWISE_SCORE_IN_FLIGHT requests in flight (429 past
+it); one not answered within STEPWISE_SCORE_API_TIMEOUT gets 503 and is not computed on. Instead
+of `steps`, a solution may be one text, `"completion": "..."`, with an optional `"split"` mode
+({", ".join(serializers.SPLIT_CHOICES)}; default auto): the server cuts it into steps with the
+splitter its imports and generation use, holds them to the limits sent steps have
+({serializers.MAX_STEPS} steps of at most {serializers.MAX_TEXT} characters), and answers each
+step's `text` beside its scores. Distributional models also return each step's `mean` and
+`sigma`. `spread` is the standard deviation of the step's probability across the model's
+bootstrap ensemble of heads (epistemic: how much more labels could change it), once the version
+has one (fitted at its first queue rebuild with labels, refitted when they change); null when it
+has none.
 
 ```
 curl -X POST https://stepwise.example/api/score \\
@@ -88,7 +95,7 @@ step_rewards = [[step["p"] for step in item["steps"]] for item in rewards["items
 class ScoreRateThrottle(throttling.UserRate):
     """STEPWISE_SCORE_RATE requests per user, counted as every limit is (infra/throttling.py).
 
-    Each request holds an ml worker for up to a forward pass; one client must not take them all.
+    Each request holds the score worker for up to a forward pass; one client must not take it all.
     """
 
     scope = "score"
@@ -107,9 +114,10 @@ class ScoreView(APIView):
             200: serializers.ScoreResponseSerializer,
             400: OpenApiResponse(description="Bad body, batch too large, or unknown model"),
             413: OpenApiResponse(description="Body over STEPWISE_MAX_BODY_BYTES"),
-            429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user, or STEPWISE_SCORE_CONCURRENCY "
-                                             "requests already wait on the worker; retry after `Retry-After`"),
-            503: OpenApiResponse(description="No model to score with, or no ml worker answered in time"),
+            429: OpenApiResponse(description="Over STEPWISE_SCORE_RATE for this user, STEPWISE_SCORE_IN_FLIGHT of "
+                                             "the user's requests or STEPWISE_SCORE_CONCURRENCY of this process's "
+                                             "already wait on the worker; retry after `Retry-After`"),
+            503: OpenApiResponse(description="No model to score with, or no score worker answered in time"),
         },
         summary="Score the steps of solutions (sent as steps or as one text to split) with a PRM",
         description=SCORE_DESCRIPTION,
@@ -132,6 +140,10 @@ class ScoreView(APIView):
         ],
     )
     def post(self, request: Request) -> Response:
+        with waiting_place(request, what="scoring", timeout=settings.STEPWISE_SCORE_API_TIMEOUT):
+            return self._score(request)
+
+    def _score(self, request: Request) -> Response:
         body = serializers.ScoreRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         model_version = self._model_version(body.validated_data.get("model"))
@@ -139,10 +151,8 @@ class ScoreView(APIView):
             return Response({"detail": "No current model version; name one in `model`."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
         try:
-            # Computed by the ml worker; this process never imports torch.
+            # Computed by the score worker; this process never imports torch.
             scored = on_worker.score_on_worker(items=body.pairs(), model_version=model_version)
-        except on_worker.WorkerBusy as busy:
-            raise Throttled(wait=busy.retry_after, detail=str(busy)) from None
         except on_worker.ScoringUnavailable as error:
             return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         except ValueError as error:
@@ -159,6 +169,17 @@ class ScoreView(APIView):
             return registry.find_version(name)
         except registry.UnknownModelVersion as error:
             raise drf_serializers.ValidationError({"model": str(error)}) from None
+
+
+@contextmanager
+def waiting_place(request: Request, *, what: str, timeout: float) -> Iterator[None]:
+    """on_worker.place_to_wait for the request's user, taken before its body is read; 429 without one."""
+    with ExitStack() as place:
+        try:
+            place.enter_context(on_worker.place_to_wait(user_id=request.user.pk, what=what, timeout=timeout))
+        except on_worker.WorkerBusy as busy:
+            raise Throttled(wait=busy.retry_after, detail=str(busy)) from None
+        yield
 
 
 def _step(probability: dict) -> dict:
@@ -185,7 +206,7 @@ curl -X POST https://stepwise.example/api/search -H "Authorization: Token $STEPW
 
 
 class SearchRateThrottle(throttling.UserRate):
-    """STEPWISE_SEARCH_RATE searches per user: each one holds an ml worker for many generations."""
+    """STEPWISE_SEARCH_RATE searches per user: each one holds the score worker for many generations."""
 
     scope = "search"
 
@@ -202,9 +223,11 @@ class SearchView(APIView):
         responses={
             200: serializers.SearchResponseSerializer,
             400: OpenApiResponse(description="Bad body, an option the method does not take, or unknown model"),
-            429: OpenApiResponse(description="Over STEPWISE_SEARCH_RATE for this user, or STEPWISE_SCORE_CONCURRENCY "
-                                             "requests already wait on the worker; retry after `Retry-After`"),
-            503: OpenApiResponse(description="No model, or no ml worker answered within STEPWISE_SEARCH_API_TIMEOUT"),
+            429: OpenApiResponse(description="Over STEPWISE_SEARCH_RATE for this user, STEPWISE_SCORE_IN_FLIGHT of "
+                                             "the user's requests or STEPWISE_SCORE_CONCURRENCY of this process's "
+                                             "already wait on the worker; retry after `Retry-After`"),
+            503: OpenApiResponse(description="No model, or no score worker answered within "
+                                             "STEPWISE_SEARCH_API_TIMEOUT"),
         },
         summary="Solve a problem by PRM-guided search within a compute budget",
         description=SEARCH_DESCRIPTION,
@@ -213,6 +236,10 @@ class SearchView(APIView):
             "options": {"beam_width": 4, "expansions": 4, "lookahead": 0, "aggregation": "min"}})],
     )
     def post(self, request: Request) -> Response:
+        with waiting_place(request, what="search", timeout=settings.STEPWISE_SEARCH_API_TIMEOUT):
+            return self._search(request)
+
+    def _search(self, request: Request) -> Response:
         body = serializers.SearchRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         model_version = ScoreView._model_version(body.validated_data.get("model"))
@@ -220,10 +247,8 @@ class SearchView(APIView):
             return Response({"detail": "No current model version; name one in `model`."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
         try:
-            # Generated and scored by the ml worker; this process never imports torch.
+            # Generated and scored by the score worker; this process never imports torch.
             return Response(on_worker.search_on_worker(body=body.body(), model_version=model_version))
-        except on_worker.WorkerBusy as busy:
-            raise Throttled(wait=busy.retry_after, detail=str(busy)) from None
         except on_worker.ScoringUnavailable as error:
             return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         except ValueError as error:
