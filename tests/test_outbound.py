@@ -3,6 +3,8 @@ client follows a redirect, so no key reaches a server nobody checked."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import openai
 import pytest
@@ -136,3 +138,61 @@ def test_no_client_follows_a_redirect_so_its_key_never_reaches_another_origin(co
     sent = {name.lower(): value for name, value in server.headers[0].items()}
     assert "the-token" in sent["authorization"]  # the key went to the checked server only
     assert str(status) in str(failed.value) and f"a redirect to {target}" in str(failed.value)
+
+
+class Misbehaving:
+    """A raw HTTP server on loopback that answers every request with a 200 whose body comes
+    `chunk` bytes at a time, `pause` seconds apart, `total` bytes in all (as Content-Length says)."""
+
+    def __init__(self, *, chunk: int, pause: float, total: int):
+        self.chunk, self.pause, self.total = chunk, pause, total
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1"
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % self.total)
+            sent = 0
+            try:
+                while sent < self.total and not self.stop.is_set():
+                    conn.sendall(b" " * self.chunk)
+                    sent += self.chunk
+                    time.sleep(self.pause)
+            except OSError:
+                pass  # the client gave up: what the test wants
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.listener.close()
+
+
+def test_a_generator_answer_that_never_ends_or_never_stops_growing_is_cut_off():
+    prompt, params = ["What is 2 + 3?"], SamplingParams(n=1, max_tokens=8)
+    # A byte every 0.1 s: each read is quick, so only a total deadline ends it.
+    with Misbehaving(chunk=1, pause=0.1, total=10_000) as slow:
+        generator = OpenAIGenerator(slow.url, "m", timeout=1.0, max_retries=0)
+        started = time.monotonic()
+        with pytest.raises(openai.APIConnectionError):
+            generator.generate(prompt, params)
+        assert time.monotonic() - started < 5
+    # 64 MB as fast as it goes: read no further than the cap.
+    with Misbehaving(chunk=1 << 20, pause=0, total=64 << 20) as flood:
+        generator = OpenAIGenerator(flood.url, "m", timeout=30.0, max_retries=0)
+        with pytest.raises(openai.APIConnectionError):
+            generator.generate(prompt, params)

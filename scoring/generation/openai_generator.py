@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx2 as httpx  # the HTTP client openai 3 is built on
 import openai
 
 from scoring.generation.generators import Sample, SamplingParams, Usage
 from stepwise_client.retrying import RetryPolicy, is_retryable_status, retry_after_seconds
 
 MODES = ("completions", "chat")
+# The largest answer read: 64 samples of 4,096 tokens are about 2 MB of JSON; a server that sends
+# more is broken or hostile, and the worker's memory is not its to fill.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
 class OpenAIGenerator:
@@ -40,7 +45,9 @@ class OpenAIGenerator:
         api_key = os.environ.get(api_key_env) or "unused"
         # No redirect followed: the URL was checked (infra.outbound), where it points was not, and
         # the key would go along. A 3xx is an APIStatusError naming its status, not retried.
-        http_client = openai.DefaultHttpxClient(follow_redirects=False)
+        http_client = openai.DefaultHttpxClient(
+            follow_redirects=False, transport=BoundedTransport(httpx.HTTPTransport(), max_bytes=MAX_ANSWER_BYTES,
+                                                               seconds=timeout))
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout,
                                     http_client=http_client)
         self.model, self.mode, self.concurrency = model, mode, concurrency
@@ -88,6 +95,43 @@ class OpenAIGenerator:
     def _count_retry(self, error: Exception) -> None:
         with self._usage_lock:
             self.usage.retries += 1
+
+
+class BoundedTransport(httpx.BaseTransport):
+    """Answers read whole within `seconds` of the request and no larger than `max_bytes`: the
+    client's own timeout bounds each read, so a server sending a byte a minute held a worker for
+    ever. Past either bound the read fails as a lost connection would (httpx.ReadError)."""
+
+    def __init__(self, inner: httpx.BaseTransport, *, max_bytes: int, seconds: float):
+        self.inner, self.max_bytes, self.seconds = inner, max_bytes, seconds
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        deadline = time.monotonic() + self.seconds
+        response = self.inner.handle_request(request)
+        stream = _BoundedStream(response.stream, max_bytes=self.max_bytes, deadline=deadline, seconds=self.seconds)
+        return httpx.Response(status_code=response.status_code, headers=response.headers, stream=stream,
+                              extensions=response.extensions, request=request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _BoundedStream(httpx.SyncByteStream):
+    def __init__(self, inner: Any, *, max_bytes: int, deadline: float, seconds: float):
+        self.inner, self.max_bytes, self.deadline, self.seconds = inner, max_bytes, deadline, seconds
+
+    def __iter__(self) -> Iterator[bytes]:
+        size = 0
+        for chunk in self.inner:
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise httpx.ReadError(f"the answer is larger than {self.max_bytes:,} bytes")
+            if time.monotonic() > self.deadline:
+                raise httpx.ReadError(f"the answer did not arrive whole within {self.seconds:g} s")
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def is_retryable(error: Exception) -> bool:
