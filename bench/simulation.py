@@ -158,8 +158,10 @@ class HeldOut:
         return [(problem, steps) for _, problem, steps, *_ in self.solutions]
 
 
-def evaluate_probs(held_out: HeldOut, probs: Sequence[Sequence[float]], sigmas=None) -> dict:
-    """The production metrics (scoring.core.evaluation) plus solution-level AUC, on one set of scores."""
+def evaluate_probs(held_out: HeldOut, probs: Sequence[Sequence[float]], sigmas=None, *,
+                   best_of_n: bool = True) -> dict:
+    """The production metrics (scoring.core.evaluation) plus solution-level AUC, on one set of scores.
+    `best_of_n=False` leaves out best-of-N, by far the slowest metric on thousands of solutions."""
     samples, by_problem = [], {}
     for index, ((problem_id, _, steps, first, is_ref, answer), p) in enumerate(zip(held_out.solutions, probs)):
         labels = [1 if first is None or i < first else 0 if i == first else None for i in range(len(steps))]
@@ -171,7 +173,8 @@ def evaluate_probs(held_out: HeldOut, probs: Sequence[Sequence[float]], sigmas=N
             evaluation.Candidate(mu=list(p), correct=first is None, answer=answer, sigma=sigma))
     labeled = [s for s in samples if not s.is_reference]
     # Best-of-N breaks ties by position: shuffle (seeded) so the reference is not first on ties.
-    candidate_lists = [random.Random(pid).sample(cands, len(cands)) for pid, cands in sorted(by_problem.items())]
+    candidate_lists = [random.Random(pid).sample(cands, len(cands))
+                       for pid, cands in sorted(by_problem.items())] if best_of_n else []
     report = evaluation.evaluate(samples, candidate_lists)
     # evaluate() counts each reference twice in step AUC (labeled and as pair partner): recompute on `labeled`.
     report["step_auc"] = evaluation.roc_auc(*evaluation.step_arrays(labeled))
