@@ -1,9 +1,11 @@
 """Hostile content everywhere it is shown (issue 15): script tags, event handlers, javascript:
 URLs, SVG, Django template syntax and KaTeX tricks in a problem, its steps, a human
-completion, a finish note, a queue reason and a username, rendered on every page that shows
+completion, a finish note, a queue reason and a username (the pool imported from a file, as an
+admin's upload is), rendered on every page that shows
 them (labeling, review, queue, Django admin, exports, the browsable API, Swagger UI) in
 Chromium. On each page: no dialog opened, no element injected, no script ran, no CSP
 violation (which would mean something tried to run)."""
+import json
 from pathlib import Path
 
 import pytest
@@ -12,11 +14,11 @@ from django.test import Client
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
-from annotate.models import ExportJob, LabelingConfig, QueueItem, StepLabel
-from annotate.pool import exporting
+from annotate.models import ExportJob, LabelingConfig, QueueItem, Solution, StepLabel
+from annotate.pool import exporting, importing
 from tests.browser.test_csp import violations, watch_csp
 from tests.browser.test_labeling_browser import PASSWORD, start_labeling
-from tests.factories import ProblemFactory, SolutionFactory, user_with_role
+from tests.factories import user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -51,17 +53,24 @@ INJECTED = ("[data-pwned], .pwned, #pwned, [data-pwned='1'], a[href^='javascript
 
 
 @pytest.fixture
-def hostile_pool(transactional_db):
+def hostile_pool(transactional_db, tmp_path):
+    """The corpus in every field of an imported file (the path an admin's upload takes): problem,
+    answer, steps, source, generator and meta, through `import_pool` and its grading."""
     config = LabelingConfig.get()
     config.allow_human_completion = True
     config.qc_rate = 0
     config.save()
-    problem = ProblemFactory(statement="Solve it. " + " ".join(CORPUS), ground_truth_answer="<b data-pwned>7</b>")
-    solution = SolutionFactory(problem=problem, steps=CORPUS + ["# Answer\n\n<script>alert(1)</script>"])
-    SolutionFactory(problem=problem, steps=list(reversed(CORPUS)))  # still waiting in the queue at the end
+    line = {"problem": "Solve it. " + " ".join(CORPUS), "ground_truth_answer": "<b data-pwned>7</b>",
+            "source": HOSTILE_NAME, "generator": HOSTILE_REASON, "meta": {"note": HTML_PAYLOADS[0]}}
+    first = {**line, "steps": CORPUS + ["# Answer\n\n<script>alert(1)</script>"]}
+    waiting = {**line, "steps": list(reversed(CORPUS))}  # still waiting in the queue at the end
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("".join(json.dumps(each) + "\n" for each in (first, waiting)))
+    summary = importing.import_pool(path=path, format="generic")
+    assert (summary.created, summary.errors) == (2, 0), summary.first_errors
     queueing.ensure_default_queue()
     QueueItem.objects.update(reason=HOSTILE_REASON)
-    return solution
+    return Solution.objects.get(steps__index=0, steps__text=CORPUS[0])
 
 
 class Watched:
