@@ -10,8 +10,11 @@ and CSRF machinery run as under gunicorn.
 """
 from __future__ import annotations
 
+import cProfile
+import pstats
 import re
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -42,10 +45,50 @@ class Cost:
         return self.queries / n, self.cpu_s * 1000 / n, self.bytes / n
 
 
+# Where a request's CPU goes, by the code it runs in: the first layer whose path fragment is in a
+# function's file name owns that function's own time (cProfile's tottime).
+LAYERS = (
+    ("SQL (psycopg, Django's database layer)", ("psycopg", "/django/db/")),
+    ("templates (Jinja2)", ("jinja2", "/templates/")),
+    ("sessions and auth", ("/django/contrib/sessions/", "/django/contrib/auth/", "/axes/", "infra/login_lockout")),
+    ("middleware (CSRF, CSP, security, htmx)", ("/django/middleware/", "/csp/", "django_htmx", "infra/limits")),
+    ("cache (Redis, memo)", ("/redis/", "/django/core/cache/", "infra/memo", "infra/throttling")),
+    ("Stepwise's labeling code", ("/annotate/", "/infra/")),
+    ("the test client (not the server's)", ("/django/test/", "/bench/")),
+    ("Django's request handling", ("/django/",)),
+)
+OTHER = "other (Python itself)"
+
+
+def layer_times(profiler: cProfile.Profile) -> dict[str, float]:
+    """Own time per layer. A builtin's or the standard library's time (a socket read, json, random)
+    goes to the layers of the code that called it, in proportion to each caller's share."""
+    found: dict[str, float] = defaultdict(float)
+    for (filename, _, _), (_, _, own, _, callers) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+        layer = layer_of(filename)
+        if layer != OTHER or not callers:
+            found[layer] += own
+            continue
+        edges = {caller: edge[2] for caller, edge in callers.items()}
+        total = sum(edges.values()) or 1.0
+        for (caller_file, _, _), share in edges.items():
+            found[layer_of(caller_file)] += own * share / total
+    return found
+
+
+def layer_of(filename: str) -> str:
+    for name, fragments in LAYERS:
+        if any(fragment in filename for fragment in fragments):
+            return name
+    return OTHER
+
+
 @dataclass
 class Costs:
     endpoints: dict[str, Cost] = field(default_factory=dict)
     tasks: int = 0
+    # With profile=True: seconds of own time per (endpoint, layer), under cProfile.
+    layers: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
 
     def add(self, name: str, queries: int, cpu_s: float, size: int) -> None:
         cost = self.endpoints.setdefault(name, Cost())
@@ -62,8 +105,10 @@ class Costs:
                 sum(c.cpu_s for c in total) * 1000 / n)
 
 
-def measure(*, user, tasks: int) -> Costs:
-    """Label up to `tasks` tasks as `user` (an annotator) and return what each request cost."""
+def measure(*, user, tasks: int, profile: bool = False) -> Costs:
+    """Label up to `tasks` tasks as `user` (an annotator) and return what each request cost; with
+    `profile`, also where its CPU went by layer (cProfile slows every call, so the layers' shares
+    mean something, not their sum)."""
     client = Client(SERVER_NAME="localhost")  # in ALLOWED_HOSTS with DEBUG off, unlike "testserver"
     client.force_login(user)
     costs = Costs()
@@ -71,11 +116,19 @@ def measure(*, user, tasks: int) -> Costs:
     client.get("/")  # Warm up (imports, templates compiled), as a long-running server is.
 
     def timed(name: str, method, path: str, **kwargs):
+        profiler = cProfile.Profile(time.process_time) if profile else None  # CPU, not waits on the database
         with CaptureQueriesContext(connection) as queries:
             started = time.process_time()
+            if profiler:
+                profiler.enable()
             response = method(path, **kwargs)
+            if profiler:
+                profiler.disable()
             spent = time.process_time() - started
         costs.add(name, len(queries), spent, len(response.content))
+        if profiler:
+            for layer, seconds in layer_times(profiler).items():
+                costs.layers[name, layer] += seconds
         return response
 
     page = timed(CLAIM, client.post, "/label/next")  # Then each submit answers with the next task.
@@ -112,4 +165,18 @@ def report(costs: Costs) -> list[str]:
     requests, queries, cpu_ms = costs.per_task()
     lines.append(f"  per labeled task ({costs.tasks}): {requests:.1f} requests, {queries:.1f} SQL statements, "
                  f"{cpu_ms:.1f} ms of Django CPU (in-process, PostgreSQL's own CPU not included)")
+    if costs.layers:
+        lines += layer_report(costs)
+    return lines
+
+
+def layer_report(costs: Costs) -> list[str]:
+    """Each endpoint's profiled time by layer, as shares of its total."""
+    names = [name for name, _ in LAYERS] + [OTHER]
+    lines = ["  where the CPU goes (share of each endpoint's profiled time):",
+             f"  {'layer':<42} " + " ".join(f"{endpoint:>18}" for endpoint in ENDPOINTS)]
+    totals = {e: sum(t for (end, _), t in costs.layers.items() if end == e) or 1.0 for e in ENDPOINTS}
+    for layer in names:
+        shares = [costs.layers.get((e, layer), 0.0) / totals[e] for e in ENDPOINTS]
+        lines.append(f"  {layer:<42} " + " ".join(f"{share:>17.0%} " for share in shares))
     return lines

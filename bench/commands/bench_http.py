@@ -56,9 +56,11 @@ class Command(BaseCommand):
         parser.add_argument("--in-process", type=int, default=0, metavar="TASKS",
                             help="Instead: label TASKS tasks through Django's test client and print SQL "
                                  "statements, CPU ms and bytes per request (figures the load does not change)")
+        parser.add_argument("--profile", action="store_true",
+                            help="With --in-process: also where each request's CPU goes, by layer (cProfile)")
 
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
-               force: bool, in_process: int, product_defaults: bool, **options):
+               force: bool, in_process: int, product_defaults: bool, profile: bool = False, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
@@ -76,7 +78,7 @@ class Command(BaseCommand):
             _gold_and_screening()
         if in_process:
             try:
-                self.measure_in_process(in_process)
+                self.measure_in_process(in_process, profile=profile)
             finally:
                 LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
             return
@@ -100,10 +102,11 @@ class Command(BaseCommand):
                 server.stop()
             LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
 
-    def measure_in_process(self, tasks: int) -> None:
+    def measure_in_process(self, tasks: int, *, profile: bool = False) -> None:
         _queue_whole_pool()
         username, _ = _annotators(1)[0]
-        costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks)
+        costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks,
+                                      profile=profile)
         self.stdout.write(f"Stepwise labeling requests in-process on {connection.vendor}, {tasks} tasks; "
                           f"{_settings_named()}:")
         self.stdout.write("\n".join(request_costs.report(costs)))

@@ -88,6 +88,19 @@ def test_in_process_mode_prints_the_cost_of_each_request_of_the_workflow():
     assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == 3
 
 
+def test_the_profile_splits_each_requests_cpu_by_layer_and_the_shares_add_up():
+    out = io.StringIO()
+    bench.call("bench_http", pool=20, in_process=2, profile=True, stdout=out)
+    rows = re.findall(r"^  (\S.*?)\s{2,}(\d+)% +(\d+)% +(\d+)% *$", out.getvalue(), re.MULTILINE)
+
+    assert {name for name, *_ in rows} >= {"SQL (psycopg, Django's database layer)", "templates (Jinja2)",
+                                          "Stepwise's labeling code"}, out.getvalue()
+    for column in (1, 2, 3):  # each endpoint's shares: rounded, so within a few points of 100
+        assert 95 <= sum(int(row[column]) for row in rows) <= 105, out.getvalue()
+    sql = next(row for row in rows if row[0].startswith("SQL"))
+    assert int(sql[2]) > 0  # a rating save writes, so the database layer is never free
+
+
 def test_a_request_without_an_answer_is_counted_with_its_reason():
     nobody = loadtest.Annotator(f"http://127.0.0.1:{loadtest.free_port()}", "u", "p", deadline=float("inf"),
                                 max_requests=5)
