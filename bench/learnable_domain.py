@@ -37,6 +37,7 @@ from bench.simulation import HeldOut, curve_point, evaluate_probs
 from bench.simulation_pool import PoolProblem, PoolSolution, known_ratings
 from scoring.core.training_data import stratum_weights
 from scoring.rescoring import ensemble, selection
+from scoring.rescoring.selection import rollout_disagreement
 
 OPERATORS = {"+": "add", "-": "subtract", "×": "multiply by"}
 ERROR_KINDS = ("off_by_one", "digit_swap", "tens_slip", "wrong_operation")
@@ -244,19 +245,7 @@ def rollout_labels(first_error: int | None, n_steps: int, rng: random.Random) ->
     return out
 
 
-def first_failed(labels: Sequence[float]) -> int | None:
-    """Math-Shepherd's hard first error: the first step none of whose rollouts reached the answer."""
-    return next((i for i, v in enumerate(labels) if v == 0.0), None)
-
-
-def rollout_disagreement(rollout: Sequence[float], ps: Sequence[float]) -> float:
-    """How far the PRM is from the rollouts where both could still call the prefix right: the
-    largest |soft label - p| up to the earlier of their two first errors (past an error every
-    rollout fails, while a step-local PRM rightly rates later steps good: not a disagreement)."""
-    prm_first = next((i for i, p in enumerate(ps) if p < 0.5), len(ps))
-    rollout_first = first_failed(rollout)
-    end = min(len(ps) if rollout_first is None else rollout_first, prm_first)
-    return max((abs(r - p) for r, p in list(zip(rollout, ps))[: end + 1]), default=0.0)
+# The rule is the product's own (`selection.rollout_disagreement`), imported above.
 
 
 # --- the loop ------------------------------------------------------------------------------------------

@@ -15,9 +15,10 @@ from typing import NamedTuple, overload
 from django.core.exceptions import ImproperlyConfigured
 
 # The reasons selection can give for queueing a solution, in tie-breaking order.
-# The last three need an ensemble's uncertainty (scoring/rescoring/ensemble.py) passed to rebuild_queue.
+# disagreement, first_error_disagreement and uncertain_convincing_wrong need an ensemble's
+# uncertainty (scoring/rescoring/ensemble.py); rollout_disagreement needs rollout labels.
 SELECTION_REASONS = ("convincing_wrong", "convincing", "uncertain", "random", "disagreement",
-                     "first_error_disagreement", "uncertain_convincing_wrong")
+                     "first_error_disagreement", "uncertain_convincing_wrong", "rollout_disagreement")
 
 
 @overload

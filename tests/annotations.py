@@ -105,3 +105,12 @@ def import_lines(tmp_path: Path, lines: list[dict]) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     summary = importing.import_pool(path=path, format="prm800k")
     assert summary.errors == 0, summary.first_errors
+
+
+BLIND = {"mode": "blind", "second_look": False}  # what every export row says of unassisted annotations
+
+
+def without_assistance(rows: list[dict]) -> list[dict]:
+    """Export rows without their `assistance` key (what the annotators saw: tests/annotate/
+    test_export_assistance.py), for comparing the rest with what another tool writes."""
+    return [{key: value for key, value in row.items() if key != "assistance"} for row in rows]

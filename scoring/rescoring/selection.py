@@ -12,6 +12,11 @@ With an ensemble's epistemic uncertainty (scoring/rescoring/ensemble.py, passed 
   uncertain_convincing_wrong graded wrong with the highest upper-quantile PRM score: wrong
                              answers that some plausible head still finds convincing.
 Without the ensemble these three have no candidates and their share goes to random.
+With rollout labels (Math-Shepherd, OmegaPRM: scoring/generation/rollout_labeling.py):
+  rollout_disagreement       the latest rollout run's soft labels (share of continuations that
+                             reach the answer) are furthest from this version's step scores, up
+                             to the first error either side sees (`rollout_disagreement`).
+Solutions without rollout labels are not ranked by it; with none in the pool its share goes to random.
 Reasons are interleaved in proportion to their shares (the best convincing wrong answer is
 served first), each problem appears at most `per_problem` times, and quality-control and
 screening items are left alone: the labeling side serves those at claim time.
@@ -23,17 +28,20 @@ otherwise a rebuild would retire the queue items their import gave them.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from annotate.labeling import queueing
-from annotate.models import Generation, QueueItem, Solution
+from annotate.models import AutoLabelRun, AutoStepLabel, Generation, QueueItem, Solution
 from infra.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shares: public here)
-from scoring.models import ModelVersion, SolutionScore
+from scoring.models import ModelVersion, SolutionScore, StepScore
 
 if TYPE_CHECKING:
     from scoring.rescoring.ensemble import SolutionUncertainty
@@ -42,6 +50,8 @@ if TYPE_CHECKING:
 # start-up; both names stay importable from here.
 REASONS = SELECTION_REASONS
 ENSEMBLE_REASONS = {"disagreement", "first_error_disagreement", "uncertain_convincing_wrong"}
+# Runs whose soft labels are shares of rollouts; imported verdicts are not compared with the model.
+ROLLOUT_METHODS = (AutoLabelRun.Method.MATH_SHEPHERD, AutoLabelRun.Method.OMEGAPRM)
 
 
 @dataclass
@@ -65,6 +75,8 @@ class Candidate:
     spread: float | None = None
     first_error_disagreement: float | None = None
     upper_score: float | None = None
+    # From the latest rollout label run (`rollout_disagreement`); None without one.
+    rollout_disagreement: float | None = None
 
 
 @dataclass
@@ -87,7 +99,11 @@ def candidates(*, model_version: ModelVersion, score: str = "product",
         Candidate(pk, problem_id, is_correct, score=None, sigma=None)
         for pk, problem_id, is_correct in unscored.order_by("pk").distinct().iterator(chunk_size=2000)
     ]
-    return with_uncertainty(pool, uncertainty or {})
+    pool = with_uncertainty(pool, uncertainty or {})
+    by_rollouts = rollout_disagreements(solutions=solutions, model_version=model_version)
+    for candidate in pool:
+        candidate.rollout_disagreement = by_rollouts.get(candidate.solution_id)
+    return pool
 
 
 def with_uncertainty(pool: list[Candidate], uncertainty: Mapping[int, SolutionUncertainty]) -> list[Candidate]:
@@ -97,6 +113,48 @@ def with_uncertainty(pool: list[Candidate], uncertainty: Mapping[int, SolutionUn
             candidate.spread, candidate.upper_score = u.spread, u.upper_score
             candidate.first_error_disagreement = u.first_error_disagreement
     return pool
+
+
+def rollout_disagreement(rollout: Sequence[float], ps: Sequence[float]) -> float:
+    """How far the PRM is from the rollouts where both could still call the prefix right: the
+    largest |soft label - p| up to the earlier of their two first errors (past an error every
+    rollout fails, while a step-local PRM rightly rates later steps good: not a disagreement).
+
+    `rollout` holds each step's soft label (share of continuations reaching the answer; a step
+    none reached is Math-Shepherd's first error), `ps` the PRM's P(step good), in step order.
+    """
+    prm_first = next((i for i, p in enumerate(ps) if p < 0.5), len(ps))
+    rollout_first = next((i for i, soft in enumerate(rollout) if soft == 0.0), len(ps))
+    end = min(rollout_first, prm_first)
+    return max((abs(r - p) for r, p in list(zip(rollout, ps))[: end + 1]), default=0.0)
+
+
+def rollout_disagreements(*, solutions: QuerySet[Solution], model_version: ModelVersion) -> dict[int, float]:
+    """Solution id -> `rollout_disagreement` of its latest rollout run against this version's step
+    scores, in one query over the solutions' rollout labels. A solution with a step this version
+    has not scored gets none: the two lists must describe the same steps."""
+    p = StepScore.objects.filter(step=OuterRef("step"), model_version=model_version).values("p")[:1]
+    rows = (
+        AutoStepLabel.objects.filter(run__method__in=ROLLOUT_METHODS, step__solution__in=solutions.values("pk"))
+        .annotate(p=Subquery(p))
+        # Per solution, the latest run's labels come first, in step order.
+        .order_by("step__solution_id", "-run__created_at", "-run_id", "step__index")
+        .values_list("step__solution_id", "run_id", "soft", "p")
+    )
+    out: dict[int, float] = {}
+    for solution_id, labels in groupby(rows.iterator(chunk_size=5000), key=itemgetter(0)):
+        value = _latest_run_disagreement(labels)
+        if value is not None:
+            out[solution_id] = value
+    return out
+
+
+def _latest_run_disagreement(labels: Iterable[tuple[int, int, float, float | None]]) -> float | None:
+    rows = list(labels)
+    latest = [(soft, p) for _, run_id, soft, p in rows if run_id == rows[0][1]]
+    if any(p is None for _, p in latest):
+        return None
+    return rollout_disagreement([soft for soft, _ in latest], [p for _, p in latest if p is not None])
 
 
 def _by_score(candidate: Candidate) -> tuple:
@@ -118,6 +176,9 @@ def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candi
     if reason == "first_error_disagreement":
         return sorted((c for c in pool if c.first_error_disagreement is not None),
                       key=lambda c: (-(c.first_error_disagreement or 0.0), -(c.spread or 0.0), c.solution_id))
+    if reason == "rollout_disagreement":
+        return sorted((c for c in pool if c.rollout_disagreement is not None),
+                      key=lambda c: (-(c.rollout_disagreement or 0.0), c.solution_id))
     if reason == "uncertain_convincing_wrong":
         return sorted((c for c in pool if c.is_correct is False and c.upper_score is not None),
                       key=lambda c: (-(c.upper_score or 0.0), c.solution_id))

@@ -33,8 +33,9 @@ def rolled_out():
 def test_the_default_export_is_todays_human_export(rolled_out, tmp_path):
     human = {"soft": rows("soft"), "trl": rows("trl")}
     assert human["soft"] == [{"id": rolled_out.id, "problem": rolled_out.problem.statement, "steps": ["a", "b", "c"],
-                              "k": [1, 1, 0], "n": [1, 1, 1], "soft_labels": [1.0, 1.0, 0.0], "annotations": 1}]
-    assert all(list(row) == ["prompt", "completions", "labels"] for row in human["trl"])
+                              "k": [1, 1, 0], "n": [1, 1, 1], "soft_labels": [1.0, 1.0, 0.0], "annotations": 1,
+                              "assistance": {"mode": "blind", "second_look": False}}]
+    assert all(list(row) == ["prompt", "completions", "labels", "assistance"] for row in human["trl"])
     assert rows("soft", labels="human") == human["soft"] and rows("trl", labels="human") == human["trl"]
 
 
@@ -57,7 +58,7 @@ def test_both_gives_the_human_rows_then_the_automatic_ones_each_saying_which(rol
     assert both[:len(human)] == [{**row, "label_source": "human"} for row in human]
     # Math-Shepherd's hard label: good when some rollout from the step reached the answer.
     assert both[len(human):] == [{"prompt": rolled_out.problem.statement, "completions": ["a", "b", "c"],
-                                  "labels": [True, True, False], "label_source": "automatic"}]
+                                  "labels": [True, True, False], "assistance": None, "label_source": "automatic"}]
     soft = rows("soft", labels="both")
     assert [row["label_source"] for row in soft] == ["human", "automatic"]
 
@@ -67,7 +68,8 @@ def test_processbench_gold_labels_export_as_trl_rows_up_to_the_first_unlabeled_s
             "steps": ["2 + 5 = 7.", "3 * 7 = 24.", "So \\boxed{24}."], "final_answer_correct": False, "label": 1}
     importing.import_pool(path=write(tmp_path, [line]), format="processbench")
     assert rows("trl", labels="automatic") == [{"prompt": line["problem"], "completions": line["steps"][:2],
-                                                "labels": [True, False], "label_source": "automatic"}]
+                                                "labels": [True, False], "assistance": None,
+                                                "label_source": "automatic"}]
 
 
 def test_prm800k_lines_gain_auto_labels_per_step_and_nothing_else(tmp_path):

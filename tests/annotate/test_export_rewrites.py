@@ -18,6 +18,7 @@ from annotate.pool.exporting import ExportOptions
 from bench.tiny import build_tiny_tokenizer
 from scoring.rescoring import label_rows
 from tests.annotate.trl_reference import supervised_labels, tokenize_row, trl_converter_rows
+from tests.annotations import without_assistance
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -76,9 +77,10 @@ def test_trl_rows_end_the_rejected_step_false_and_go_on_with_the_rewrite_true(an
         {"prompt": prompt, "completions": STEPS[:2], "labels": [True, False]},
         {"prompt": prompt, "completions": [STEPS[0], REWRITE, *STEPS[2:]], "labels": [True] * 4},
     ]
-    assert rows("trl") == expected  # two rows for one task with one rewrite that ends on a good step
+    # Two rows for one task with one rewrite that ends on a good step.
+    assert without_assistance(rows("trl")) == expected
     # The same rows as TRL's own converter makes of the PRM800K line.
-    assert rows("trl", neutral_is_good=False) == trl_converter_rows(rows("prm800k")[0])
+    assert without_assistance(rows("trl", neutral_is_good=False)) == trl_converter_rows(rows("prm800k")[0])
     # And what PRMTrainer learns from each row: one label per step, on its last token.
     tokenizer = build_tiny_tokenizer()
     assert [supervised_labels(tokenize_row(row, tokenizer)) for row in expected] == [row["labels"] for row in expected]
@@ -120,7 +122,7 @@ def test_a_task_ending_at_an_error_after_a_rewrite_leaves_that_step_unchosen(ann
     prompt = task.solution.problem.statement
     path = [STEPS[0], REWRITE, STEPS[2]]
     # A row per rated text not gone on from (the rewritten step's, the step stopped at), and the path.
-    assert rows("trl") == [
+    assert without_assistance(rows("trl")) == [
         {"prompt": prompt, "completions": STEPS[:2], "labels": [True, False]},
         {"prompt": prompt, "completions": [*path, STEPS[3]], "labels": [True, True, True, False]},
         {"prompt": prompt, "completions": path, "labels": [True, True, True]},

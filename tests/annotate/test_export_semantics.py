@@ -19,7 +19,7 @@ from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions, ExportTally
 from scoring.rescoring import label_rows
 from tests.annotate.trl_reference import trl_converter_rows
-from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
+from tests.annotations import BLIND, PHASE1_LINE, PHASE2_LINE, annotate, import_lines, without_assistance
 from tests.conftest import SHARED_DATA
 from tests.factories import SolutionFactory
 
@@ -59,7 +59,8 @@ def label_with_a_rewrite(annotator, steps: list[str], *, wrong: int, rewrite: st
 def test_trl_rows_with_neutral_bad_are_exactly_the_rows_trls_converter_writes(tmp_path):
     import_lines(tmp_path, [PHASE1_LINE, PHASE2_LINE])
     expected = trl_converter_rows(PHASE1_LINE) + trl_converter_rows(PHASE2_LINE)
-    assert rows("trl", neutral_is_good=False) == expected
+    exported = rows("trl", neutral_is_good=False)
+    assert without_assistance(exported) == expected and all(row["assistance"] == BLIND for row in exported)
     # Phase 1's rejected alternatives are rows too: a negative label at each.
     assert {"prompt": PHASE1_LINE["question"]["problem"], "completions": ["The denominator factors as $(x-3)(x+2)$."],
             "labels": [False]} in expected
@@ -79,7 +80,7 @@ def test_a_rewritten_step_exports_its_minus_one_with_the_pool_text_and_the_plus_
     steps = ["Let x = 2.", "Then 2x = 5.", "So the answer is 5."]
     task = label_with_a_rewrite(annotator, steps, wrong=1, rewrite="Then 2x = 4.")
     problem = task.solution.problem.statement
-    assert rows("trl") == [
+    assert without_assistance(rows("trl")) == [
         {"prompt": problem, "completions": ["Let x = 2.", "Then 2x = 5."], "labels": [True, False]},
         {"prompt": problem, "completions": ["Let x = 2.", "Then 2x = 4."], "labels": [True, True]},
     ]
@@ -102,11 +103,11 @@ def test_trl_file_loads_with_datasets_as_prmtrainer_reads_it(tmp_path, monkeypat
     out = tmp_path / "trl.jsonl"
     call_command("export_prm800k", str(out), "--format", "trl", "--neutral", "bad")
     table = datasets.load_dataset("json", data_files=str(out), split="train")
-    assert table.column_names == ["prompt", "completions", "labels"]
+    assert table.column_names == ["prompt", "completions", "labels", "assistance"]  # PRMTrainer drops the last
     assert table.features["prompt"] == datasets.Value("string")
     assert table.features["completions"].feature == datasets.Value("string")
     assert table.features["labels"].feature == datasets.Value("bool")
-    assert table.to_list() == trl_converter_rows(PHASE1_LINE) + trl_converter_rows(PHASE2_LINE)
+    assert without_assistance(table.to_list()) == trl_converter_rows(PHASE1_LINE) + trl_converter_rows(PHASE2_LINE)
 
 
 # --- ProcessBench -----------------------------------------------------------------------------
@@ -122,7 +123,7 @@ def test_processbench_file_has_processbench_fields_and_types(tmp_path, monkeypat
     out = tmp_path / "pb.jsonl"
     call_command("export_prm800k", str(out), "--format", "processbench")
     table = datasets.load_dataset("json", data_files=str(out), split="train")
-    assert table.column_names == PROCESSBENCH_FIELDS
+    assert table.column_names == PROCESSBENCH_FIELDS + ["assistance"]  # what the annotators saw, for filtering
     string = datasets.Value("string")
     assert [table.features[name] for name in ("id", "generator", "problem")] == [string] * 3
     assert table.features["steps"].feature == string

@@ -10,7 +10,7 @@ from django.utils import timezone
 from annotate.models import Annotation, ExportJob, JobState
 from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions
-from tests.annotations import GCF_STEPS, PHASE1_LINE, PHASE2_LINE, annotate, import_lines
+from tests.annotations import BLIND, GCF_STEPS, PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
 
 
@@ -38,15 +38,15 @@ def test_trl_rows_follow_the_chosen_path_up_to_the_first_error_as_booleans(tmp_p
     *phase1, stopped, walked = rows("trl")
     # The step stopped at is a row of its own; the walked path before it is the last row.
     assert stopped == {"prompt": PHASE2_LINE["question"]["problem"], "completions": GCF_STEPS[:3],
-                       "labels": [True, True, False]}
+                       "labels": [True, True, False], "assistance": BLIND}
     assert walked == {"prompt": PHASE2_LINE["question"]["problem"], "completions": GCF_STEPS[:2],
-                      "labels": [True, True]}
+                      "labels": [True, True], "assistance": BLIND}
     # The human completion continues the path and counts as a good step.
     human = PHASE1_LINE["label"]["steps"][1]["human_completion"]["text"]
     assert phase1[-1]["completions"] == ["The denominator factors as $(x+3)(x-2)$.", human]
     assert phase1[-1]["labels"] == [True, True]
     for row in rows("trl"):
-        assert list(row) == ["prompt", "completions", "labels"]
+        assert list(row) == ["prompt", "completions", "labels", "assistance"]
         assert type(row["prompt"]) is str
         assert all(type(text) is str for text in row["completions"])
         assert all(type(label) is bool for label in row["labels"])
@@ -68,7 +68,7 @@ def test_processbench_label_is_the_index_of_the_first_error_or_minus_one():
     assert first["steps"] == ["a", "b", "c", "d"]
     assert (first["label"], first["final_answer_correct"], first["generator"]) == (2, False, "gen-x")
     assert (second["label"], second["final_answer_correct"]) == (-1, True)
-    assert list(first) == ["id", "generator", "problem", "steps", "final_answer_correct", "label"]
+    assert list(first) == ["id", "generator", "problem", "steps", "final_answer_correct", "label", "assistance"]
     assert first["id"] != second["id"]
 
 

@@ -26,6 +26,7 @@ from annotate.models import Annotation, Completion, LabelingConfig
 from annotate.pool import exporting, importing, prm800k
 from annotate.pool.exporting import ExportOptions
 from infra.memo import forget_all
+from tests.annotations import without_assistance
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -119,7 +120,7 @@ def check_exports(annotation: Annotation, tmp_path) -> None:
             assert step["chosen_completion"] is None and step["completions"][0]["rating"] == -1
     withheld = verdict.withheld(reason)
     prompt = annotation.solution.problem.statement
-    assert rows("trl") == ([] if withheld else expected_trl(verdict, prompt))
+    assert without_assistance(rows("trl")) == ([] if withheld else expected_trl(verdict, prompt))
     contradicted = verdict.contradicts_grade(reason, annotation.solution.is_correct)
     decides = verdict.decides_first_error(reason) and not contradicted
     labels = [row["label"] for row in rows("processbench")]

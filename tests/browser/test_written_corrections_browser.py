@@ -9,6 +9,7 @@ from annotate.labeling import queueing
 from annotate.models import LabelingConfig
 from annotate.pool import exporting, prm800k
 from annotate.pool.exporting import ExportOptions
+from tests.annotations import without_assistance
 from tests.browser.test_labeling_browser import log_in, ratings, start_labeling, wait_rating
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
@@ -81,7 +82,7 @@ def test_a_minus_one_rewritten_with_w_is_exported_as_the_human_completion(new_pa
     assert [step["human_completion"] for step in (steps[0], *steps[2:])] == [None] * 3
 
     prompt = wrong_solution.problem.statement
-    assert export(tmp_path, "trl") == [
+    assert without_assistance(export(tmp_path, "trl")) == [
         {"prompt": prompt, "completions": STEPS[:2], "labels": [True, False]},
         {"prompt": prompt, "completions": [STEPS[0], REWRITE, *STEPS[2:]], "labels": [True, True, True, True]},
     ]

@@ -8,6 +8,9 @@ from annotate.pool import prm800k
 from annotate.pool.exporting.formats import FORMAT_HELP, PER_SOLUTION, ExportTally
 from annotate.pool.exporting.options import ExportOptions
 
+# What a human row's annotators saw of the model (formats.assistance_of).
+ASSISTANCE = ("`mode`: `blind`, `second_look` or `suggest` (`mixed` when the row's annotations differ); "
+              "`second_look`: whether a step got the \"look again?\" prompt; null in automatic rows")
 COLUMNS: dict[str, dict[str, str]] = {
     "prm800k": {
         "labeler": "the annotator's id", "timestamp": "when the label was made",
@@ -23,6 +26,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "prompt": "the problem",
         "completions": "the steps of a path, one string each (do not join: a step may hold newlines)",
         "labels": "per step, whether it is good",
+        "assistance": ASSISTANCE,
         "label_source": "`human` (annotators) or `automatic` (rollouts or an imported dataset; good when "
                         "K > 0 of the step's rollouts reached the answer)",
     },
@@ -31,6 +35,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "problem": "the problem", "steps": "the solution's steps",
         "final_answer_correct": "whether its final answer grades as correct",
         "label": "the index of the first wrong step; -1 when every step is correct",
+        "assistance": ASSISTANCE,
     },
     "soft": {
         "id": "the solution's id", "problem": "the problem", "steps": "the solution's steps",
@@ -38,6 +43,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "n": "per step, annotators who rated it (automatic rows: rollouts made; an imported verdict is 1)",
         "soft_labels": "per step, k/n (null where nobody rated the step)",
         "annotations": "annotations read for the solution (0 in automatic rows)",
+        "assistance": ASSISTANCE,
         "label_source": "`human` (annotators) or `automatic` (rollouts or an imported dataset), never mixed",
     },
 }

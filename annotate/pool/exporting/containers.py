@@ -26,17 +26,19 @@ def features(format: str, *, labels: str = "human"):
     from datasets import Features, List, Value  # datasets: pyarrow and pandas, for export jobs only, never the web
 
     text, integer, number, boolean = Value("string"), Value("int64"), Value("float64"), Value("bool")
+    # What the row's annotators saw of the model (formats.assistance_of); human rows only.
+    seen = {"assistance": {"mode": text, "second_look": boolean}}
     auto = {"auto_labels": List({"source": text, "method": text, "kind": text, "n_rollouts": integer,
                                  "n_correct": integer, "soft": number})}
     if format == "trl":
-        return Features({"prompt": text, "completions": List(text), "labels": List(boolean),
+        return Features({"prompt": text, "completions": List(text), "labels": List(boolean), **seen,
                          **({"label_source": text} if labels != "human" else {})})
     if format == "processbench":
         return Features({"id": text, "generator": text, "problem": text, "steps": List(text),
-                         "final_answer_correct": boolean, "label": integer})
+                         "final_answer_correct": boolean, "label": integer, **seen})
     if format == "soft":
         return Features({"id": integer, "problem": text, "steps": List(text), "k": List(integer),
-                         "n": List(integer), "soft_labels": List(number), "annotations": integer,
+                         "n": List(integer), "soft_labels": List(number), "annotations": integer, **seen,
                          **({"label_source": text} if labels != "human" else {})})
     completion = {"text": text, "rating": integer, "flagged": boolean}
     human = {"text": text, "rating": integer, "source": text, "flagged": boolean, "corrected_rating": integer}

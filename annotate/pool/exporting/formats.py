@@ -3,6 +3,10 @@
 PRM800K is the raw schema, written back as it was read. The other formats are about
 verdicts (which rating of a step counts, where the first error is), and read them only
 through `annotate.labeling.verdicts`, so they say what training, QC and review say.
+
+Every human row says what its annotators saw of the model (`assistance`, read from the
+ratings' records of `annotate.labeling.assistance`), so a dataset can be filtered by it;
+PRM800K keeps each step's record itself.
 """
 from __future__ import annotations
 
@@ -12,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from annotate.labeling import verdicts
-from annotate.models import FinishReason
+from annotate.labeling import assistance, verdicts
+from annotate.models import Assistance, FinishReason
 from annotate.pool import prm800k  # the import side owns the schema, both ways
 from annotate.pool.exporting import automatic, loading
 from annotate.pool.exporting.loading import AnnotationRecord, annotation_chunks, solution_groups
@@ -49,6 +53,18 @@ class ExportTally:
 
 def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
     return rating == 1 or (rating == 0 and neutral_is_good)
+
+
+def assistance_of(annotations: list[AnnotationRecord]) -> dict:
+    """What the annotators of a row saw: `mode`, the project's assistance when they rated
+    ("blind" where a rating kept no record, "mixed" when the ratings differ), and `second_look`,
+    whether any step's rating got the "look again?" prompt."""
+    records = [label.assistance for a in annotations for label in a.step_labels.all()]
+    modes = {record.get("mode", Assistance.BLIND) if record else Assistance.BLIND for record in records}
+    return {
+        "mode": str(modes.pop()) if len(modes) == 1 else "mixed" if modes else str(Assistance.BLIND),
+        "second_look": any(record and record.get("shown") == assistance.SHOWN_SECOND_LOOK for record in records),
+    }
 
 
 def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
@@ -93,6 +109,7 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
         if verdict is None:
             continue
         prompt = annotation.solution.problem.statement
+        seen = assistance_of([annotation])
         texts: list[str] = []
         labels: list[bool] = []
         for step in verdict.steps:
@@ -101,7 +118,7 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
             for shown in sorted(rejected, key=lambda c: c.completion_index or 0):
                 if shown.rating is not None:
                     yield {"prompt": prompt, "completions": [*texts, shown.text],
-                           "labels": [*labels, good(shown.rating)]}
+                           "labels": [*labels, good(shown.rating)], "assistance": seen}
             if ended:
                 break
             texts.append(step.text)
@@ -109,7 +126,7 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
             if step.rating == -1:
                 break
         if texts:
-            yield {"prompt": prompt, "completions": texts, "labels": labels}
+            yield {"prompt": prompt, "completions": texts, "labels": labels, "assistance": seen}
 
 
 def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
@@ -130,8 +147,8 @@ def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size:
         if solution.is_correct is None:
             tally.skip("unknown_grade")
             continue
-        decided, label = _solution_label(group, tally)
-        if not decided:
+        deciding, label = _solution_label(group, tally)
+        if not deciding:
             continue
         yield {
             "id": f"{solution.source or 'stepwise'}-{solution.id}",
@@ -140,11 +157,13 @@ def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size:
             "steps": [step.text for step in solution.steps.all()],
             "final_answer_correct": bool(solution.is_correct),
             "label": -1 if label is None else label,
+            "assistance": assistance_of(deciding),
         }
 
 
-def _solution_label(group: list[AnnotationRecord], tally: ExportTally) -> tuple[bool, int | None]:
-    """(decided, the first error: None when there is none) of one solution's annotations."""
+def _solution_label(group: list[AnnotationRecord], tally: ExportTally) -> tuple[list[AnnotationRecord], int | None]:
+    """(the annotations that decide it, none when undecided; the first error, None when there is
+    none) of one solution's annotations."""
     decided: list[tuple[AnnotationRecord, int | None]] = []
     for annotation in group:
         verdict = labeled(annotation, tally, trainable=False)
@@ -159,14 +178,15 @@ def _solution_label(group: list[AnnotationRecord], tally: ExportTally) -> tuple[
             continue
         decided.append((annotation, verdict.first_error))
     if not decided:
-        return False, None
+        return [], None
     if len({label for _, label in decided}) == 1:
-        return True, decided[0][1]
-    reviewed = [(annotation.reviewed_at, label) for annotation, label in decided if annotation.reviewed_at]
+        return [annotation for annotation, _ in decided], decided[0][1]
+    reviewed = [(annotation.reviewed_at, annotation, label) for annotation, label in decided if annotation.reviewed_at]
     if reviewed:
-        return True, max(reviewed, key=lambda pair: pair[0])[1]
+        _, annotation, label = max(reviewed, key=lambda found: found[0])
+        return [annotation], label
     tally.skip("disagreement")
-    return False, None
+    return [], None
 
 
 def soft_label_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
@@ -175,7 +195,8 @@ def soft_label_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: i
         tally.read += 1
         found = [(a, v) for a in group if (v := labeled(a, tally)) is not None]
         if found:
-            yield _soft_labels(group[0].solution, [v for _, v in found], neutral_is_good=options.neutral_is_good)
+            row = _soft_labels(group[0].solution, [v for _, v in found], neutral_is_good=options.neutral_is_good)
+            yield {**row, "assistance": assistance_of([a for a, _ in found])}
 
 
 def _soft_labels(solution, labels: list[verdicts.Verdicts], *, neutral_is_good: bool) -> dict:
@@ -229,7 +250,9 @@ def _with_automatic(*, format: str, options: ExportOptions, tally: ExportTally, 
     if options.labels == "both":
         for row in ROWS[format](options=options, tally=tally, chunk_size=chunk_size):
             yield {**row, "label_source": "human"}
-    yield from AUTOMATIC_ROWS[format](tally=tally, chunk_size=chunk_size)
+    # No annotator saw anything: the column is null, so every row has the same keys.
+    for row in AUTOMATIC_ROWS[format](tally=tally, chunk_size=chunk_size):
+        yield {**row, "assistance": None}
 
 
 def check_labels(format: str, options: ExportOptions) -> None:
