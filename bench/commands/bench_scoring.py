@@ -69,6 +69,63 @@ def chunks(ids: list[int], size: int):
         yield ids[start : start + size]
 
 
+def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per_prefix: bool = True) -> dict:
+    """Bare, end-to-end (and per-prefix) tokens/s of a registered version on the pool `ids`.
+
+    The e2e runs write scores, deleted before each round; the caller owns the pool and the
+    version (bench_scoring rolls both back; bench/gpu_shapes.py runs in a scratch database).
+    """
+    model = registry.load(version)
+    _, _, items = scores.read_items(ids)
+    encoded = model.encode_many(items)
+    tokens = model.count_tokens(encoded)
+    model.forward_only(encoded[:8])  # warm-up: first calls pay one-off costs
+    bare, e2e = [], []
+    # Alternate the two, best of each: a shared machine's noise hits both alike.
+    for _ in range(rounds):
+        bare.append(timed(lambda: model.forward_only(encoded), device=model.device))
+        SolutionScore.objects.filter(model_version=version).delete()
+        StepScore.objects.filter(model_version=version).delete()
+        e2e.append(timed(lambda: rescore_pool(version, ids, model), device=model.device))
+    rates = {
+        "model": version.name, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
+        "solutions": len(ids), "tokens": tokens,
+        "bare_tokens_per_s": round(tokens / min(bare), 1),
+        "e2e_tokens_per_s": round(tokens / min(e2e), 1),
+        "e2e_over_bare": round(min(bare) / min(e2e), 3),
+    }
+    if per_prefix:
+        subset = max(1, len(ids) // 8)
+        sub_tokens = model.count_tokens(encoded[:subset])
+        seconds = timed(lambda: model.score_per_prefix(items[:subset]), device=model.device)
+        rates["per_prefix_tokens_per_s"] = round(sub_tokens / seconds, 1)
+        rates["one_pass_over_per_prefix"] = round(rates["bare_tokens_per_s"] / rates["per_prefix_tokens_per_s"], 2)
+    return rates
+
+
+def rescore_pool(version: ModelVersion, ids: list[int], model) -> None:
+    """What a rescore job's chunks do (rescore.score_chunk), one chunk after another."""
+    for chunk in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE):
+        rescore.score_chunk(model_version=version, solution_ids=chunk, prm=model)
+
+
+def timed(run, *, device=None) -> float:
+    """Seconds `run` takes; on CUDA until the kernels it queued have finished (they run
+    asynchronously: a bare forward that returns early would otherwise look faster than it is)."""
+    synchronize(device)
+    start = time.perf_counter()
+    run()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def synchronize(device) -> None:
+    if device is not None and getattr(device, "type", None) == "cuda":
+        import torch  # torch: only a run on a GPU gets here
+
+        torch.cuda.synchronize(device)
+
+
 class Command(BaseCommand):
     help = "Measure bare, end-to-end and per-prefix scoring throughput (tokens/s) on 8-step solutions."
 
@@ -132,32 +189,8 @@ class Command(BaseCommand):
         with tempfile.TemporaryDirectory() as workdir:
             version = self.version(options["model"], Path(workdir))
             n = options["solutions"] or (64 if options["model"] == "default" else 512)
-            ids = make_pool("rates", n)
-            model = registry.load(version)
-            _, _, items = scores.read_items(ids)
-            encoded = model.encode_many(items)
-            tokens = model.count_tokens(encoded)
-            model.forward_only(encoded[:8])  # warm-up: first calls pay one-off costs
-            bare, e2e = [], []
-            # Alternate the two, best of each: a shared machine's noise hits both alike.
-            for _ in range(options["rounds"]):
-                bare.append(self.timed(lambda: model.forward_only(encoded)))
-                SolutionScore.objects.filter(model_version=version).delete()
-                StepScore.objects.filter(model_version=version).delete()
-                e2e.append(self.timed(lambda: self.rescore(version, ids, model)))
-            bare, e2e = min(bare), min(e2e)
-            subset = max(1, n // 8)
-            sub_tokens = model.count_tokens(encoded[:subset])
-            per_prefix = self.timed(lambda: model.score_per_prefix(items[:subset]))
-        return {
-            "model": version.name, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
-            "solutions": n, "steps_per_solution": STEPS, "tokens": tokens,
-            "bare_tokens_per_s": round(tokens / bare, 1),
-            "e2e_tokens_per_s": round(tokens / e2e, 1),
-            "per_prefix_tokens_per_s": round(sub_tokens / per_prefix, 1),
-            "e2e_over_bare": round(bare / e2e, 3),
-            "one_pass_over_per_prefix": round((tokens / bare) / (sub_tokens / per_prefix), 2),
-        }
+            rates = rescore_rates(version, make_pool("rates", n), rounds=options["rounds"])
+        return rates | {"steps_per_solution": STEPS}
 
     def tiny_pool_time(self, size: int) -> dict:
         with tempfile.TemporaryDirectory() as workdir:
@@ -165,14 +198,8 @@ class Command(BaseCommand):
             ids = make_pool("pool", size)
             model = registry.load(version)
             model.forward_only(model.encode_many(scores.read_items(ids[:8])[2]))
-            seconds = self.timed(lambda: self.rescore(version, ids, model))
+            seconds = timed(lambda: rescore_pool(version, ids, model), device=model.device)
         return {"tiny_pool_solutions": size, "tiny_pool_rescore_s": round(seconds, 2)}
-
-    @staticmethod
-    def rescore(version: ModelVersion, ids: list[int], model) -> None:
-        """What a rescore job's chunks do (rescore.score_chunk), one chunk after another."""
-        for chunk in chunks(ids, settings.STEPWISE_RESCORE_CHUNK_SIZE):
-            rescore.score_chunk(model_version=version, solution_ids=chunk, prm=model)
 
     def scaleout(self, options) -> dict:
         """Throughput with N worker processes (bench.scaleout); the pool is committed
@@ -228,13 +255,7 @@ class Command(BaseCommand):
             warm = post()  # the worker loads the model on its first request
             if warm.status_code != 200:
                 return {"api_error": f"{warm.status_code}: {warm.json().get('detail', warm.content[:200])}"}
-            times = sorted(self.timed(post) for _ in range(requests))
+            times = sorted(timed(post) for _ in range(requests))
             results[f"api_{size}_items_p50_ms"] = round(1000 * times[len(times) // 2], 1)
             results[f"api_{size}_items_p95_ms"] = round(1000 * times[min(len(times) - 1, int(0.95 * len(times)))], 1)
         return results
-
-    @staticmethod
-    def timed(run) -> float:
-        start = time.perf_counter()
-        run()
-        return time.perf_counter() - start
