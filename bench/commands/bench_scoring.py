@@ -119,6 +119,12 @@ def timed(run, *, device=None) -> float:
     return time.perf_counter() - start
 
 
+def _torch_threads() -> int:
+    import torch  # torch: loaded by the rates already
+
+    return torch.get_num_threads()
+
+
 def synchronize(device) -> None:
     if device is not None and getattr(device, "type", None) == "cuda":
         import torch  # torch: only a run on a GPU gets here
@@ -139,6 +145,9 @@ class Command(BaseCommand):
             "--pool-size", type=int, default=10000, help="solutions for the tiny-model rescore timing (0: skip)"
         )
         parser.add_argument("--rounds", type=int, default=3, help="alternating bare/e2e measurements (best of)")
+        parser.add_argument("--threads", type=int, default=0,
+                            help="torch CPU threads for the rates (0: torch's default, one per core); 1 is "
+                                 "a worker started with OMP_NUM_THREADS=1, whose reads overlap its forward")
         parser.add_argument("--api-requests", type=int, default=20,
                             help="POST /api/score calls per batch size, through the ml worker (0: skip)")
         parser.add_argument("--workers", default="",
@@ -186,11 +195,15 @@ class Command(BaseCommand):
         return registry.register_model_version(name=f"{name}-{time.time_ns()}", path=folder)
 
     def rates(self, options) -> dict:
+        if options["threads"]:
+            import torch  # torch: the rates load a model anyway
+
+            torch.set_num_threads(options["threads"])
         with tempfile.TemporaryDirectory() as workdir:
             version = self.version(options["model"], Path(workdir))
             n = options["solutions"] or (64 if options["model"] == "default" else 512)
             rates = rescore_rates(version, make_pool("rates", n), rounds=options["rounds"])
-        return rates | {"steps_per_solution": STEPS}
+        return rates | {"steps_per_solution": STEPS, "torch_threads": _torch_threads()}
 
     def tiny_pool_time(self, size: int) -> dict:
         with tempfile.TemporaryDirectory() as workdir:

@@ -11,6 +11,7 @@ the forward passes.
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -194,11 +195,17 @@ def score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int], prm
 
 
 def _on_cpu(prm: LoadedPRM | RemotePRM) -> bool:
-    """A forward on the CPU already keeps every core busy: reading and tokenizing beside it only
-    took cores from it (tiny model, 2 cores: e2e/bare 0.63-0.68 overlapped, 0.73-0.77 in one batch
-    per chunk), so there a chunk is one batch. A GPU's or a remote scorer's forward leaves the CPU free."""
+    """A forward on the CPU with a thread per core keeps every core busy: reading and tokenizing
+    beside it only took cores from it (tiny model, 2 cores: e2e/bare 0.63-0.68 overlapped, 0.73-0.77
+    in one batch per chunk), so there a chunk is one batch. A GPU's or a remote scorer's forward
+    leaves the CPU free, and so does one on fewer threads than cores (a worker started with
+    OMP_NUM_THREADS=1 beside others, as scaling out on CPUs does)."""
     device = getattr(prm, "device", None)
-    return device is not None and device.type == "cpu"
+    if device is None or device.type != "cpu":
+        return False
+    import torch  # a local model is loaded, so torch already is
+
+    return torch.get_num_threads() >= len(os.sched_getaffinity(0))
 
 
 def _read_batch(solution_ids: list[int], prm: LoadedPRM | RemotePRM) -> _Batch:

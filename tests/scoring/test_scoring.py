@@ -1,4 +1,6 @@
 """Rescoring the pool: stored scores, aggregations, incremental and idempotent writes."""
+import os
+
 import pytest
 import torch
 
@@ -261,3 +263,25 @@ def test_an_error_in_the_reader_thread_fails_the_chunk_and_stops_the_thread(tiny
     assert job.state == JobState.FAILED and "chunk 0: RuntimeError: connection lost" in job.error
     assert RescoreChunk.objects.get(pk=chunk.pk).state != RescoreChunk.State.DONE
     assert not io_threads()
+
+
+def test_a_forward_on_fewer_threads_than_cores_overlaps_reads_and_scores_the_same(tiny_version, pool):
+    """A worker on one torch thread leaves the other cores to its reader: the chunk goes in
+    pipeline batches, and its scores are those of the one-batch path."""
+    ids = [s.pk for s in pool]
+    model = registry.load(tiny_version)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+        assert scoring._on_cpu(model)
+        scoring.score_chunk(model_version=tiny_version, solution_ids=ids, prm=model)
+        whole = dict(StepScore.objects.filter(model_version=tiny_version).values_list("step_id", "p"))
+        StepScore.objects.filter(model_version=tiny_version).delete()
+        SolutionScore.objects.filter(model_version=tiny_version).delete()
+        torch.set_num_threads(1)
+        assert not scoring._on_cpu(model) or len(os.sched_getaffinity(0)) == 1
+        scoring.score_chunk(model_version=tiny_version, solution_ids=ids, prm=model)
+    finally:
+        torch.set_num_threads(threads)
+    piped = dict(StepScore.objects.filter(model_version=tiny_version).values_list("step_id", "p"))
+    assert piped.keys() == whole.keys() and all(piped[k] == pytest.approx(whole[k], abs=1e-5) for k in whole)
