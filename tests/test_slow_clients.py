@@ -188,8 +188,21 @@ def serve(front, chunks: list[bytes], *, stall: bool = False, declared: int | No
     async def send(message):
         sent.append(message)
 
-    asyncio.run(front(scope, receive, send))
+    # On a thread of its own: a test run that drove a browser before may hold an event loop on this one.
+    failure: list[BaseException] = []
+    runner = threading.Thread(target=lambda: _run_catching(front(scope, receive, send), failure))
+    runner.start()
+    runner.join()
+    if failure:
+        raise failure[0]
     return sent
+
+
+def _run_catching(coroutine, failure: list[BaseException]) -> None:
+    try:
+        asyncio.run(coroutine)
+    except BaseException as error:  # handed to the test's thread
+        failure.append(error)
 
 
 def front(**limits) -> WholeRequestFront:
