@@ -275,6 +275,20 @@ def test_truncating_layers_reads_the_same_hidden_state(tiny_backbone):
     assert len(training.decoder_layers_owner(backbone.model).layers) == 2  # restored
 
 
+def test_truncating_a_lora_wrapped_backbone_reads_the_layer_it_names(tiny_backbone):
+    """peft's wrapper hands `layers` on from the model inside: the cut must reach that model."""
+    from peft import LoraConfig, get_peft_model
+
+    backbone = training.load_backbone(tiny_backbone, device="cpu", dtype=torch.float32)
+    items = [("Problem 3", ["add 1 and 3", "so the answer is wrong"])]
+    full = backbone.step_features(items, layer=1)[0]
+    last = backbone.step_features(items, layer=None)[0]
+    backbone.model = get_peft_model(backbone.model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    with training.truncated(backbone.model, 1) as read_at:
+        short = backbone.step_features(items, layer=read_at)[0]
+    assert torch.allclose(full, short, atol=1e-5) and not torch.allclose(last, short, atol=1e-3)
+
+
 def test_importance_weighting_keeps_the_pool_base_rate_under_skewed_selection(tiny_backbone, tmp_path):
     # Selection served 18 wrong-answer solutions for 2 right ones; the pool is half and half.
     # Every solution reads the same, so the head can only learn a base rate: the labeled

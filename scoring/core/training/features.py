@@ -55,9 +55,11 @@ def default_layer(num_layers: int) -> int:
 
 
 def decoder_layers_owner(model: nn.Module) -> nn.Module | None:
-    """The module holding the decoder's `layers` list (through peft wrappers too)."""
+    """The module holding the decoder's `layers` list (through peft wrappers too). Its own child,
+    not an attribute: a peft wrapper hands `layers` on from the model inside it, and cutting the
+    wrapper's would cut nothing."""
     for module in model.modules():
-        if isinstance(getattr(module, "layers", None), nn.ModuleList):
+        if isinstance(module._modules.get("layers"), nn.ModuleList):
             return module
     return None
 
