@@ -34,10 +34,10 @@ from bench.loadtest import free_port
 from scoring.learning import retraining
 from scoring.models import ModelVersion, TrainingRun
 from tests.annotations import PHASE2_LINE
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import wait_for
 from tests.factories import user_with_role
 from tests.scoring.test_retraining import FAST, constant_current, label_everything, lenient_gate, make_pool  # noqa: F401
-from tests.test_recovery import finished, lose_broker_messages, write_pool_file
+from tests.test_recovery import finished, lose_broker_messages, worker_factory, write_pool_file  # noqa: F401
 
 IMPORT_LINES = 4000
 DOWN_SECONDS = 4  # how long the database is away: several of the task's retries (annotate/tasks.py)
@@ -113,26 +113,6 @@ def private_postgresql():
         server.remove()
 
 
-@pytest.fixture
-def start_worker(transactional_db, tmp_path, monkeypatch):
-    """Start real workers with quick heartbeats, with `env` on top of the test's; all stopped at the end."""
-    monkeypatch.setenv("STEPWISE_JOB_HEARTBEAT_SECONDS", "0.5")
-    monkeypatch.setenv("STEPWISE_JOB_STALE_SECONDS", "3")
-    workers: list[WorkerProcess] = []
-    lose_broker_messages()  # no leftovers from earlier tests
-
-    def start(**env: str) -> WorkerProcess:
-        worker = WorkerProcess(tmp_path / f"worker-{len(workers)}.log", env=env)
-        workers.append(worker)
-        worker.start()
-        return worker
-
-    yield start
-    for worker in workers:
-        worker.stop()
-    lose_broker_messages()
-
-
 # --- PostgreSQL restarted while an import writes ---------------------------------------------------
 
 
@@ -156,7 +136,7 @@ def count(url: str, model) -> int:
 
 @pytest.mark.postgresql
 def test_an_import_goes_on_after_its_postgresql_server_restarts_mid_write(
-    private_postgresql, start_worker, tmp_path, monkeypatch
+    private_postgresql, worker_factory, tmp_path, monkeypatch  # noqa: F811 (fixtures imported above)
 ):
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL")
@@ -165,7 +145,7 @@ def test_an_import_goes_on_after_its_postgresql_server_restarts_mid_write(
     copy_test_database(private_postgresql, "stepwise")
     url = private_postgresql.url("stepwise")
     # A queue large enough for every line, so that "queued" counts the lines the first attempt wrote too.
-    start_worker(DATABASE_URL=url, STEPWISE_QUEUE_SIZE=str(2 * IMPORT_LINES))
+    worker_factory(DATABASE_URL=url, STEPWISE_QUEUE_SIZE=str(2 * IMPORT_LINES))
 
     wait_for(lambda: (import_state(url, job.pk) or (None, 0))[1] > 0, timeout=60, interval=0.05)
     private_postgresql.stop()  # mid-batch: the batch's transaction is rolled back by the server
@@ -207,9 +187,11 @@ def import_annotations(tmp_path: Path, n: int) -> None:
     assert summary.created == n and summary.errors == 0, summary.first_errors
 
 
-def test_an_export_whose_worker_is_killed_is_written_once_and_whole_by_the_next_worker(start_worker, tmp_path):
+def test_an_export_whose_worker_is_killed_is_written_once_and_whole_by_the_next_worker(
+    worker_factory, tmp_path  # noqa: F811 (a fixture imported above)
+):
     import_annotations(tmp_path, EXPORT_ANNOTATIONS)
-    worker = start_worker()
+    worker = worker_factory()
     job = create_export_job(format="prm800k", options=ExportOptions())
     wait_for(lambda: ExportJob.objects.get(pk=job.pk).done > 0, timeout=60, interval=0.02)
     worker.kill()
@@ -217,7 +199,7 @@ def test_an_export_whose_worker_is_killed_is_written_once_and_whole_by_the_next_
     assert job.state == JobState.RUNNING and job.done < EXPORT_ANNOTATIONS, "export ended before the kill"
     killed_at = job.done
 
-    start_worker()  # its start finds the dead holder and resends the export
+    worker_factory()  # its start finds the dead holder and resends the export
     wait_for(lambda: ExportJob.objects.get(pk=job.pk).state in FINISHED_STATES, timeout=60)
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED, job.error
@@ -303,7 +285,7 @@ def beat_reconciles_until(broker_url: str, done, timeout: float) -> None:
 @pytest.mark.slow
 @pytest.mark.postgresql
 def test_an_export_and_a_training_run_finish_once_although_the_broker_restarts_under_each(
-    lenient_gate, constant_current, start_worker, private_redis, tmp_path  # noqa: F811
+    lenient_gate, constant_current, worker_factory, private_redis, tmp_path  # noqa: F811
 ):
     make_pool()
     assert label_everything(user_with_role("trainer-ann", "annotator")) == 48
@@ -311,7 +293,7 @@ def test_an_export_and_a_training_run_finish_once_although_the_broker_restarts_u
     export = create_export_job(format="prm800k", options=ExportOptions())
     run = retraining.start_training_run(options=FAST)
     # Their messages went to the test's broker; this worker's start sends them again to its own.
-    start_worker(REDIS_URL=private_redis.url, STEPWISE_JOB_REQUEUE_SECONDS="2")
+    worker_factory(REDIS_URL=private_redis.url, STEPWISE_JOB_REQUEUE_SECONDS="2")
 
     wait_for(lambda: ExportJob.objects.get(pk=export.pk).done > 0, timeout=60, interval=0.02)
     private_redis.restart(while_running=export)  # the training run's queued message is gone with it

@@ -71,8 +71,8 @@ def worker_factory(transactional_db, tmp_path, monkeypatch):
     workers = []
     lose_broker_messages()  # no leftovers from earlier tests
 
-    def start() -> WorkerProcess:
-        worker = WorkerProcess(tmp_path / f"worker-{len(workers)}.log")
+    def start(**env: str) -> WorkerProcess:  # env: on top of the test's (a private database or broker)
+        worker = WorkerProcess(tmp_path / f"worker-{len(workers)}.log", env=env)
         workers.append(worker)
         worker.start()
         return worker

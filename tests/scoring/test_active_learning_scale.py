@@ -35,12 +35,7 @@ def auc(fit: regularized.Fit, x, t) -> float:
     return evaluation.roc_auc(fit.logits(x).tolist(), t.k.int().tolist())
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # fits as small as these are fastest on one
 
 
 def test_converged_head_learns_more_with_more_labels_and_picks_weaker_l2():

@@ -4,7 +4,6 @@ import json
 import random
 
 import pytest
-import torch
 from django.core.management import CommandError
 
 import bench
@@ -13,13 +12,7 @@ from bench import simulation_rollouts
 from bench.simulation import HeldOut
 from bench.simulation_pool import arithmetic_ok
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # fits as small as these are fastest on one
 
 
 def test_only_the_known_first_error_breaks_the_arithmetic():

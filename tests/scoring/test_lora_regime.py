@@ -24,12 +24,7 @@ def tiny_backbone(tmp_path_factory):
     return build_tiny_backbone(tmp_path_factory.mktemp("lora") / "backbone", step_marker=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # fits as small as these are fastest on one
 
 
 def test_each_round_adapts_a_fresh_copy_and_convincing_wrong_adds_only_wrong_answers(tiny_backbone):
