@@ -223,8 +223,17 @@ def start_run(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen, 
     env = fresh_shell_env(tmp_path)
     env["PORT"] = str(port)
     process = subprocess.Popen([str(SCRIPT), "run", *args], cwd=ROOT, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=as_from_a_terminal)
     return process, Output(process.stdout)
+
+
+def as_from_a_terminal() -> None:
+    """The signal state a shell started from a terminal has. A child inherits ignored and
+    blocked signals, and bash cannot trap a signal ignored when it started: a library in this
+    test process that ignores SIGINT (one in the full run does) would leave Ctrl-C untested."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
 def stop_leftovers(process: subprocess.Popen, data_dir: Path) -> None:
