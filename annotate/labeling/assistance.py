@@ -16,11 +16,12 @@ imported line), goes out with the step in the PRM800K export, so a dataset can b
 what its annotators saw:
 ``{"mode": "second_look", "model_p": 0.1, "shown": "second_look", "first_rating": 1,
 "final_rating": -1}``, ``{"mode": "second_look", "model_p": 0.8, "shown": "none"}``,
-``{"mode": "suggest", "model_p": 0.3, "shown": "suggestion", "model_first_error": 2}``.
+``{"mode": "suggest", "model_p": 0.3, "shown": "suggestion", "model_first_error": 2}``. The other
+exports carry a row's `summary` of them.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,3 +102,15 @@ def record(*, config: LabelingConfig, prior: dict | None, rating: int, index: in
             return {"mode": config.assistance, "model_p": p, "shown": "none"}
         return {"mode": config.assistance, "model_p": p, "shown": "suggestion", "model_first_error": guess.first_error}
     return prior  # blind: nothing shown, nothing kept
+
+
+def summary(records: Iterable[dict | None]) -> dict:
+    """What the annotators behind some ratings saw: `mode`, the project's assistance when they rated
+    ("blind" where a rating kept no record, "mixed" when the ratings differ), and `second_look`,
+    whether any rating got the "look again?" prompt."""
+    records = list(records)
+    modes = {record.get("mode", Assistance.BLIND) if record else Assistance.BLIND for record in records}
+    return {
+        "mode": str(modes.pop()) if len(modes) == 1 else "mixed" if modes else str(Assistance.BLIND),
+        "second_look": any(record and record.get("shown") == SHOWN_SECOND_LOOK for record in records),
+    }

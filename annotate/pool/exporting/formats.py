@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from annotate.labeling import assistance, verdicts
-from annotate.models import Assistance, FinishReason
+from annotate.models import FinishReason
 from annotate.pool import prm800k  # the import side owns the schema, both ways
 from annotate.pool.exporting import automatic, loading
 from annotate.pool.exporting.loading import AnnotationRecord, annotation_chunks, solution_groups
@@ -56,15 +56,8 @@ def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
 
 
 def assistance_of(annotations: list[AnnotationRecord]) -> dict:
-    """What the annotators of a row saw: `mode`, the project's assistance when they rated
-    ("blind" where a rating kept no record, "mixed" when the ratings differ), and `second_look`,
-    whether any step's rating got the "look again?" prompt."""
-    records = [label.assistance for a in annotations for label in a.step_labels.all()]
-    modes = {record.get("mode", Assistance.BLIND) if record else Assistance.BLIND for record in records}
-    return {
-        "mode": str(modes.pop()) if len(modes) == 1 else "mixed" if modes else str(Assistance.BLIND),
-        "second_look": any(record and record.get("shown") == assistance.SHOWN_SECOND_LOOK for record in records),
-    }
+    """What the annotators of a row saw of the model (assistance.summary of their ratings' records)."""
+    return assistance.summary(label.assistance for a in annotations for label in a.step_labels.all())
 
 
 def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
