@@ -377,22 +377,21 @@ class Server:
 
     threads = 4  # infra.web_front.THREADS
 
-    def __init__(self, *, database_url: str, workers: int = 2, extra_env: dict | None = None):
+    def __init__(self, *, database_url: str, workers: int = 2, extra_env: dict | None = None,
+                 log: Path | None = None):
         self.port, self.workers = free_port(), workers
         self.url = f"http://127.0.0.1:{self.port}"
         root = Path(__file__).resolve().parent.parent
         env = {**os.environ, "DATABASE_URL": database_url, "STEPWISE_VENV": sys.prefix, **(extra_env or {})}
         env.setdefault("SECRET_KEY", "bench-http-not-secret")
-        # Its log in a file, not a pipe nobody reads while it runs (a full pipe would stall the server).
-        self.log = tempfile.TemporaryFile()
+        # Its log in a file, not a pipe nobody reads while it runs (a full pipe would stall the
+        # server); with `log`, the access log as well, in that file.
+        self.log = log.open("a+b") if log else tempfile.TemporaryFile()
+        access = "" if log else " >/dev/null"
         self.process = subprocess.Popen(
-            ["bash", "-c", f'source "{root / "stepwise"}" && web_server {self.port} {workers} >/dev/null'],
-            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True,
+            ["bash", "-c", f'source "{root / "stepwise"}" && web_server {self.port} {workers}{access}'],
+            cwd=root, env=env, stdout=self.log, stderr=self.log, start_new_session=True,
         )
-
-    def _log_tail(self) -> str:
-        self.log.seek(0)
-        return self.log.read()[-2000:].decode(errors="replace")
 
     def wait_until_up(self, seconds: float = 60) -> None:
         deadline = time.monotonic() + seconds

@@ -9,25 +9,19 @@ a connection holds on the server, and the site must not care. Below, the front i
 408, an oversize one 413, answers in few pieces.
 """
 import asyncio
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from annotate.labeling import queueing
 from annotate.models import LabelingConfig
-from bench.loadtest import NEXT, Annotator, free_port, percentile
+from bench.loadtest import NEXT, Annotator, Server, percentile
 from infra.web_front import WholeRequestFront
 from tests.conftest import _test_database_url
 from tests.factories import SolutionFactory, user_with_role
 
-ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = 64
 PASSWORD = "pass-for-tests"
 
@@ -71,40 +65,17 @@ class SlowSockets:
             sock.close()
 
 
-def start_web_server(port: int, log: Path) -> subprocess.Popen:
-    """The server exactly as `./stepwise run` starts it, on the test database."""
-    env = {**os.environ, "DATABASE_URL": _test_database_url(), "STEPWISE_VENV": sys.prefix}
-    with log.open("ab") as out:
-        return subprocess.Popen(["bash", "-c", f'source "{ROOT / "stepwise"}" && web_server {port}'], cwd=ROOT,
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_until_up(port: int, process: subprocess.Popen, log: Path, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.3)
-    pytest.fail(f"no server on {port} within {seconds} s:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture
 def web_server(transactional_db, tmp_path):
-    port, log = free_port(), tmp_path / "web.log"
-    process = start_web_server(port, log)
+    """The server exactly as `./stepwise run` starts it (loadtest.Server: the script's web_server),
+    on the test database, its access log in a file."""
+    log = tmp_path / "web.log"
+    server = Server(database_url=_test_database_url(), log=log)
     try:
-        wait_until_up(port, process, log)
-        yield port, log
+        server.wait_until_up(90)
+        yield server.port, log
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        server.stop()
 
 
 @pytest.fixture
