@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scoring.core.model_files import DEFAULT_SEPARATOR, ModelFormatError
-from scoring.core.step_marker import marker_id, whole_text, whole_text_ids
+from scoring.core.step_marker import marker_id, token_ids, whole_text, whole_text_ids
 from scoring.core.step_scores import build_input
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def encode_many(
         return _encode_whole(tokenizer, items, separator=separator, marker=marker)
     pieces = [build_input(problem, steps, separator=separator) for problem, steps in items]
     flat = [piece for solution in pieces for piece in solution]
-    token_lists = iter(_token_ids(tokenizer, flat))
+    token_lists = iter(token_ids(tokenizer, flat, special_tokens=False))
     start = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     encoded = []
     for solution in pieces:
@@ -152,19 +152,6 @@ def format_text(tokenizer: PreTrainedTokenizerBase, problem: str, steps: Sequenc
 
 def _numbered(index: int, step: str) -> str:
     return step if _NUMBERED_STEP.match(step) else f"Step {index + 1}: {step}"
-
-
-def _token_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
-    if not texts:
-        return []
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    if backend is not None:
-        # The Rust tokenizer directly: the Python wrapper's per-text conversion costs as much again;
-        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets nobody reads here.
-        encode_batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
-        return [encoding.ids for encoding in encode_batch(texts, add_special_tokens=False)]
-    ids: list[list[int]] = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return ids
 
 
 def token_budget_batches(lengths: Sequence[int], *, max_tokens: int) -> Iterator[list[int]]:

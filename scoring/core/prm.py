@@ -235,19 +235,23 @@ class LoadedPRM:
 
     def probabilities_for_encoded(self, encoded: Sequence[Encoded]) -> list[list[StepProbability]]:
         results: list[list[StepProbability]] = [[] for _ in encoded]
-        for batch, outputs in self._forward_batches(encoded, layer=self._head_layer()):
-            for index, rows in zip(batch, outputs):
-                results[index] = self._read_out(rows)
+        for batch, rows in self._forward_batches(encoded, layer=self._head_layer()):
+            # One read-out per batch: one head call and one copy to the host, not one per solution.
+            read = iter(self._read_out(rows))
+            for index in batch:
+                results[index] = [next(read) for _ in encoded[index].positions]
         return results
 
     def step_features(self, items: Sequence[Item], layer: int | None = None) -> list[torch.Tensor]:
         """Hidden states [n_steps, H] (float32, CPU) at each separator: what the head sees."""
         encoded = self.encode_many(items)
         results: list[torch.Tensor] = [torch.empty(0) for _ in encoded]
-        for batch, outputs in self._forward_batches(encoded, layer=layer, features=True):
-            for index, rows in zip(batch, outputs):
-                # A clone outside inference mode is a normal tensor: training can backprop through a head on it.
-                results[index] = rows.float().cpu().clone()
+        for batch, rows in self._forward_batches(encoded, layer=layer, features=True):
+            counts = [len(encoded[index].positions) for index in batch]
+            for index, solution_rows in zip(batch, torch.split(rows.float().cpu(), counts)):
+                # A clone outside inference mode is a normal tensor: training can backprop through a
+                # head on it; and one of its own, not a view sharing the batch's storage.
+                results[index] = solution_rows.clone()
         return results
 
     def forward_only(self, encoded: Sequence[Encoded]) -> None:
@@ -276,18 +280,25 @@ class LoadedPRM:
     @torch.inference_mode()
     def _forward_batches(
         self, encoded: Sequence[Encoded], *, layer: int | None, features: bool = False
-    ) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
+    ) -> Iterator[tuple[list[int], torch.Tensor]]:
+        """(indices of the batch, the read-out rows of all its steps, solution after solution)."""
         lengths = [len(e.ids) for e in encoded]
         for batch in token_budget_batches(lengths, max_tokens=self.max_tokens):
             width = max(lengths[i] for i in batch)
-            ids = torch.zeros((len(batch), width), dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, index in enumerate(batch):
-                # Right padding: for a causal model real tokens never attend to the padding.
-                ids[row, : lengths[index]] = torch.tensor(encoded[index].ids)
-                mask[row, : lengths[index]] = 1
-            states = self._forward(ids.to(self.device), mask.to(self.device), layer=layer, features=features)
-            yield batch, [states[row, encoded[index].positions] for row, index in enumerate(batch)]
+            # Right padding: for a causal model real tokens never attend to the padding.
+            ids = torch.tensor([encoded[i].ids + [0] * (width - lengths[i]) for i in batch])
+            mask = torch.tensor([[1] * lengths[i] + [0] * (width - lengths[i]) for i in batch])
+            rows = torch.tensor([row for row, i in enumerate(batch) for _ in encoded[i].positions], dtype=torch.long)
+            columns = torch.tensor([position for i in batch for position in encoded[i].positions], dtype=torch.long)
+            states = self._forward(self._to_device(ids), self._to_device(mask), layer=layer, features=features)
+            yield batch, states[self._to_device(rows), self._to_device(columns)]
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A batch's host tensor on the model's device; to a GPU from pinned memory, without
+        waiting for the copy (the forward queued after it waits for it on the same stream)."""
+        if self.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, *, layer: int | None, features: bool) -> torch.Tensor:
         self.forward_passes += 1

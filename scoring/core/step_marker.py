@@ -70,9 +70,22 @@ def whole_text(problem: str, steps: Sequence[str], *, separator: str) -> str:
 
 def whole_text_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
     """Each text tokenized in one call with the tokenizer's own special tokens, as vLLM's /pooling does."""
+    return token_ids(tokenizer, texts, special_tokens=True)
+
+
+def token_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str], *, special_tokens: bool) -> list[list[int]]:
+    """The ids of each text, in one native call; with `special_tokens` the tokenizer's own
+    (a BOS token, a template) are added as its __call__ adds them."""
     if not texts:
         return []
-    ids: list[list[int]] = tokenizer(texts)["input_ids"]
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is not None:
+        # The Rust tokenizer directly: the Python wrapper's per-text conversion (attention masks,
+        # a BatchEncoding) costs as much again; encode_batch_fast (tokenizers >= 0.20) skips the
+        # character offsets nobody reads here.
+        encode_batch = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        return [encoding.ids for encoding in encode_batch(texts, add_special_tokens=special_tokens)]
+    ids: list[list[int]] = tokenizer(texts, add_special_tokens=special_tokens)["input_ids"]
     return ids
 
 

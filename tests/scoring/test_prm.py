@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bench.tiny import build_tiny_prm
-from scoring.core import encoding, prm
+from scoring.core import encoding, prm, step_marker
 
 ITEMS = [
     ("What is 2 + 2?", ["First, 2 + 2 = 4.", "So the answer is 4.", "# Answer\n\n4"]),
@@ -153,7 +153,9 @@ def test_fast_path_tokenizes_exactly_like_the_tokenizer(folders):
 
     tokenizer = AutoTokenizer.from_pretrained(folders["head", "point", None])
     texts = [piece for problem, steps in ITEMS for piece in prm.build_input(problem, steps)] + ["  ки\n", "π"]
-    assert encoding._token_ids(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
+    for special_tokens in (False, True):
+        assert step_marker.token_ids(tokenizer, texts, special_tokens=special_tokens) == \
+            tokenizer(texts, add_special_tokens=special_tokens)["input_ids"]
 
 
 def test_token_budget_is_narrow_on_a_cpu_and_wide_on_an_accelerator():
