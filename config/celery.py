@@ -2,11 +2,12 @@
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, worker_ready
+from celery.signals import task_postrun, worker_process_init, worker_ready
 from django.db import connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-# Workers log to files: no tqdm bars from model loading, and no tokenizer threads in forked children.
+# Workers log to files: no tqdm bars from model loading. No tokenizer threads in the main process,
+# which forks the pool processes (a child forked after they ran inherits a pool it cannot use).
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -25,6 +26,19 @@ def reconcile_jobs_at_start(**_) -> None:
         recovery.reconcile(pending_after=0)
     finally:
         connections.close_all()  # the main process keeps no connection its children could share
+
+
+@worker_process_init.connect
+def tokenizer_threads_in_pool_process(**_) -> None:
+    allow_tokenizer_threads()
+
+
+def allow_tokenizer_threads() -> None:
+    """Let this process tokenize on every core. A pool process is forked before it tokenizes
+    anything and forks nothing itself, so the tokenizer's threads are safe there; rescoring
+    tokenizes each chunk beside the forward, and on two cores one thread made that the largest
+    cost outside the model (tiny model, 512 solutions: 0.126 s on one thread, 0.08 s on two)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
 
 
 @task_postrun.connect

@@ -195,6 +195,9 @@ class Command(BaseCommand):
         return registry.register_model_version(name=f"{name}-{time.time_ns()}", path=folder)
 
     def rates(self, options) -> dict:
+        from config.celery import allow_tokenizer_threads
+
+        allow_tokenizer_threads()  # as in the worker's pool process, which runs rescoring
         if options["threads"]:
             import torch  # torch: the rates load a model anyway
 
