@@ -238,7 +238,7 @@ class JobAdmin(admin.ModelAdmin):
     """Jobs are made by the app's pages, API and commands; here they are read and deleted.
 
     Their file paths are never editable, and no job is added here: a path typed into a
-    succeeded export would be served by its download link (issue 15 read /etc/passwd that way).
+    succeeded export would be served by its download link (an export path of /etc/passwd was once served that way).
     """
 
     # (Typed as any length: the job admins below extend them.)

@@ -1,6 +1,6 @@
 """Label Studio 1.23 measured as `bench_http` measures Stepwise: on the same machine, the same day.
 
-A comparison, not part of Stepwise. The figures issue 15 quotes for Label Studio were taken on
+A comparison, not part of Stepwise. Figures quoted for Label Studio elsewhere were taken on
 another day's machine, and this VM's speed varies by more than the margins between the goals
 and the figures; this runs the peer with the same driver, the same server shape (gunicorn
 2 workers x 4 threads) and the same CPU accounting, so the two can be put side by side.

@@ -237,7 +237,7 @@ def policy_for(strategy: str, *, size: int, seed: int) -> selection.Policy:
         "random": {"random": 1.0},
         "convincing_wrong": {"convincing_wrong": 1.0},
         "uncertainty": {"uncertain": 1.0},
-        # The production default before issue 13 (the ensemble reasons need simulation_scale's loop).
+        # The production default before the in-memory loop (the ensemble reasons need simulation_scale's loop).
         "mix": {"convincing_wrong": 0.4, "convincing": 0.2, "uncertain": 0.1, "random": 0.3},
     }[strategy]
     return selection.Policy(size=size, shares=shares, seed=seed)

@@ -1,4 +1,4 @@
-"""Security settings and authorization (issue 15): login lockout, bounded sessions, a deploy
+"""Security settings and authorization: login lockout, bounded sessions, a deploy
 check that passes for production settings, an enforced CSP on every response, templates
 without inline script, nothing in the API that tells an annotator a task is gold, and export
 downloads that serve only files in the exports folder."""

@@ -11,7 +11,7 @@ What step splitting makes of real text, before and after the merging rules of
 For each corpus it prints, per splitter: solutions, steps per solution, the share of steps
 that are a lone equation, the share that end with ":" (a lead-in cut from what it
 introduces; the last step excluded), the math blocks cut in two, and the time per solution.
-"before" is the splitter imports used until issue 11 (blank lines if there are any, else
+"before" is the splitter imports used before math-aware splitting (blank lines if there are any, else
 lines; GSM8K always lines), reproduced here for the comparison.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ HEADER = (f"{'corpus':<12} {'splitter':<11} {'sols':>5} {'steps/sol':>8} {'lone 
 
 
 def split_as_before(text: str, mode: str) -> list[str]:
-    """The splitter before issue 11: blank-line paragraphs or lines, math blocks ignored."""
+    """The splitter before math-aware splitting: blank-line paragraphs or lines, math blocks ignored."""
     text = text.replace("\r\n", "\n").strip()
     if mode == "auto":
         mode = "blank_line" if _BLANK_LINE.search(text) else "line"

@@ -147,7 +147,7 @@ REWRITE_AND_GO_ON = [("rate", (1, None)), ("rate", (-1, "It is 4.")), ("rate", (
 
 @settings(max_examples=20, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-# The case of the issue, always tried: rewrite a step, go on, finish every way.
+# The rewrite case, always tried: rewrite a step, go on, finish every way.
 @example(**PHASE1, actions=REWRITE_AND_GO_ON, finish="ratings")
 @example(**PHASE1, actions=[*REWRITE_AND_GO_ON, ("rate", (-1, None))], finish="ratings")
 @example(**PHASE1, actions=REWRITE_AND_GO_ON, finish="give_up")

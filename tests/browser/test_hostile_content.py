@@ -1,4 +1,4 @@
-"""Hostile content everywhere it is shown (issue 15): script tags, event handlers, javascript:
+"""Hostile content everywhere it is shown: script tags, event handlers, javascript:
 URLs, SVG, Django template syntax and KaTeX tricks in a problem, its steps, a human
 completion, a finish note, a queue reason and a username (the pool imported from a file, as an
 admin's upload is), rendered on every page that shows

@@ -91,7 +91,7 @@ def test_queue_page_shows_reason_and_score_in_serving_order(client, reviewer, db
     assert "0.910" in page and "wrong" in page
 
 
-# --- model page safety: confirm, cancel, speed (issue 11.8) ---------------------------------------
+# --- model page safety: confirm, cancel, speed ----------------------------------------------------
 
 
 @pytest.fixture

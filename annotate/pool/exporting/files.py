@@ -150,7 +150,7 @@ def run_export_job(*, job_id: int) -> ExportJob:
 def finished_file(job: ExportJob) -> Path | None:
     """The job's file, only when the job succeeded, the file is really there, and it lies in
     the exports folder: a path edited in the database (or a link planted in the folder) must
-    not turn the download into a way to read any file the server can (issue 15)."""
+    not turn the download into a way to read any file the server can."""
     if job.state != JobState.SUCCEEDED or not job.path:
         return None
     path = Path(job.path).resolve()
