@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from django.db import connection, models, transaction
+from django.db.models import Exists, OuterRef
 
 from annotate.models import Solution, Step
 from scoring.core.step_scores import StepProbability, aggregate
@@ -23,12 +24,16 @@ if TYPE_CHECKING:
 
 
 def unscored_solution_ids(*, model_version: ModelVersion, solution_ids: Sequence[int] | None = None) -> list[int]:
-    """Solutions with steps that this version has not scored yet, in id order."""
-    solutions = Solution.objects.filter(steps__isnull=False)
+    """Solutions with steps that this version has not scored yet, in id order.
+
+    EXISTS, not a join on the steps: for a chunk's 64 solutions PostgreSQL planned the join as a
+    scan of every step of a 100,000-solution pool (54 ms a chunk against 0.3 ms)."""
+    has_steps = Exists(Step.objects.filter(solution_id=OuterRef("pk")))
+    scored = Exists(SolutionScore.objects.filter(solution_id=OuterRef("pk"), model_version=model_version))
+    solutions = Solution.objects.filter(has_steps)
     if solution_ids is not None:
         solutions = solutions.filter(pk__in=solution_ids)
-    solutions = solutions.exclude(scores__model_version=model_version)
-    return sorted(set(solutions.values_list("pk", flat=True)))
+    return list(solutions.exclude(scored).order_by("pk").values_list("pk", flat=True))
 
 
 def read_items(solution_ids: Sequence[int]) -> tuple[list[int], list[list[int]], list[tuple[str, list[str]]]]:
