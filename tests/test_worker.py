@@ -1,5 +1,6 @@
 """A real Celery worker process consumes from the configured broker."""
 import json
+import os
 
 import pytest
 
@@ -67,3 +68,17 @@ def test_rescore_button_score_and_search_api_leave_the_web_process_without_torch
     wait_for(lambda: RescoreJob.objects.get(pk=job.pk).is_finished, timeout=120)
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED, job.error
+
+
+def test_a_pool_process_tokenizes_on_as_many_threads_as_torch_computes_on(monkeypatch):
+    from config.celery import allow_tokenizer_threads
+
+    for name in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # as the main process sets it before forking
+    allow_tokenizer_threads()
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true" and "RAYON_NUM_THREADS" not in os.environ
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a worker sharing the machine with others
+    allow_tokenizer_threads()
+    assert os.environ["RAYON_NUM_THREADS"] == "1"
