@@ -33,9 +33,12 @@ REPO_ROOT = Path(settings.BASE_DIR)
 
 
 @contextmanager
-def worker_processes(count: int, *, chunk_size: int, logs: Path):
-    """`count` celery workers on the ml queue, one process each, stopped on exit."""
+def worker_processes(count: int, *, chunk_size: int, logs: Path, threads: int = 1):
+    """`count` celery workers on the ml queue, one process each with `threads` torch threads
+    (0: torch's default, one per core), stopped on exit."""
     env = {**os.environ, "STEPWISE_RESCORE_CHUNK_SIZE": str(chunk_size), "PYTHONUNBUFFERED": "1"}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     started = []
     try:
         for index in range(count):
@@ -88,24 +91,35 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
 
 
 def rescore_rate(version: ModelVersion, *, timeout: float) -> dict:
-    """Rescore the pool with `version` on the running workers; the job's rates."""
+    """Rescore the pool with `version` on the running workers; the job's rates, and how busy
+    the machine's cores were meanwhile (what limits adding a worker on one machine)."""
     job = scoring.start_rescore(model_version=version, rebuild_queue=False)
+    before = machine_cpu()
     wait_until(lambda: RescoreJob.objects.get(pk=job.pk).is_finished, timeout=timeout, what=f"rescore job {job.pk}")
+    busy, total = (after - start for after, start in zip(machine_cpu(), before))
     job.refresh_from_db()
     if job.state != JobState.SUCCEEDED:
         raise RuntimeError(f"rescore job {job.pk} {job.state}: {job.error}")
     seconds = max((job.finished_at - job.started_at).total_seconds(), 1e-3)
-    return {"seconds": round(seconds, 2), "solutions_per_s": round(job.done / seconds, 1),
-            "tokens_per_s": round(job.tokens_done / seconds, 1)}
+    return {"solutions": job.done, "seconds": round(seconds, 2), "solutions_per_s": round(job.done / seconds, 1),
+            "tokens_per_s": round(job.tokens_done / seconds, 1), "cores_busy": round(busy / total, 2)}
 
 
-def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size: int,
-            timeout: float = 600, report: Callable[[str, dict], None] = lambda key, rate: None) -> dict:
+def machine_cpu() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine so far, from /proc/stat (man 5 proc)."""
+    ticks = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return sum(ticks[:8]) - idle, sum(ticks[:8])
+
+
+def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size: int, threads: int = 1,
+            timeout: float = 1800, report: Callable[[str, dict], None] = lambda key, rate: None) -> dict:
     """{"local_1_workers": {...}, "remote_1_workers": {...}, ...}: each worker count started
     once, the pool rescored locally and (with `remote`) through the pooling server."""
     from bench.tiny import build_tiny_prm
 
-    results: dict = {"scaleout_solutions": len(pool_ids), "scaleout_chunk_size": chunk_size}
+    results: dict = {"scaleout_solutions": len(pool_ids), "scaleout_chunk_size": chunk_size,
+                     "scaleout_torch_threads_per_worker": threads or "default"}
     with tempfile.TemporaryDirectory() as workdir, ExitStack() as stack:
         work = Path(workdir)
         # A one-token step marker (as Qwen2.5-Math-PRM's <extra_0>): what STEP pooling reads.
@@ -115,7 +129,7 @@ def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size:
         versions: list[ModelVersion] = []
         stack.callback(lambda: [version.delete() for version in versions])
         for count in counts:
-            with worker_processes(count, chunk_size=chunk_size, logs=work):
+            with worker_processes(count, chunk_size=chunk_size, logs=work, threads=threads):
                 for mode in ("local", "remote") if remote else ("local",):
                     name = f"bench-scaleout-{mode}-{count}-{time.time_ns()}"
                     versions.append(
@@ -126,6 +140,11 @@ def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size:
                     key = f"{mode}_{count}_workers"
                     results[key] = rescore_rate(versions[-1], timeout=timeout)
                     report(key, results[key])
+        for mode in ("local", "remote") if remote else ("local",):
+            first = results[f"{mode}_{counts[0]}_workers"]["tokens_per_s"]
+            for count in counts[1:]:
+                results[f"{mode}_{count}_over_{counts[0]}_workers"] = round(
+                    results[f"{mode}_{count}_workers"]["tokens_per_s"] / first, 2)
     return results
 
 
@@ -140,5 +159,8 @@ def stopped_by_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def delete_pool(solution_ids: list[int]) -> None:
-    Problem.objects.filter(solutions__pk__in=solution_ids).delete()
+def delete_pool(solution_ids: list[int], *, batch: int = 2000) -> None:
+    """Delete the pool's problems (their solutions, steps and scores with them) a batch at a
+    time: one delete of a 50,000-solution pool names more steps than a statement may bind."""
+    for start in range(0, len(solution_ids), batch):
+        Problem.objects.filter(solutions__pk__in=solution_ids[start : start + batch]).delete()

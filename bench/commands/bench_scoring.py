@@ -156,6 +156,8 @@ class Command(BaseCommand):
                             help="with --workers: also rescore through a /pooling server (bench.pooling_server)")
         parser.add_argument("--scaleout-solutions", type=int, default=256, help="pool size for --workers")
         parser.add_argument("--scaleout-chunk-size", type=int, default=16, help="chunk size for --workers")
+        parser.add_argument("--worker-threads", type=int, default=1,
+                            help="torch threads per worker for --workers (0: one per core)")
 
     def handle(self, *args, **options):
         results: dict = {}
@@ -231,6 +233,7 @@ class Command(BaseCommand):
             try:
                 return bench_scaleout.measure(
                     counts=counts, pool_ids=ids, remote=options["remote"], chunk_size=options["scaleout_chunk_size"],
+                    threads=options["worker_threads"],
                     report=lambda key, rate: self.stderr.write(f"{key}: {rate}"),
                 )
             finally:
