@@ -297,7 +297,7 @@ class LoadedPRM:
         """A batch's host tensor on the model's device; to a GPU from pinned memory, without
         waiting for the copy (the forward queued after it waits for it on the same stream)."""
         if self.device.type != "cuda":
-            return tensor
+            return tensor.to(self.device)
         return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, *, layer: int | None, features: bool) -> torch.Tensor:
