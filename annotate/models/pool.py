@@ -41,6 +41,12 @@ class SolutionQuerySet(models.QuerySet):
     def unlabeled(self) -> "SolutionQuerySet":
         return self.exclude(annotations__status="submitted")
 
+    def with_steps(self) -> "SolutionQuerySet":
+        """Solutions that have at least one step. EXISTS, not a join on the steps: for a rescore
+        chunk's 64 solutions PostgreSQL planned the join as a scan of every step of a
+        100,000-solution pool (54 ms a chunk against 0.3 ms), and a join repeats each solution."""
+        return self.filter(models.Exists(Step.objects.filter(solution_id=models.OuterRef("pk"))))
+
     def demo(self) -> "SolutionQuerySet":
         """The demo pool's solutions (seed_demo), which rank after every other solution in the queue."""
         return self.filter(source=DEMO_SOURCE)

@@ -44,8 +44,8 @@ _generators: dict[str, Generator] = {}
 
 def eligible_solutions(*, ids=None, source: str | None = None, unlabeled: bool = False):
     """Solutions rollouts can label: with steps and a known answer; not references or gold items."""
-    solutions = Solution.objects.filter(is_reference=False, is_gold=False, steps__isnull=False).exclude(
-        problem__ground_truth_answer__isnull=True).exclude(problem__ground_truth_answer="").distinct()
+    solutions = Solution.objects.with_steps().filter(is_reference=False, is_gold=False).exclude(
+        problem__ground_truth_answer__isnull=True).exclude(problem__ground_truth_answer="")
     if ids is not None:
         solutions = solutions.filter(pk__in=ids)
     if source:

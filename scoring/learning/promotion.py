@@ -65,7 +65,7 @@ def eval_set(
     out, never a problem the new model was trained on.
     """
     problems = {e.row.problem_id for e in examples}
-    pool = Solution.objects.filter(is_gold=False).exclude(steps__isnull=True).select_related("problem").order_by("pk")
+    pool = Solution.objects.with_steps().filter(is_gold=False).select_related("problem").order_by("pk")
     by_problem: dict[int, list[Solution]] = defaultdict(list)
     references = []
     for solution in pool.iterator(chunk_size=2000):
