@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from celery.exceptions import TaskRevokedError
+from celery import states
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 from django.core.cache import caches
@@ -119,19 +119,29 @@ def search_on_worker(*, body: dict, model_version: ModelVersion, timeout: float 
 
 def answer_from_worker(task, args: tuple, *, timeout: float, what: str) -> dict:
     """Run `task` on the score worker and wait at most `timeout` seconds for its answer, in a place
-    the view took (place_to_wait).
+    the view took (place_to_wait)."""
+    return answer_of(send_with_deadline(task, args, deadline=time.time() + timeout), timeout=timeout, what=what)
+
+
+def answer_of(result, *, timeout: float, what: str) -> dict:
+    """The answer of a sent task, waiting at most `timeout` seconds.
 
     The task answers data: {"error", "status": 400} becomes ValueError, any other error
-    ScoringUnavailable (the API's 503).
+    ScoringUnavailable (the API's 503), and so does a task that ended without answering: its
+    message expired before a worker took it (revoked), or a time limit ended it outside its own
+    handling (a soft limit's signal can land between two tasks of one worker process).
     """
-    result = send_with_deadline(task, args, deadline=time.time() + timeout)
     try:
-        answer = result.get(timeout=timeout, interval=0.02)
-    except (CeleryTimeout, TaskRevokedError):  # the worker may find the message expired first
+        answer = result.get(timeout=timeout, interval=0.02, propagate=False)
+    except CeleryTimeout:
         revoke(result)
         raise ScoringUnavailable(
             f"no {what} worker answered within {timeout:g} s; is the score worker running?"
         ) from None
+    if result.state == states.REVOKED:  # the worker found the message expired
+        raise ScoringUnavailable(f"no {what} worker took the request within {timeout:g} s")
+    if not result.successful():
+        raise ScoringUnavailable(f"{what} failed on the worker: {type(answer).__name__}: {answer}")
     result.forget()  # Answered once, read once: no result left in the backend.
     if answer.get("status") == 400:
         raise ValueError(answer["error"])

@@ -3,12 +3,15 @@ import threading
 import time
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import before_task_publish
 from django.db import connection
 from rest_framework.test import APIClient
 
 from bench.tiny import build_tiny_prm
 from scoring import on_worker
 from scoring.store import registry
+from scoring.tasks import score_texts_task
 from tests.conftest import wait_for
 
 
@@ -28,6 +31,37 @@ def test_without_a_worker_the_endpoint_answers_503_within_its_timeout(client, se
     assert response.status_code == 503
     assert "no scoring worker answered within 1 s" in response.json()["detail"]
     assert time.monotonic() - started < 5
+
+
+def fail_with_a_time_limit(backend, task_id):
+    backend.mark_as_failure(task_id, SoftTimeLimitExceeded("soft time limit exceeded"))
+
+
+def expire_before_a_worker_takes_it(backend, task_id):
+    backend.mark_as_revoked(task_id, "expired")
+
+
+@pytest.mark.parametrize(("ending", "detail"), [
+    (fail_with_a_time_limit, "scoring failed on the worker: SoftTimeLimitExceeded"),
+    (expire_before_a_worker_takes_it, "no scoring worker took the request within 5 s"),
+])
+def test_a_task_that_ended_without_answering_is_a_503_never_a_500(client, settings, ending, detail):
+    """What a worker stores for a task it did not answer, stored in the real result backend as the
+    message is sent: the view reads that state, not an answer."""
+    settings.STEPWISE_SCORE_API_TIMEOUT = 5.0
+
+    def end_it(headers, **_):
+        ending(score_texts_task.backend, headers["id"])
+
+    before_task_publish.connect(end_it, weak=False)
+    try:
+        started = time.monotonic()
+        response = client.post("/api/score", {"problem": "What is 2 + 3?", "steps": ["5"]}, format="json")
+    finally:
+        before_task_publish.disconnect(end_it)
+    assert response.status_code == 503, response.content
+    assert detail in response.json()["detail"]
+    assert time.monotonic() - started < 4  # the stored ending is read at once, not waited out
 
 
 @pytest.mark.django_db(transaction=True)  # the first request runs in a thread of its own
