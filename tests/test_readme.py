@@ -1,7 +1,8 @@
 """The README stays a short user's guide whose configuration table matches the settings.
 
-The environment variables are read from `config/settings.py`'s source text (and the env
-helpers it calls), not by importing it: the test needs no database and no environment. A few
+The environment variables are read from the settings' source text (`config/settings.py`, the
+`config/stepwise_settings.py` it takes in, and the env helpers they call), not by importing
+them: the test needs no database and no environment. A few
 (`PORT`, `STEPWISE_VENV`) are read by the `stepwise` script instead; the table may list those too.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SETTINGS = ROOT / "config" / "settings.py"
+SETTINGS = [ROOT / "config" / "settings.py", ROOT / "config" / "stepwise_settings.py"]
 SCRIPT = ROOT / "stepwise"
 # The module with env_str, env_int, ... (it moved from config/ to infra/).
 ENV_HELPERS = [path for path in (ROOT / "infra" / "env.py", ROOT / "config" / "env.py") if path.exists()]
@@ -35,8 +36,8 @@ def env_names(source: str) -> set[str]:
 
 
 def settings_env_names() -> set[str]:
-    names = env_names(SETTINGS.read_text())
-    for helper in ENV_HELPERS:
+    names: set[str] = set()
+    for helper in [*SETTINGS, *ENV_HELPERS]:
         names |= env_names(helper.read_text())
     return names
 
@@ -84,20 +85,20 @@ def table_names(section: str) -> set[str]:
 
 def test_settings_parsing_finds_the_variables():
     names = settings_env_names()
-    # If these go missing, the regexes no longer see how settings.py reads the environment.
+    # If these go missing, the regexes no longer see how the settings read the environment.
     assert {"DATABASE_URL", "SECRET_KEY", "DEBUG", "STEPWISE_LEASE_SECONDS", "STEPWISE_SCORE_RATE"} <= names
     assert len(names) >= 40
 
 
 def test_settings_read_the_environment_only_in_ways_this_test_knows():
-    source = SETTINGS.read_text()
+    source = "\n".join(path.read_text() for path in SETTINGS)
     unknown = {
         f"{m.group(1)}({m.group(3)!r})"
         for m in ANY_CALL.finditer(source)
         if "env" not in m.group(1).lower()
     }
     assert not unknown, (
-        f"config/settings.py passes an upper-case name to {sorted(unknown)}; if that reads the "
+        f"the settings pass an upper-case name to {sorted(unknown)}; if that reads the "
         "environment, teach ENV_CALL in tests/test_readme.py about it"
     )
 
@@ -125,7 +126,7 @@ def test_every_variable_in_the_configuration_table_is_read_by_the_settings_or_th
     assert "PORT" in listed
     unknown = sorted(listed - settings_env_names() - script_env_names(SCRIPT.read_text()))
     assert not unknown, (
-        f"README.md's configuration table lists {unknown}, which neither config/settings.py nor ./stepwise reads"
+        f"README.md's configuration table lists {unknown}, which neither the settings nor ./stepwise read"
     )
 
 
