@@ -4,6 +4,7 @@ On one pool of 8-step solutions, in one run, it measures tokens per second of
   bare        the model forward alone on the batches scoring builds,
   e2e         rescoring as a job's chunks run it (rescore.score_chunk): database read ->
               tokenize -> forward -> database write, the reads and writes beside the forward,
+              as the current version (its scores handed down to the pool as they are written),
   per_prefix  the slow loop of one forward per step prefix,
 (tokens = the tokens of the scored solutions, the same count for all three), the time to
 rescore a pool of --pool-size solutions with the tiny test model, and the latency (p50/p95)
@@ -72,9 +73,12 @@ def chunks(ids: list[int], size: int):
 def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per_prefix: bool = True) -> dict:
     """Bare, end-to-end (and per-prefix) tokens/s of a registered version on the pool `ids`.
 
-    The e2e runs write scores, deleted before each round; the caller owns the pool and the
-    version (bench_scoring rolls both back; bench/gpu_shapes.py runs in a scratch database).
+    The version is made current first: the loop rescores with the current model, whose scores
+    are handed down to the pool as they are written (registry.hand_down_scores). The e2e runs
+    write scores, deleted before each round; the caller owns the pool and the version
+    (bench_scoring rolls both back; bench/gpu_shapes.py runs in a scratch database).
     """
+    registry.make_current_version(version)
     model = registry.load(version)
     _, _, items = scores.read_items(ids)
     encoded = model.encode_many(items)
@@ -213,6 +217,7 @@ class Command(BaseCommand):
     def tiny_pool_time(self, size: int) -> dict:
         with tempfile.TemporaryDirectory() as workdir:
             version = self.tiny_version(Path(workdir), "bench-pool")
+            registry.make_current_version(version)  # as rescore_rates
             ids = make_pool("pool", size)
             model = registry.load(version)
             model.forward_only(model.encode_many(scores.read_items(ids[:8])[2]))
