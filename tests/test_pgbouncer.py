@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psycopg
@@ -22,6 +21,7 @@ from django.db import connection
 
 from bench.loadtest import free_port
 from infra.postgresql.base import through_pooler
+from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 # Through the pooler: claims under concurrency, the labeling flow, exports (which iterate),
@@ -77,17 +77,17 @@ def pgbouncer():
 
 
 def wait_for_port(port: int, process: subprocess.Popen, seconds: float = 15) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def accepts_connections() -> bool:
         if process.poll() is not None:
             pytest.fail(f"pgbouncer exited: {process.stdout.read()}")
         try:
             psycopg.connect(host="127.0.0.1", port=port, user=server()["user"], dbname="postgres",
                             connect_timeout=2).close()
-            return
         except psycopg.OperationalError:
-            time.sleep(0.2)
-    pytest.fail("pgbouncer did not accept connections")
+            return False
+        return True
+
+    wait_for(accepts_connections, timeout=seconds)
 
 
 @pytest.mark.postgresql
