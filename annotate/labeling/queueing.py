@@ -324,15 +324,23 @@ def _next_screening_item(annotator) -> QueueItem | None:
 _gold_draw = random.Random()
 
 
+# The annotator's gold and other tasks in a generation (no row when they have none), from the
+# annotator and generation's index alone: an index-only scan on PostgreSQL (the index carries the
+# flag counted). Compiled: building the aggregate cost the ORM more than PostgreSQL spent on it.
+_TASK_COUNTS = statements.Compiled(lambda annotator_id, generation: (
+    Annotation.objects.filter(annotator_id=annotator_id, generation=generation).values("annotator_id")
+    .annotate(qc=Count("is_quality_control", filter=Q(is_quality_control=True)),
+              real=Count("is_quality_control", filter=Q(is_quality_control=False)))
+    .values_list("qc", "real")
+))
+
+
 def _qc_due(annotator, generation: int, rate: float) -> bool:
     """Whether the next task should be gold, keeping gold at `rate` (> 0) of the annotator's tasks in
-    this generation. The counts come from the annotator and generation's index alone (an index-only
-    scan on PostgreSQL: the index carries the flag counted)."""
-    counts = Annotation.objects.filter(annotator=annotator, generation=generation).aggregate(
-        qc=Count("is_quality_control", filter=Q(is_quality_control=True)),
-        real=Count("is_quality_control", filter=Q(is_quality_control=False)),
-    )
-    return (counts["qc"] + _gold_draw.uniform(0.5, 1.5)) * (1 - rate) <= counts["real"] * rate
+    this generation."""
+    found = _TASK_COUNTS.rows(annotator_id=annotator.pk, generation=generation)
+    qc, real = found[0] if found else (0, 0)
+    return (qc + _gold_draw.uniform(0.5, 1.5)) * (1 - rate) <= real * rate
 
 
 def _next_gold(annotator) -> Solution | None:
