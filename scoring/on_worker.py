@@ -119,18 +119,14 @@ def search_on_worker(*, body: dict, model_version: ModelVersion, timeout: float 
 
 def answer_from_worker(task, args: tuple, *, timeout: float, what: str) -> dict:
     """Run `task` on the score worker and wait at most `timeout` seconds for its answer, in a place
-    the view took (place_to_wait)."""
-    return answer_of(send_with_deadline(task, args, deadline=time.time() + timeout), timeout=timeout, what=what)
-
-
-def answer_of(result, *, timeout: float, what: str) -> dict:
-    """The answer of a sent task, waiting at most `timeout` seconds.
+    the view took (place_to_wait).
 
     The task answers data: {"error", "status": 400} becomes ValueError, any other error
     ScoringUnavailable (the API's 503), and so does a task that ended without answering: its
     message expired before a worker took it (revoked), or a time limit ended it outside its own
     handling (a soft limit's signal can land between two tasks of one worker process).
     """
+    result = send_with_deadline(task, args, deadline=time.time() + timeout)
     try:
         answer = result.get(timeout=timeout, interval=0.02, propagate=False)
     except CeleryTimeout:
@@ -138,11 +134,12 @@ def answer_of(result, *, timeout: float, what: str) -> dict:
         raise ScoringUnavailable(
             f"no {what} worker answered within {timeout:g} s; is the score worker running?"
         ) from None
-    if result.state == states.REVOKED:  # the worker found the message expired
+    state = result.state
+    result.forget()  # Read once: no result left in the backend.
+    if state == states.REVOKED:  # the worker found the message expired
         raise ScoringUnavailable(f"no {what} worker took the request within {timeout:g} s")
-    if not result.successful():
+    if state != states.SUCCESS:
         raise ScoringUnavailable(f"{what} failed on the worker: {type(answer).__name__}: {answer}")
-    result.forget()  # Answered once, read once: no result left in the backend.
     if answer.get("status") == 400:
         raise ValueError(answer["error"])
     if "error" in answer:
