@@ -62,7 +62,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Before anything reads a body (sessions, CSRF, DRF): an oversize one is refused unread.
     "infra.limits.BodySizeLimitMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp's, with the policy built once per process (infra/content_security.py).
+    "infra.content_security.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 import requests
 from axes.models import AccessAttempt
+from csp.constants import NONCE
+from csp.decorators import csp_update
+from csp.middleware import CSPMiddleware as DjangoCSPMiddleware
 from django.conf import settings
-from django.test import Client
+from django.http import HttpResponse
+from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -24,6 +28,7 @@ from rest_framework.test import APIClient
 
 from annotate.labeling import queueing
 from annotate.models import Annotation, ExportJob, ImportJob, JobState, LabelingConfig
+from infra.content_security import CSPMiddleware
 from infra.login_lockout import DEVICE_COOKIE, FREE_FAILURES
 from tests.factories import SolutionFactory, user_with_role
 
@@ -332,6 +337,38 @@ def test_every_response_carries_the_enforced_csp(client, path):
     assert directives["script-src"] == "'self'"  # no 'unsafe-inline', no 'unsafe-eval'
     assert directives["default-src"] == "'self'" and directives["object-src"] == "'none'"
     assert directives["frame-ancestors"] == "'none'" and directives["base-uri"] == "'none'"
+
+
+def _policy_answers(middleware_class, view):
+    """The CSP headers `middleware_class` puts on `view`'s answer to a GET."""
+    request = RequestFactory().get("/somewhere")
+    middleware = middleware_class(view)
+    middleware.process_request(request)
+    response = middleware.process_response(request, view(request))
+    return {h: response.get(h) for h in ("Content-Security-Policy", "Content-Security-Policy-Report-Only")}
+
+
+def _nonce_using_view(request):
+    return HttpResponse(f'<script nonce="{request.csp_nonce}"></script>')
+
+
+@csp_update({"img-src": ["https://example.org"]})
+def _view_with_own_policy(request):
+    return HttpResponse("")
+
+
+@pytest.mark.parametrize("view", [lambda request: HttpResponse(""), _nonce_using_view, _view_with_own_policy],
+                         ids=["plain", "nonce", "per-view policy"])
+def test_the_policy_built_once_is_the_one_django_csp_builds(view, settings):
+    """Prebuilt for a plain answer; a nonce or a decorator's policy still reaches the header."""
+    directives = settings.CONTENT_SECURITY_POLICY["DIRECTIVES"]
+    settings.CONTENT_SECURITY_POLICY = {"DIRECTIVES": {**directives, "script-src": [*directives["script-src"], NONCE]}}
+    ours, theirs = _policy_answers(CSPMiddleware, view), _policy_answers(DjangoCSPMiddleware, view)
+    nonce = re.compile(r"'nonce-[^']+'")
+    assert {h: v and nonce.sub("'nonce'", v) for h, v in ours.items()} == \
+        {h: v and nonce.sub("'nonce'", v) for h, v in theirs.items()}
+    assert ("'nonce-" in ours["Content-Security-Policy"]) == (view is _nonce_using_view)
+    assert ("https://example.org" in ours["Content-Security-Policy"]) == (view is _view_with_own_policy)
 
 
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>", re.IGNORECASE)
