@@ -62,7 +62,8 @@ class ModelVersion(models.Model):
 
 
 class StepScore(models.Model):
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="scores")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="scores",
+                             db_index=False)  # one_score_per_step_model starts with it
     model_version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="step_scores")
     p = models.FloatField()
     mean = models.FloatField(null=True, blank=True)
@@ -76,7 +77,8 @@ class StepScore(models.Model):
 
 
 class SolutionScore(models.Model):
-    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="scores")
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="scores",
+                                 db_index=False)  # one_score_per_solution_model starts with it
     model_version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="solution_scores")
     product = models.FloatField()
     min = models.FloatField()
@@ -132,7 +134,8 @@ class RescoreChunk(models.Model):
         RUNNING = "running"  # the same word as JobState.RUNNING: the job heartbeat thread beats chunks too
         DONE = "done"
 
-    job = models.ForeignKey(RescoreJob, on_delete=models.CASCADE, related_name="chunks")
+    job = models.ForeignKey(RescoreJob, on_delete=models.CASCADE, related_name="chunks",
+                            db_index=False)  # unique_rescore_chunk starts with it
     index = models.PositiveIntegerField()
     solution_ids = models.JSONField(default=list)
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, db_index=True)
@@ -232,7 +235,8 @@ class GenerationChunk(models.Model):
         PENDING = "pending"
         DONE = "done"
 
-    run = models.ForeignKey(GenerationRun, on_delete=models.CASCADE, related_name="chunks")
+    run = models.ForeignKey(GenerationRun, on_delete=models.CASCADE, related_name="chunks",
+                            db_index=False)  # unique_generation_chunk starts with it
     index = models.PositiveIntegerField()
     problem_ids = models.JSONField(default=list)
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, db_index=True)

@@ -33,7 +33,8 @@ class AutoLabelRun(models.Model):
 
 
 class AutoStepLabel(models.Model):
-    run = models.ForeignKey(AutoLabelRun, on_delete=models.CASCADE, related_name="labels")
+    run = models.ForeignKey(AutoLabelRun, on_delete=models.CASCADE, related_name="labels",
+                            db_index=False)  # one_auto_label_per_run_and_step starts with it
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="auto_labels")
     n_rollouts = models.PositiveIntegerField(null=True, blank=True)
     n_correct = models.PositiveIntegerField(null=True, blank=True)

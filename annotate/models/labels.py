@@ -33,10 +33,12 @@ class Annotation(models.Model):
         IN_PROGRESS = "in_progress"
         SUBMITTED = "submitted"
 
-    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="annotations")
+    # Both looked up through an index that starts with them (Meta; tests/test_schema.py).
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="annotations", db_index=False)
     # Local annotators have a user; labels imported from PRM800K keep only its labeler id.
     annotator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="annotations"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="annotations",
+        db_index=False,
     )
     labeler = models.CharField(max_length=100, db_index=True, help_text="PRM800K `labeler` id")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.IN_PROGRESS, db_index=True)
@@ -103,7 +105,8 @@ class ScreeningResult(models.Model):
 class StepLabel(models.Model):
     """PRM800K `label.steps[i]`: the completions shown at step i and which was continued."""
 
-    annotation = models.ForeignKey(Annotation, on_delete=models.CASCADE, related_name="step_labels")
+    annotation = models.ForeignKey(Annotation, on_delete=models.CASCADE, related_name="step_labels",
+                                   db_index=False)  # unique_step_label starts with it
     index = models.PositiveIntegerField()
     chosen_completion = models.IntegerField(null=True, blank=True)
     human_completion = models.JSONField(null=True, blank=True)
@@ -123,7 +126,8 @@ class StepLabel(models.Model):
 class Completion(models.Model):
     """One candidate text for a step with its rating (-1, 0, +1) and flag."""
 
-    step_label = models.ForeignKey(StepLabel, on_delete=models.CASCADE, related_name="completions")
+    step_label = models.ForeignKey(StepLabel, on_delete=models.CASCADE, related_name="completions",
+                                   db_index=False)  # unique_completion starts with it
     index = models.PositiveIntegerField()
     text = models.TextField()
     rating = models.SmallIntegerField(null=True, blank=True)

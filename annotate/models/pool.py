@@ -53,7 +53,8 @@ class SolutionQuerySet(models.QuerySet):
 
 
 class Solution(models.Model):
-    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="solutions")
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="solutions",
+                                db_index=False)  # Meta's (problem, is_correct) index starts with it
     final_answer = models.TextField(blank=True, null=True, help_text="Answer extracted from the steps")
     # True / False / None: None when the answer could not be extracted or graded.
     is_correct = models.BooleanField(null=True, db_index=True)
@@ -109,7 +110,8 @@ class SampleLine(models.Model):
 
 
 class Step(models.Model):
-    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="steps")
+    # Looked up through unique_step_index, which starts with it (tests/test_schema.py).
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="steps", db_index=False)
     index = models.PositiveIntegerField()
     text = models.TextField()
     # Gold label for quality control: -1, 0, +1 (None when not gold).
