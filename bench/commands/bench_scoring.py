@@ -6,7 +6,8 @@ On one pool of 8-step solutions, in one run, it measures tokens per second of
               tokenize -> forward -> database write, the reads and writes beside the forward,
               as the current version (its scores handed down to the pool as they are written),
   per_prefix  the slow loop of one forward per step prefix,
-(tokens = the tokens of the scored solutions, the same count for all three), the time to
+(tokens = the tokens of the scored solutions, the same count for all three), the seconds of
+each stage of one rescore of the pool (read, tokenize, forward, write; each timed alone), the time to
 rescore a pool of --pool-size solutions with the tiny test model, and the latency (p50/p95)
 of POST /api/score with 1 and 16 items, computed by the running ml worker as in production
 (start one first: `celery -A config worker -Q ml`). With --workers, the rescore rate of the
@@ -98,6 +99,7 @@ def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per
         "e2e_tokens_per_s": round(tokens / min(e2e), 1),
         "e2e_over_bare": round(min(bare) / min(e2e), 3),
     }
+    rates["stage_seconds"] = stage_seconds(version, ids, model)
     if per_prefix:
         subset = max(1, len(ids) // 8)
         sub_tokens = model.count_tokens(encoded[:subset])
@@ -105,6 +107,23 @@ def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per
         rates["per_prefix_tokens_per_s"] = round(sub_tokens / seconds, 1)
         rates["one_pass_over_per_prefix"] = round(rates["bare_tokens_per_s"] / rates["per_prefix_tokens_per_s"], 2)
     return rates
+
+
+def stage_seconds(version: ModelVersion, ids: list[int], model) -> dict[str, float]:
+    """Where a rescore of the pool in one batch spends its time, each stage timed alone: what
+    the e2e rate pays beyond the forward (on a CPU, every stage but the forward takes its cores)."""
+    SolutionScore.objects.filter(model_version=version).delete()
+    StepScore.objects.filter(model_version=version).delete()
+    read = timed(lambda: scores.read_items(ids))
+    solution_ids, step_ids, items = scores.read_items(ids)
+    tokenize = timed(lambda: model.encode_many(items))
+    encoded = model.encode_many(items)
+    results: list = []
+    forward = timed(lambda: results.extend(model.probabilities_for_encoded(encoded)), device=model.device)
+    write = timed(lambda: scores.write_scores(model_version=version, solution_ids=solution_ids, step_ids=step_ids,
+                                              results=results))
+    return {name: round(seconds, 3) for name, seconds in
+            (("read", read), ("tokenize", tokenize), ("forward", forward), ("write", write))}
 
 
 def rescore_pool(version: ModelVersion, ids: list[int], model) -> None:
