@@ -54,3 +54,14 @@ def test_a_lookup_by_a_foreign_key_still_has_an_index_to_use():
               "scoring_solutionscore": "solution_id"}
     for table, column in needed.items():
         assert any(columns[0] == column for columns, _ in indexed_columns(table).values()), table
+
+
+@pytest.mark.postgresql
+def test_no_text_column_keeps_an_index_only_a_like_lookup_uses():
+    """Django adds a pattern-ops index beside an indexed text column for LIKE 'prefix%'; no
+    Stepwise query makes one (startswith, contains), so it would only be written."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                       "AND indexdef LIKE '%%_pattern_ops%%' AND (tablename LIKE 'annotate\\_%%' "
+                       "OR tablename LIKE 'scoring\\_%%')")
+        assert cursor.fetchall() == []
