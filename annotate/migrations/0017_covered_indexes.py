@@ -19,22 +19,6 @@ COVERED = {
     "annotate_step_solution_id_b1d8c544": ("annotate_step", "solution_id"),
     "annotate_steplabel_annotation_id_709b6f9f": ("annotate_steplabel", "annotation_id"),
 }
-# PostgreSQL only: the LIKE index Django makes beside a text field's own.
-LIKE = {"annotate_queueitem_status_990ceefc_like": ("annotate_queueitem", "status")}
-
-
-def drop_covered(apps, schema_editor):
-    for name in [*COVERED, *LIKE]:
-        schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")
-
-
-def restore_covered(apps, schema_editor):
-    q = schema_editor.quote_name
-    for name, (table, column) in COVERED.items():
-        schema_editor.execute(f"CREATE INDEX {q(name)} ON {q(table)} ({q(column)})")
-    if schema_editor.connection.vendor == "postgresql":
-        for name, (table, column) in LIKE.items():
-            schema_editor.execute(f"CREATE INDEX {q(name)} ON {q(table)} ({q(column)} varchar_pattern_ops)")
 
 
 class Migration(migrations.Migration):
@@ -46,7 +30,11 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.SeparateDatabaseAndState(
-            database_operations=[migrations.RunPython(drop_covered, restore_covered)],
+            database_operations=[migrations.RunSQL(
+                sql=[f'DROP INDEX IF EXISTS "{name}"' for name in COVERED],
+                reverse_sql=[f'CREATE INDEX "{name}" ON "{table}" ("{column}")'
+                             for name, (table, column) in COVERED.items()],
+            )],
             state_operations=[
                 migrations.AlterField(
                     model_name='annotation',

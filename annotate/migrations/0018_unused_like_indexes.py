@@ -12,6 +12,7 @@ UNUSED = [
     "annotate_problem_content_hash_3221766b_like",
     "annotate_problem_source_a8b24984_like",
     "annotate_problem_split_aba09b00_like",
+    "annotate_queueitem_status_990ceefc_like",
     "annotate_solution_content_hash_58775112_like",
     "annotate_solution_generator_35d840ce_like",
     "annotate_solution_source_744303e3_like",
