@@ -114,14 +114,14 @@ def stage_seconds(version: ModelVersion, ids: list[int], model) -> dict[str, flo
     the e2e rate pays beyond the forward (on a CPU, every stage but the forward takes its cores)."""
     SolutionScore.objects.filter(model_version=version).delete()
     StepScore.objects.filter(model_version=version).delete()
-    read = timed(lambda: scores.read_items(ids))
-    solution_ids, step_ids, items = scores.read_items(ids)
-    tokenize = timed(lambda: model.encode_many(items))
-    encoded = model.encode_many(items)
-    results: list = []
-    forward = timed(lambda: results.extend(model.probabilities_for_encoded(encoded)), device=model.device)
+    made: dict = {}  # what each stage hands the next, kept as it is timed
+    read = timed(lambda: made.update(read=scores.read_items(ids)))
+    solution_ids, step_ids, items = made["read"]
+    tokenize = timed(lambda: made.update(encoded=model.encode_many(items)))
+    forward = timed(lambda: made.update(results=model.probabilities_for_encoded(made["encoded"])),
+                    device=model.device)
     write = timed(lambda: scores.write_scores(model_version=version, solution_ids=solution_ids, step_ids=step_ids,
-                                              results=results))
+                                              results=made["results"]))
     return {name: round(seconds, 3) for name, seconds in
             (("read", read), ("tokenize", tokenize), ("forward", forward), ("write", write))}
 
