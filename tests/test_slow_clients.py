@@ -21,6 +21,7 @@ from bench.loadtest import NEXT, Annotator, Server, percentile
 from infra.web_front import WholeRequestFront
 from tests.conftest import _test_database_url
 from tests.factories import SolutionFactory, user_with_role
+from tests.load import page_bound_under_load
 
 HOSTILE = 64
 PASSWORD = "pass-for-tests"
@@ -112,8 +113,9 @@ def test_login_and_next_task_stay_fast_while_128_slow_clients_hold_connections(w
     base = f"http://127.0.0.1:{port}"
     usernames = [user.username for user in work_to_claim]
     # Each server process loads templates and opens its database connection on its first
-    # requests: measured is the site after that, as users meet it.
+    # requests: measured is the site after that, as users meet it, beside its pages alone.
     timed_logins_and_claims(base, usernames[:4], seconds=0)
+    logins_alone, claims_alone = timed_logins_and_claims(base, usernames[4:], seconds=0)
     slow_headers = SlowSockets(port, b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", HOSTILE)
     slow_bodies = SlowSockets(port, b"POST /label/next HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                     b"Content-Type: application/x-www-form-urlencoded\r\n"
@@ -128,8 +130,11 @@ def test_login_and_next_task_stay_fast_while_128_slow_clients_hold_connections(w
     assert (open_headers, open_bodies) == (HOSTILE, HOSTILE), "the hostile sockets were not held throughout"
     assert len(claims) >= 3 * len(usernames)
     login_p95, claim_p95 = percentile(logins, 95), percentile(claims, 95)
-    assert login_p95 < 1000 and claim_p95 < 1000, (
-        f"login p95 {login_p95:.0f} ms, next task p95 {claim_p95:.0f} ms\n{log.read_text()[-2000:]}")
+    login_alone, claim_alone = percentile(logins_alone, 95), percentile(claims_alone, 95)
+    assert (login_p95 < 1000 * page_bound_under_load(login_alone / 1000)
+            and claim_p95 < 1000 * page_bound_under_load(claim_alone / 1000)), (
+        f"login p95 {login_p95:.0f} ms (alone {login_alone:.0f}), next task p95 {claim_p95:.0f} ms "
+        f"(alone {claim_alone:.0f})\n{log.read_text()[-2000:]}")
     assert '"POST /label/next HTTP/1.1" 200' in log.read_text()  # the access log names each request
 
 
