@@ -27,6 +27,17 @@ def _fresh_process_memos():
     forget_all()
 
 
+@pytest.fixture(autouse=True)
+def _no_job_beaten_after_its_test():
+    """A job a test ran in this process and left unfinished (as a killed worker would) is let go
+    when the test ends, as celery's task_postrun lets go a task's: else the heartbeat thread
+    writes to it in a later test, whose database may be another or closed to it."""
+    from annotate.models.jobs import heartbeats
+
+    yield
+    heartbeats.release_all()
+
+
 @pytest.fixture
 def annotator(db):
     return user_with_role("ann", "annotator")

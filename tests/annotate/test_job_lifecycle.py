@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from annotate.models import ExportJob, ImportJob, Step
-from annotate.models.jobs import JobState, heartbeats, holder_is_dead, this_worker
+from annotate.models.jobs import JobState, holder_is_dead, this_worker
 from annotate.pool import recovery
 from tests.conftest import wait_for
 from tests.test_recovery import lose_broker_messages
@@ -25,7 +25,6 @@ DEAD = f"{socket.gethostname()}:999999999"  # no such process
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
     yield
-    heartbeats.release_all()
     lose_broker_messages()  # the reconciler's messages: no worker here to run them
 
 
