@@ -373,6 +373,11 @@ def test_htmx_posts_without_the_csrf_token_are_refused(annotator, task):
     response = client.post(reverse("annotate:label-rate", args=[task.pk]), data, HTTP_X_CSRFTOKEN=token, **HTMX)
     assert response.status_code == 200
     assert 'hx-headers=\'{"X-CSRFToken": "' in page.content.decode()
+    # A rating's answer carries no token of its own (nor a new cookie): the page's goes on working.
+    assert "csrfmiddlewaretoken" not in response.content.decode() and "csrftoken" not in response.cookies
+    data = {"index": 1, "rating": 1}
+    response = client.post(reverse("annotate:label-rate", args=[task.pk]), data, HTTP_X_CSRFTOKEN=token, **HTMX)
+    assert response.status_code == 200 and tasks.task_view(task).steps[1].rating == 1
 
 
 def test_imported_script_tags_are_escaped_everywhere(annotator, reviewer):

@@ -1,4 +1,4 @@
-"""The labeling page in a real Chromium: keyboard only, stop at first error, give up, reload, two people."""
+"""The labeling page in a real Chromium: keyboard only, clicks, stop at first error, give up, reload, two people."""
 import re
 import time
 
@@ -96,6 +96,22 @@ def test_keyboard_only_labeling_of_a_whole_solution(new_page, live_server, pool,
     assert StepLabel.objects.get(annotation=task, index=2).completions.get().flagged is True
     assert task.total_time_ms and task.total_time_ms > 0
     assert QueueItem.objects.get(pk=task.queue_item_id).status == QueueItem.Status.DONE
+
+
+def test_clicks_on_rows_a_rating_swapped_in_are_saved(new_page, live_server, pool):
+    """Each rating's answer redraws the next row (unlocked now) with forms that carry no token of
+    their own: their posts go through htmx, with the page's."""
+    user_with_role("ash", "annotator")
+    page = new_page()
+    log_in(page, live_server, "ash")
+    task = start_labeling(page, live_server)
+    for index, face in enumerate(["good", "neutral", "good"]):
+        page.click(f"#step-{index} .face.{face}")
+        wait_rating(page, index, {"good": 1, "neutral": 0}[face])
+    page.click("#step-1 .flag-button")
+    page.locator("#step-1 .flag-button.on").wait_for()
+    assert ratings(task)[:3] == [1, 0, 1]
+    assert StepLabel.objects.get(annotation=task, index=1).completions.get().flagged is True
 
 
 def test_stop_at_first_error_greys_the_rest_and_submits_found_error(new_page, live_server, pool):
