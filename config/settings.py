@@ -97,7 +97,8 @@ TEMPLATES = [
         "BACKEND": "django.template.backends.jinja2.Jinja2",
         "DIRS": [BASE_DIR / "templates" / "jinja2"],
         "APP_DIRS": False,
-        "OPTIONS": {"environment": "annotate.web.jinja.environment"},
+        "OPTIONS": {"environment": "annotate.web.jinja.environment",
+                    "context_processors": ["annotate.web.jinja.one_csrf_token"]},
     },
 ]
 

@@ -380,6 +380,17 @@ def test_htmx_posts_without_the_csrf_token_are_refused(annotator, task):
     assert response.status_code == 200 and tasks.task_view(task).steps[1].rating == 1
 
 
+def test_a_task_page_carries_one_csrf_token_and_a_form_posting_it_is_accepted(annotator, task):
+    client = client_for(annotator, enforce_csrf_checks=True)
+    page = client.get(reverse("annotate:label-task", args=[task.pk])).content.decode()
+    in_forms = re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    in_headers = re.findall(r'"X-CSRFToken": "([^"]+)"', page)
+    assert len(in_forms) > 3 and len(set(in_forms + in_headers)) == 1
+    posted = client.post(reverse("annotate:label-flag", args=[task.pk]),
+                         {"index": 0, "flagged": "1", "csrfmiddlewaretoken": in_forms[0]})
+    assert posted.status_code == 302 and tasks.task_view(task).steps[0].flagged
+
+
 def test_imported_script_tags_are_escaped_everywhere(annotator, reviewer):
     problem = ProblemFactory(statement="<script>alert('p')</script> What is $1+1$?", ground_truth_answer="<b>2</b>")
     solution = SolutionFactory(problem=problem, steps=["<script>alert('s')</script>", "<img src=x onerror=alert(1)>"])
