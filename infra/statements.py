@@ -188,7 +188,11 @@ class RowWrites:
     one round trip instead of three. Values for one row are merged into one UPDATE (PostgreSQL
     leaves two updates of a row in one statement unpredictable); each row's auto_now fields are
     set to the time of the write, so `update(model, pk)` alone marks a row changed. As a context
-    manager it writes what it gathered when its block ends without an error."""
+    manager it writes what it gathered when its block ends without an error.
+
+    `write(if_version=...)` writes only while one of the rows is still as it was read, without a
+    transaction or a lock: optimistic concurrency, on PostgreSQL, whose every update of a row gives
+    it a new `xmin` (read as text, e.g. `RawSQL('"table"."xmin"::text')`)."""
 
     def __init__(self):
         self._rows: dict[tuple[type[Model], int], dict] = {}
@@ -207,20 +211,40 @@ class RowWrites:
     def update(self, model: type[Model], pk: int, **values) -> None:
         self._rows.setdefault((model, pk), {}).update(values)
 
-    def write(self) -> None:
+    def write(self, *, if_version: tuple[type[Model], int, str] | None = None) -> bool:
+        """Write what is gathered; whether it was written. With `if_version` (model, pk, the xmin
+        read), all of it in one statement that applies only if that row, which must be among the
+        gathered, still has that xmin: none of it when another change of the row came in between."""
         gathered, self._rows = self._rows, {}
         now = timezone.now()
         rows = {key: values for key, given in gathered.items() if (values := {**auto_now_values(key[0], now), **given})}
         connection = connections[DEFAULT_DB_ALIAS]
+        if if_version is not None:
+            return _write_if_version(rows, if_version, connection)
         if connection.vendor != "postgresql" or len(rows) < 2:
             with connection.cursor() as cursor:
                 for (model, pk), values in rows.items():
                     cursor.execute(_update_sql(model, tuple(values)), [*_prepared(model, values, connection), pk])
-            return
+            return True
         shape = tuple((model, tuple(values)) for (model, _), values in rows.items())
         params = [p for (model, pk), values in rows.items() for p in (*_prepared(model, values, connection), pk)]
         with connection.cursor() as cursor:
             cursor.execute(_updates_sql(shape), params)
+        return True
+
+
+def _write_if_version(rows: dict[tuple[type[Model], int], dict], version: tuple[type[Model], int, str],
+                      connection) -> bool:
+    if connection.vendor != "postgresql":
+        raise NotImplementedError("a row's version (xmin) is PostgreSQL's: write under a lock elsewhere")
+    model, pk, xmin = version
+    ordered = [((model, pk), rows.pop((model, pk))), *rows.items()]  # The versioned row first (KeyError: not gathered).
+    shape = tuple((m, tuple(values)) for (m, _), values in ordered)
+    params = [p for (m, key), values in ordered for p in (*_prepared(m, values, connection), key)]
+    params.insert(len(ordered[0][1]) + 1, xmin)  # right after the versioned row's key
+    with connection.cursor() as cursor:
+        cursor.execute(_versioned_updates_sql(shape), params)
+        return cursor.fetchone()[0] == 1
 
 
 def lock_row(model: type[Model], pk: int) -> None:
@@ -287,3 +311,14 @@ def _insert_sql(model: type[Model], count: int, vendor: str) -> str:
 def _updates_sql(shape: tuple[tuple[type[Model], tuple[str, ...]], ...]) -> str:
     *first, last = (_update_sql(model, names) for model, names in shape)
     return "WITH " + ", ".join(f"w{i} AS ({sql})" for i, sql in enumerate(first)) + " " + last
+
+
+@lru_cache(maxsize=64)
+def _versioned_updates_sql(shape: tuple[tuple[type[Model], tuple[str, ...]], ...]) -> str:
+    """The first row's UPDATE if its xmin is as given; the others' only if that one was made.
+    Under a concurrent change of that row, PostgreSQL waits for it to commit, then checks the
+    condition against the row as changed (READ COMMITTED), so its new xmin fails it."""
+    (model, names), *others = shape
+    updates = [f"v AS ({_update_sql(model, names)} AND xmin = %s::xid RETURNING 1)"]
+    updates += [f"w{i} AS ({_update_sql(m, n)} AND EXISTS (SELECT 1 FROM v))" for i, (m, n) in enumerate(others)]
+    return "WITH " + ", ".join(updates) + " SELECT count(*) FROM v"

@@ -222,3 +222,28 @@ def test_row_writes_as_a_block_write_when_it_ends_and_not_after_an_error(labeled
     with statements.RowWrites() as writes:
         writes.update(Completion, completion.pk, rating=1)
     assert Completion.objects.get(pk=completion.pk).rating == 1
+
+
+def xmin_of(annotation) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute('SELECT xmin::text FROM "annotate_annotation" WHERE id = %s', [annotation.pk])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)  # so that each write has a transaction, and an xmin, of its own
+def test_row_writes_if_a_version_write_all_rows_while_it_holds_and_none_after_a_change(labeled):
+    completion = Completion.objects.get(step_label__annotation=labeled, step_label__index=2)
+    version = xmin_of(labeled)
+    Annotation.objects.filter(pk=labeled.pk).update(total_time_ms=1)  # another change of the row
+    writes = statements.RowWrites()
+    writes.update(Completion, completion.pk, rating=1)
+    writes.update(Annotation, labeled.pk, total_time_ms=2)
+    assert writes.write(if_version=(Annotation, labeled.pk, version)) is False
+    assert (Completion.objects.get(pk=completion.pk).rating, Annotation.objects.get(pk=labeled.pk).total_time_ms) \
+        == (None, 1)
+    writes.update(Completion, completion.pk, rating=1)
+    writes.update(Annotation, labeled.pk, total_time_ms=2)
+    assert writes.write(if_version=(Annotation, labeled.pk, xmin_of(labeled))) is True
+    assert (Completion.objects.get(pk=completion.pk).rating, Annotation.objects.get(pk=labeled.pk).total_time_ms) \
+        == (1, 2)

@@ -1,9 +1,9 @@
 """Labeling one solution: rate, flag, undo, correct, write a step, submit.
 
 Every action is saved at once and says what the state should be (rate step 3 as +1,
-flag step 2 on), never "toggle": a repeated POST changes nothing. Each reads the task under
-its lock, which finds only the annotator's own, before it judges the input, and writes what
-it changes together (annotate.labeling.rows); once submitted, an annotation is frozen and
+flag step 2 on), never "toggle": a repeated POST changes nothing. Each reads the task, which
+finds only the annotator's own, before it judges the input, and writes what it changes together,
+as of that read or not at all (annotate.labeling.rows); once submitted, an annotation is frozen and
 every change raises AlreadySubmitted (HTTP 409). Each may carry a report of active time
 (annotate.labeling.timing), stored with its writes.
 """
@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from annotate.labeling import assistance, queue_items, queueing, tasks, verdicts
 from annotate.labeling.refusals import LabelingError
-from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, Change, change
+from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, Change, act, change
 from annotate.labeling.tasks import Task
 from annotate.labeling.timing import ActiveTime, store_times
 from annotate.models import Annotation, Assistance, Completion, FinishReason, LabelingConfig, StepLabel
@@ -32,11 +32,12 @@ _HUMAN = {"rating": None, "flagged": False, "source": "human", "corrected_rating
 def rate(*, annotation: AnnotationOrRef, index: int, rating: int, times: ActiveTime | None = None) -> Task:
     """Rate step `index` -1, 0 or +1 (a rated step may be corrected in place); returns the task now.
 
-    The hot path of labeling: the rows read under the lock, changed as the writes changed
-    them, are the task it returns, so answering with the task costs no second read.
+    The hot path of labeling: the rows as read, changed as the writes change them, are the task
+    it returns, so answering with the task costs no second read.
     """
     config = LabelingConfig.get()
-    with transaction.atomic(), change(annotation, config) as read:
+
+    def rate_step(read: Change) -> Task:
         if rating not in RATINGS:
             raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
         _check_reachable(read.ratings, index, config)
@@ -48,7 +49,9 @@ def rate(*, annotation: AnnotationOrRef, index: int, rating: int, times: ActiveT
             read.writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
         seen, suggestion = _assisted(read, config, index, rating)
         stored = store_times(read, times)
-    return _rated(read, config, index, rating, clear_rewrite, stored, seen, suggestion)
+        return _rated(read, config, index, rating, clear_rewrite, stored, seen, suggestion)
+
+    return act(annotation, config, rate_step)
 
 
 def _assisted(read: Change, config: LabelingConfig, index: int,
@@ -97,15 +100,19 @@ def _changed_steps(before: Task, after: Task) -> set[int]:
 def flag(*, annotation: AnnotationOrRef, index: int, flagged: bool, times: ActiveTime | None = None) -> None:
     """Mark step `index` as unsure (or not)."""
     config = LabelingConfig.get()
-    with transaction.atomic(), change(annotation, config) as read:
+
+    def flag_step(read: Change) -> None:
         _check_reachable(read.ratings, index, config)
         read.writes.update(Completion, read.completion_ids[index], flagged=flagged)
         store_times(read, times)
 
+    act(annotation, config, flag_step)
+
 
 def undo(*, annotation: AnnotationOrRef, index: int, times: ActiveTime | None = None) -> None:
     """Clear the rating of step `index`, the last rated one (no-op if already clear)."""
-    with transaction.atomic(), change(annotation, LabelingConfig.get()) as read:
+
+    def undo_step(read: Change) -> None:
         ratings = read.ratings
         if not 0 <= index < len(ratings):
             raise LabelingError(f"step {index + 1} does not exist")
@@ -115,12 +122,15 @@ def undo(*, annotation: AnnotationOrRef, index: int, times: ActiveTime | None = 
         read.writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
         store_times(read, times)
 
+    act(annotation, LabelingConfig.get(), undo_step)
+
 
 def write_completion(*, annotation: AnnotationOrRef, index: int, text: str, times: ActiveTime | None = None) -> None:
     """After a -1, write the step as it should have been (PRM800K `human_completion`)."""
     config = LabelingConfig.get()
     text = (text or "").strip()
-    with transaction.atomic(), change(annotation, config) as read:
+
+    def rewrite_step(read: Change) -> None:
         if not config.allow_human_completion:
             raise LabelingError("this project does not collect human completions")
         if not text or len(text) > MAX_COMPLETION_CHARS:
@@ -130,6 +140,8 @@ def write_completion(*, annotation: AnnotationOrRef, index: int, text: str, time
             raise LabelingError(f"step {index + 1} is not rated -1: only a wrong step can be rewritten")
         read.writes.update(StepLabel, read.step_label_ids[index], human_completion={"text": text, **_HUMAN})
         store_times(read, times)
+
+    act(annotation, config, rewrite_step)
 
 
 def _check_reachable(ratings: list[int | None], index: int, config: LabelingConfig) -> None:

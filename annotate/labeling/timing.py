@@ -10,8 +10,6 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Case, IntegerField, Value, When
 from django.utils import timezone
 
 from annotate.labeling import rows
@@ -65,8 +63,7 @@ def heartbeat_allowed(*, user_id: int) -> bool:
 
 def record_time(*, annotation: rows.AnnotationOrRef, times: ActiveTime) -> None:
     """Store a report of active time (heartbeats) and keep the lease."""
-    with transaction.atomic(), rows.change(annotation, LabelingConfig.get()) as change:
-        store_times(change, times)
+    rows.act(annotation, LabelingConfig.get(), lambda change: store_times(change, times))
 
 
 def store_times(change: rows.Change, times: ActiveTime | None) -> ActiveTime | None:
@@ -84,7 +81,7 @@ def store_times(change: rows.Change, times: ActiveTime | None) -> ActiveTime | N
     offered = {index: min(ms, ceiling) for index, ms in times.steps.items()}
     stored = change.stored_times()
     if not offered.keys() <= stored.keys():
-        # Raised inside the caller's transaction, so nothing of this report is kept.
+        # Raised before the action's writes are made, so nothing of this report is kept.
         raise LabelingError("step_ms: every index must be a step of this solution")
     _write_step_times({stored[index][0]: ms for index, ms in offered.items() if ms > stored[index][1]}, change)
     return ActiveTime(max(total, annotation.total_time_ms or 0),
@@ -92,12 +89,8 @@ def store_times(change: rows.Change, times: ActiveTime | None) -> ActiveTime | N
 
 
 def _write_step_times(grown: dict[int, int], change: rows.Change) -> None:
-    """StepLabel id -> its new time, in one statement whatever the number of steps a report
-    names (a heartbeat after a pause may name many). One step, a rating's usual case, goes
-    with the action's other writes, without the ORM building a CASE."""
-    if len(grown) == 1:
-        change.writes.update(StepLabel, *grown, time_ms=next(iter(grown.values())))
-    elif grown:
-        StepLabel.objects.filter(pk__in=grown).update(time_ms=Case(
-            *(When(pk=pk, then=Value(ms)) for pk, ms in grown.items()), output_field=IntegerField()
-        ))
+    """StepLabel id -> its new time, among the action's writes: made with its other writes, in
+    one statement on PostgreSQL, however many steps a report names (a heartbeat after a pause
+    may name many)."""
+    for pk, ms in grown.items():
+        change.writes.update(StepLabel, pk, time_ms=ms)

@@ -1,4 +1,6 @@
-"""Many annotators claiming at the same instant on PostgreSQL: never one solution twice."""
+"""Many annotators claiming at the same instant on PostgreSQL: never one solution twice. One
+task's actions racing each other (a double click, a second tab): never a change made against a
+task that changed since it was read."""
 import threading
 import time
 from collections import Counter
@@ -7,8 +9,9 @@ import pytest
 from django.db import connections, transaction
 
 from annotate.labeling import actions as labeling
-from annotate.labeling import queueing
-from annotate.models import Annotation, LabelingConfig, QueueItem
+from annotate.labeling import queueing, rows
+from annotate.labeling.refusals import AlreadySubmitted, Conflict, LabelingError
+from annotate.models import Annotation, Completion, LabelingConfig, QueueItem
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql]
@@ -125,3 +128,67 @@ def test_a_claim_from_another_tab_during_a_submit_and_claim_neither_deadlocks_no
     assert reason == "solution" and following is not None and following != task
     assert list(Annotation.objects.in_progress().filter(annotator=user)) == [following]
 
+
+
+def a_task(steps=("a", "b", "c")) -> Annotation:
+    SolutionFactory(steps=list(steps))
+    queueing.ensure_default_queue()
+    return queueing.claim_next(annotator=user_with_role("tabs", "annotator"))
+
+
+def between_read_and_write(monkeypatch, change, *, times: int = 1) -> None:
+    """Make `change` (another request, committed) land between the next actions' reads of their
+    task and their writes, `times` times."""
+    opened, left, inside = rows._opened, [times], []
+
+    def opened_then_changed(*args):
+        read = opened(*args)
+        if left[0] and not inside:
+            left[0] -= 1
+            inside.append(True)
+            try:
+                change()
+            finally:
+                inside.pop()
+        return read
+
+    monkeypatch.setattr(rows, "_opened", opened_then_changed)
+
+
+def stored(task, field="rating") -> list:
+    return list(Completion.objects.filter(step_label__annotation=task).order_by("step_label__index")
+                .values_list(field, flat=True))
+
+
+def test_an_undo_read_before_another_tab_rated_the_next_step_is_judged_again_and_refused(monkeypatch):
+    task = a_task()
+    labeling.rate(annotation=task, index=0, rating=1)
+    between_read_and_write(monkeypatch, lambda: labeling.rate(annotation=task, index=1, rating=1))
+    with pytest.raises(LabelingError, match="only the last rated step"):
+        labeling.undo(annotation=task, index=0)
+    assert stored(task) == [1, 1, None]  # not [None, 1, None]: a rated step after an unrated one
+
+
+def test_a_rating_read_before_another_tabs_rating_is_made_again_and_answers_with_both(monkeypatch):
+    task = a_task()
+    labeling.rate(annotation=task, index=0, rating=1)
+    between_read_and_write(monkeypatch, lambda: labeling.rate(annotation=task, index=1, rating=1))
+    answer = labeling.rate(annotation=task, index=0, rating=0)
+    assert [step.rating for step in answer.steps] == [0, 1, None] == stored(task)
+
+
+def test_a_rating_read_before_the_task_was_submitted_is_refused_and_leaves_the_labels_as_submitted(monkeypatch):
+    task = a_task(steps=("a",))
+    labeling.rate(annotation=task, index=0, rating=1)
+    between_read_and_write(monkeypatch, lambda: labeling.submit(annotation=task))
+    with pytest.raises(AlreadySubmitted):
+        labeling.rate(annotation=task, index=0, rating=-1)
+    assert stored(task) == [1]
+
+
+def test_an_action_whose_task_changes_after_every_read_gives_up_without_writing(monkeypatch):
+    task = a_task()
+    between_read_and_write(monkeypatch, lambda: labeling.flag(annotation=task, index=0, flagged=False), times=99)
+    with pytest.raises(Conflict):
+        labeling.flag(annotation=task, index=0, flagged=True)
+    assert stored(task, "flagged") == [False, None, None]

@@ -48,12 +48,12 @@ def step_times(task) -> list:
 
 
 @pytest.mark.django_db
-def test_step_times_are_written_in_one_statement(annotator, task):
+def test_step_times_are_written_with_the_total_in_one_statement_on_postgresql(annotator, task):
     with CaptureQueriesContext(connection) as queries:
         assert beat(annotator, task, total_ms=3000, step_ms="0:1000,1:1500,2:500").status_code == 204
-    step_updates = [q["sql"] for q in queries.captured_queries
-                    if q["sql"].startswith('UPDATE "annotate_steplabel"')]
-    assert len(step_updates) == 1
+    writes = [q["sql"] for q in queries.captured_queries
+              if q["sql"].startswith(("UPDATE", "WITH")) and '"annotate_steplabel"' in q["sql"]]
+    assert len(writes) == (1 if connection.vendor == "postgresql" else 3)  # elsewhere one per row
     assert step_times(task) == [1000, 1500, 500]
 
 
