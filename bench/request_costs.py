@@ -3,7 +3,8 @@
 Wall-clock latency on a shared machine is mostly time spent waiting for a CPU, so changes to
 the request path are judged here by what does not depend on the load: SQL statements (Django's
 CaptureQueriesContext), CPU milliseconds of this process (`time.process_time`, which counts the
-ORM, the middleware and the templates but not PostgreSQL's own work) and bytes answered. It
+ORM, the middleware and the templates; on PostgreSQL on this machine, its backend's CPU is
+reported apart, over the whole run) and bytes answered. It
 drives the same workflow as `loadtest.Annotator` — claim, rate every step as htmx does, submit
 (answered with the next task) — through Django's test client, so every middleware and the session
 and CSRF machinery run as under gunicorn.
@@ -15,13 +16,17 @@ import pstats
 import re
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from urllib.parse import urlencode
 
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from annotate.labeling import rows
 from bench import loadtest
 
 CLAIM, RATE, SUBMIT = "claim POST", "rating save", "submit + next task"
@@ -87,6 +92,9 @@ def layer_of(filename: str) -> str:
 class Costs:
     endpoints: dict[str, Cost] = field(default_factory=dict)
     tasks: int = 0
+    database_cpu_s: float | None = None  # the PostgreSQL backend's, where it runs on this machine
+    # With compare_paths: path -> [ratings, Django CPU s, PostgreSQL CPU s] of its tasks' ratings.
+    paths: dict[str, list[float]] = field(default_factory=dict)
     # With profile=True: seconds of own time per (endpoint, layer), under cProfile.
     layers: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
 
@@ -105,10 +113,30 @@ class Costs:
                 sum(c.cpu_s for c in total) * 1000 / n)
 
 
-def measure(*, user, tasks: int, profile: bool = False) -> Costs:
+# The two ways an action can reach its task on PostgreSQL, compared task by task in one process:
+# the versioned write without a transaction (rows.act), and the locked transaction that SQLite's
+# actions take (rows.change), which rows.act takes where the connection is not PostgreSQL's.
+VERSIONED, LOCKED = "versioned write", "locked transaction"
+
+
+@contextmanager
+def _action_path(path: str | None) -> Iterator[None]:
+    if path != LOCKED:
+        yield
+        return
+    real = rows.connection
+    rows.connection = SimpleNamespace(vendor="postgresql, taken as another")  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        rows.connection = real
+
+
+def measure(*, user, tasks: int, profile: bool = False, compare_paths: bool = False) -> Costs:
     """Label up to `tasks` tasks as `user` (an annotator) and return what each request cost; with
     `profile`, also where its CPU went by layer (cProfile slows every call, so the layers' shares
-    mean something, not their sum)."""
+    mean something, not their sum); with `compare_paths`, every other task's actions take the
+    locked transaction, and each path's ratings' CPU is kept apart."""
     client = Client(SERVER_NAME="localhost")  # in ALLOWED_HOSTS with DEBUG off, unlike "testserver"
     client.force_login(user)
     costs = Costs()
@@ -117,6 +145,7 @@ def measure(*, user, tasks: int, profile: bool = False) -> Costs:
 
     def timed(name: str, method, path: str, **kwargs):
         profiler = cProfile.Profile(time.process_time) if profile else None  # CPU, not waits on the database
+        connection.queries_log.clear()  # A full log (9,000 statements) would count none of a request's.
         with CaptureQueriesContext(connection) as queries:
             started = time.process_time()
             if profiler:
@@ -131,6 +160,8 @@ def measure(*, user, tasks: int, profile: bool = False) -> Costs:
                 costs.layers[name, layer] += seconds
         return response
 
+    backend = _backend_pid()
+    database_before = loadtest.cpu_seconds(backend) if backend else None
     page = timed(CLAIM, client.post, "/label/next")  # Then each submit answers with the next task.
     for _ in range(tasks):
         found = _ANNOTATION.search(page.content.decode())
@@ -139,13 +170,33 @@ def measure(*, user, tasks: int, profile: bool = False) -> Costs:
         pk = found.group(1)
         clock = loadtest.ActiveClock()
         steps = len(_STEP.findall(page.content.decode()))
-        for index in range(steps):
-            timed(RATE, client.post, f"/label/{pk}/rate", **form({"index": index, "rating": 1, **clock.report(index)}),
-                  **htmx)
+        path = (VERSIONED, LOCKED)[costs.tasks % 2] if compare_paths and backend else None
+        started, database_started = time.process_time(), loadtest.cpu_seconds(backend) if backend else 0.0
+        with _action_path(path):
+            for index in range(steps):
+                timed(RATE, client.post, f"/label/{pk}/rate",
+                      **form({"index": index, "rating": 1, **clock.report(index)}), **htmx)
+        if path:
+            spent = costs.paths.setdefault(path, [0, 0.0, 0.0])
+            spent[0] += steps
+            spent[1] += time.process_time() - started
+            spent[2] += loadtest.cpu_seconds(backend) - database_started
         page = timed(SUBMIT, client.post, f"/label/{pk}/submit", **form(clock.report(steps - 1)), **htmx)
         if page.status_code == 200:
             costs.tasks += 1
+    if backend and database_before is not None:
+        costs.database_cpu_s = loadtest.cpu_seconds(backend) - database_before
     return costs
+
+
+def _backend_pid() -> int | None:
+    """The pid of this connection's PostgreSQL backend, if it is a process of this machine."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    return pid if loadtest.cpu_seconds(pid) else None
 
 
 def form(fields: dict) -> dict:
@@ -164,9 +215,29 @@ def report(costs: Costs) -> list[str]:
             lines.append(f"  {name:<18} {cost.requests:>8} {queries:>8.1f} {cpu_ms:>10.2f} {size:>10,.0f}")
     requests, queries, cpu_ms = costs.per_task()
     lines.append(f"  per labeled task ({costs.tasks}): {requests:.1f} requests, {queries:.1f} SQL statements, "
-                 f"{cpu_ms:.1f} ms of Django CPU (in-process, PostgreSQL's own CPU not included)")
+                 f"{cpu_ms:.1f} ms of Django CPU (in-process)")
+    if costs.database_cpu_s is not None:
+        database_ms = costs.database_cpu_s * 1000 / max(1, costs.tasks)
+        lines.append(f"  PostgreSQL's backend: {database_ms:.1f} ms of CPU per labeled task; "
+                     f"with Django's, {cpu_ms + database_ms:.1f} ms")
+    if costs.paths:
+        lines += paths_report(costs)
     if costs.layers:
         lines += layer_report(costs)
+    return lines
+
+
+def paths_report(costs: Costs) -> list[str]:
+    """Each path's CPU per rating, Django's and PostgreSQL's backend's, and their ratio."""
+    per_rating = {path: (n, django / n * 1000, database / n * 1000)
+                  for path, (n, django, database) in costs.paths.items()}
+    lines = ["  ratings by path, every other task:"]
+    for path, (n, django, database) in per_rating.items():
+        lines.append(f"    {path:<20} {int(n):>6} ratings: {django:.2f} ms Django + {database:.2f} ms PostgreSQL "
+                     f"= {django + database:.2f} ms of CPU per rating")
+    if len(per_rating) == 2:
+        versioned, locked = (sum(per_rating[p][1:]) for p in (VERSIONED, LOCKED))
+        lines.append(f"    {VERSIONED} / {LOCKED}: {versioned / locked:.2f}")
     return lines
 
 

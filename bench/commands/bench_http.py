@@ -58,9 +58,13 @@ class Command(BaseCommand):
                                  "statements, CPU ms and bytes per request (figures the load does not change)")
         parser.add_argument("--profile", action="store_true",
                             help="With --in-process: also where each request's CPU goes, by layer (cProfile)")
+        parser.add_argument("--compare-paths", action="store_true",
+                            help="With --in-process on PostgreSQL: every other task's actions take the locked "
+                                 "transaction instead of the versioned write; print each path's CPU per rating")
 
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
-               force: bool, in_process: int, product_defaults: bool, profile: bool = False, **options):
+               force: bool, in_process: int, product_defaults: bool, profile: bool = False,
+               compare_paths: bool = False, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
@@ -78,7 +82,7 @@ class Command(BaseCommand):
             _gold_and_screening()
         if in_process:
             try:
-                self.measure_in_process(in_process, profile=profile)
+                self.measure_in_process(in_process, profile=profile, compare_paths=compare_paths)
             finally:
                 LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
             return
@@ -102,11 +106,11 @@ class Command(BaseCommand):
                 server.stop()
             LabelingConfig.objects.update_or_create(pk=config.pk, defaults=saved)
 
-    def measure_in_process(self, tasks: int, *, profile: bool = False) -> None:
+    def measure_in_process(self, tasks: int, *, profile: bool = False, compare_paths: bool = False) -> None:
         _queue_whole_pool()
         username, _ = _annotators(1)[0]
         costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks,
-                                      profile=profile)
+                                      profile=profile, compare_paths=compare_paths)
         self.stdout.write(f"Stepwise labeling requests in-process on {connection.vendor}, {tasks} tasks; "
                           f"{_settings_named()}:")
         self.stdout.write("\n".join(request_costs.report(costs)))
