@@ -96,7 +96,7 @@ def _task_page(request: LabelRequest, task: Task, *, whole: bool = True, status:
 @require_POST
 @annotator_required
 def label_rate(request: LabelRequest, pk: int) -> HttpResponse:
-    # The hot path: the rating reads the annotation once, under its lock (owner checked there).
+    # The hot path: the rating reads the annotation once (owner checked there) and writes once.
     return _act(request, pk, lambda a, t: actions.rate(
         annotation=a, index=int_param(request.POST, "index"), rating=int_param(request.POST, "rating"), times=t
     ))
