@@ -10,7 +10,6 @@ every change raises AlreadySubmitted (HTTP 409). Each may carry a report of acti
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Case, IntegerField, Value, When
 from django.utils import timezone
 
 from annotate.labeling import assistance, queue_items, queueing, tasks, verdicts
@@ -19,7 +18,6 @@ from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, Change, act, 
 from annotate.labeling.tasks import Task
 from annotate.labeling.timing import ActiveTime, store_times
 from annotate.models import Annotation, Assistance, Completion, FinishReason, LabelingConfig, StepLabel
-from infra import statements
 
 RATINGS = (-1, 0, 1)
 MAX_COMPLETION_CHARS = 5000
@@ -199,12 +197,10 @@ def _submit(annotation: AnnotationOrRef, finish_reason: str, note: str, times: A
         stored = store_times(read, times)
         last = _keep_steps(locked, ratings, reason, config)
         # Which kept step was gone on from is the verdict rule's (a rewritten step is not: its
-        # human completion is); every kept step is chosen, then those it says not are cleared.
-        _CHOOSE.execute(annotation_id=locked.pk, below=last)
+        # human completion is); written with the status, in the same statement on PostgreSQL.
         rewritten = [row[5] is not None for row in read.rows[:last]]
         for index, chosen in enumerate(verdicts.chosen_at_submit(ratings[:last], rewritten, reason)):
-            if chosen is None:
-                writes.update(StepLabel, read.step_label_ids[index], chosen_completion=None)
+            writes.update(StepLabel, read.step_label_ids[index], chosen_completion=chosen)
         finished = {
             "status": Annotation.Status.SUBMITTED, "finish_reason": reason, "timestamp": timezone.now(),
             "finish_note": note.strip() if reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM) else "",
@@ -219,12 +215,6 @@ def _submit(annotation: AnnotationOrRef, finish_reason: str, note: str, times: A
 
 
 # Every kept step below `below` is chosen (PRM800K's chosen_completion 0), the rest not.
-_CHOOSE = statements.Compiled(lambda annotation_id, below: statements.updating(
-    StepLabel.objects.filter(annotation_id=annotation_id),
-    chosen_completion=Case(When(index__lt=below, then=Value(0)), default=None, output_field=IntegerField()),
-))
-
-
 def check_note(note: str) -> str:
     """The note stripped, or LabelingError when it is longer than MAX_NOTE_CHARS."""
     note = (note or "").strip()
