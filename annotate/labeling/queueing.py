@@ -25,9 +25,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from annotate.labeling import quality, queue_items
+from annotate.labeling import quality, queue_items, starting
 from annotate.labeling.queue_items import withdraw
-from annotate.models import Annotation, Completion, Generation, LabelingConfig, QueueItem, Solution, Step, StepLabel
+from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, Solution
 from infra import memo, statements
 
 DEFAULT_REASON = "default order"
@@ -231,13 +231,6 @@ class Leased(NamedTuple):
     generation: int
 
 
-class StepText(NamedTuple):
-    """A pool step as a claim copies it into the new task."""
-
-    step_index: int
-    text: str
-
-
 # Lease the highest-priority available item this annotator has not labeled, in one statement:
 # on PostgreSQL concurrent claimers each lock a different row (SKIP LOCKED) instead of racing
 # for one; SQLite runs one writer at a time.
@@ -247,9 +240,6 @@ _LEASE_NEXT = statements.Compiled(lambda annotator_id, expires_at: statements.up
     )),
     status=QueueItem.Status.LEASED, leased_to=annotator_id, lease_expires_at=expires_at,
 ), datetimes=("expires_at",), returning=("id", "solution", "generation"), row=Leased)
-_STEPS = statements.Compiled(lambda solution_id: (
-    Step.objects.filter(solution_id=solution_id).order_by("index").values_list("index", "text")
-), row=StepText)
 
 
 def current_task(*, annotator) -> Annotation | None:
@@ -375,14 +365,9 @@ def _start(annotator, solution_id: int, generation: int, *, queue_item_id: int |
         solution_id=solution_id, annotator=annotator, labeler=labeler_id(annotator), generation=generation,
         queue_item_id=queue_item_id, is_quality_control=quality_control, is_initial_screening=screening,
     )
-    statements.insert([annotation])
-    steps = _STEPS.rows(solution_id=solution_id)
-    labels = [StepLabel(annotation=annotation, index=step.step_index) for step in steps]
-    statements.insert(labels)
-    statements.insert([Completion(step_label=label, index=0, text=step.text) for label, step in zip(labels, steps)])
     # The steps as just written, none rated: the claim's answer is built from them instead of
     # reading them back (tasks.claimed_view).
-    annotation.started_steps = steps  # type: ignore[attr-defined]  # a claim's extra, not a model field
+    annotation.started_steps = starting.start(annotation)  # type: ignore[attr-defined]  # a claim's extra
     return annotation
 
 

@@ -86,7 +86,7 @@ def task_view(annotation: AnnotationOrRef, config: LabelingConfig | None = None)
 
 def claimed_view(annotation: Annotation) -> Task:
     """task_view of a task the caller has just claimed (queueing.claim_next): a new one is built
-    from the steps the claim wrote, none rated yet (queueing._start), without reading them back;
+    from the steps the claim wrote, none rated yet (starting.start), without reading them back;
     a resumed one is read."""
     started = getattr(annotation, "started_steps", None)
     if started is None:

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from annotate.labeling import actions as labeling
-from annotate.labeling import quality, queue_items, queueing, tasks
+from annotate.labeling import quality, queue_items, queueing, starting, tasks
 from annotate.labeling.refusals import LeaseLost
-from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution
+from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution, StepLabel
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -478,3 +478,30 @@ def test_an_import_job_queues_its_solutions_and_records_the_graded_counts(tmp_pa
     assert (job.graded_right, job.graded_wrong, job.graded_unknown, job.queued) == (1, 1, 1, 3)
     assert QueueItem.objects.filter(status="available").values("solution_id").distinct().count() == 3
     assert Solution.objects.get(problem__statement="p1").sample_count == 2
+
+
+def test_a_claim_writes_a_label_and_a_first_completion_per_step_and_answers_with_the_steps():
+    (annotator,) = annotators(1)
+    SolutionFactory(steps=["Let $x = 2$.", "So $2x = 4$.", "# Answer\n\n4"])
+    queueing.ensure_default_queue()
+    task = queueing.claim_next(annotator=annotator)
+
+    texts = ["Let $x = 2$.", "So $2x = 4$.", "# Answer\n\n4"]
+    assert [(step.step_index, step.text) for step in task.started_steps] == list(enumerate(texts))
+    labels = StepLabel.objects.filter(annotation=task).order_by("index")
+    assert [(label.index, label.chosen_completion, label.human_completion, label.time_ms, label.assistance)
+            for label in labels] == [(i, None, None, None, None) for i in range(3)]
+    assert [list(label.completions.values_list("index", "text", "rating", "flagged", "extra")) for label in labels] \
+        == [[(0, text, None, None, {})] for text in texts]
+    stored = Annotation.objects.get(pk=task.pk)  # what save() would have written
+    assert (stored.status, stored.question_extra, stored.queue_item_id) == ("in_progress", {}, task.queue_item_id)
+    assert stored.created_at is not None and stored.updated_at is not None
+
+
+def test_a_task_started_on_a_solution_without_steps_is_written_and_has_none():
+    (annotator,) = annotators(1)
+    solution = SolutionFactory(steps=[])
+    annotation = Annotation(solution=solution, annotator=annotator, labeler=annotator.username, generation=0)
+    assert starting.start(annotation) == []
+    assert Annotation.objects.get(pk=annotation.pk).solution_id == solution.pk
+    assert not StepLabel.objects.filter(annotation=annotation).exists()
