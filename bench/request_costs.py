@@ -26,7 +26,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from annotate.labeling import rows
+from annotate.labeling import rows, starting
 from bench import loadtest
 
 CLAIM, RATE, SUBMIT = "claim POST", "rating save", "submit + next task"
@@ -93,8 +93,8 @@ class Costs:
     endpoints: dict[str, Cost] = field(default_factory=dict)
     tasks: int = 0
     database_cpu_s: float | None = None  # the PostgreSQL backend's, where it runs on this machine
-    # With compare_paths: path -> [ratings, Django CPU s, PostgreSQL CPU s] of its tasks' ratings.
-    paths: dict[str, list[float]] = field(default_factory=dict)
+    # With compare_paths: (path, endpoint) -> [requests, Django CPU s, PostgreSQL CPU s].
+    paths: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     # With profile=True: seconds of own time per (endpoint, layer), under cProfile.
     layers: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
 
@@ -113,30 +113,32 @@ class Costs:
                 sum(c.cpu_s for c in total) * 1000 / n)
 
 
-# The two ways an action can reach its task on PostgreSQL, compared task by task in one process:
-# the versioned write without a transaction (rows.act), and the locked transaction that SQLite's
-# actions take (rows.change), which rows.act takes where the connection is not PostgreSQL's.
-VERSIONED, LOCKED = "versioned write", "locked transaction"
+# Stepwise's writes on PostgreSQL against those it makes on SQLite, both on PostgreSQL, task by
+# task in one process: an action's versioned write (rows.act) against its locked transaction
+# (rows.change, which rows.act takes where the connection is not PostgreSQL's), and a claim's one
+# statement (starting.start) against its rows one by one.
+POSTGRESQL_WRITES, SQLITE_WRITES = "PostgreSQL's writes", "SQLite's writes"
 
 
 @contextmanager
-def _action_path(path: str | None) -> Iterator[None]:
-    if path != LOCKED:
+def _writes(path: str | None) -> Iterator[None]:
+    if path != SQLITE_WRITES:
         yield
         return
-    real = rows.connection
-    rows.connection = SimpleNamespace(vendor="postgresql, taken as another")  # type: ignore[assignment]
+    real_connection, real_start = rows.connection, starting.start
+    rows.connection = SimpleNamespace(vendor="sqlite")  # type: ignore[assignment]
+    starting.start = starting._start_row_by_row
     try:
         yield
     finally:
-        rows.connection = real
+        rows.connection, starting.start = real_connection, real_start
 
 
 def measure(*, user, tasks: int, profile: bool = False, compare_paths: bool = False) -> Costs:
     """Label up to `tasks` tasks as `user` (an annotator) and return what each request cost; with
     `profile`, also where its CPU went by layer (cProfile slows every call, so the layers' shares
-    mean something, not their sum); with `compare_paths`, every other task's actions take the
-    locked transaction, and each path's ratings' CPU is kept apart."""
+    mean something, not their sum); with `compare_paths`, every other task is labeled through the
+    writes Stepwise makes on SQLite, and each path's CPU, Django's and PostgreSQL's, is kept apart."""
     client = Client(SERVER_NAME="localhost")  # in ALLOWED_HOSTS with DEBUG off, unlike "testserver"
     client.force_login(user)
     costs = Costs()
@@ -170,23 +172,33 @@ def measure(*, user, tasks: int, profile: bool = False, compare_paths: bool = Fa
         pk = found.group(1)
         clock = loadtest.ActiveClock()
         steps = len(_STEP.findall(page.content.decode()))
-        path = (VERSIONED, LOCKED)[costs.tasks % 2] if compare_paths and backend else None
-        started, database_started = time.process_time(), loadtest.cpu_seconds(backend) if backend else 0.0
-        with _action_path(path):
+        path = (POSTGRESQL_WRITES, SQLITE_WRITES)[costs.tasks % 2] if compare_paths and backend else None
+        with _writes(path):
             for index in range(steps):
-                timed(RATE, client.post, f"/label/{pk}/rate",
-                      **form({"index": index, "rating": 1, **clock.report(index)}), **htmx)
-        if path:
-            spent = costs.paths.setdefault(path, [0, 0.0, 0.0])
-            spent[0] += steps
-            spent[1] += time.process_time() - started
-            spent[2] += loadtest.cpu_seconds(backend) - database_started
-        page = timed(SUBMIT, client.post, f"/label/{pk}/submit", **form(clock.report(steps - 1)), **htmx)
+                with _path_cost(costs, path, RATE, backend):
+                    timed(RATE, client.post, f"/label/{pk}/rate",
+                          **form({"index": index, "rating": 1, **clock.report(index)}), **htmx)
+            with _path_cost(costs, path, SUBMIT, backend):
+                page = timed(SUBMIT, client.post, f"/label/{pk}/submit", **form(clock.report(steps - 1)), **htmx)
         if page.status_code == 200:
             costs.tasks += 1
     if backend and database_before is not None:
         costs.database_cpu_s = loadtest.cpu_seconds(backend) - database_before
     return costs
+
+
+@contextmanager
+def _path_cost(costs: Costs, path: str | None, endpoint: str, backend: int | None) -> Iterator[None]:
+    """Add the block's CPU, Django's and the backend's, to the path's endpoint (with a path)."""
+    if not path or not backend:
+        yield
+        return
+    started, database_started = time.process_time(), loadtest.cpu_seconds(backend)
+    yield
+    spent = costs.paths.setdefault((path, endpoint), [0, 0.0, 0.0])
+    spent[0] += 1
+    spent[1] += time.process_time() - started
+    spent[2] += loadtest.cpu_seconds(backend) - database_started
 
 
 def _backend_pid() -> int | None:
@@ -228,16 +240,16 @@ def report(costs: Costs) -> list[str]:
 
 
 def paths_report(costs: Costs) -> list[str]:
-    """Each path's CPU per rating, Django's and PostgreSQL's backend's, and their ratio."""
-    per_rating = {path: (n, django / n * 1000, database / n * 1000)
-                  for path, (n, django, database) in costs.paths.items()}
-    lines = ["  ratings by path, every other task:"]
-    for path, (n, django, database) in per_rating.items():
-        lines.append(f"    {path:<20} {int(n):>6} ratings: {django:.2f} ms Django + {database:.2f} ms PostgreSQL "
-                     f"= {django + database:.2f} ms of CPU per rating")
-    if len(per_rating) == 2:
-        versioned, locked = (sum(per_rating[p][1:]) for p in (VERSIONED, LOCKED))
-        lines.append(f"    {VERSIONED} / {LOCKED}: {versioned / locked:.2f}")
+    """Each path's CPU per request, Django's + PostgreSQL's backend's, and their ratio."""
+    lines = ["  every other task through SQLite's writes (CPU per request, Django + PostgreSQL):",
+             f"  {'endpoint':<20} {POSTGRESQL_WRITES:>26} {SQLITE_WRITES:>26} {'ratio':>6}"]
+    for endpoint in (RATE, SUBMIT):
+        spent = [costs.paths.get((path, endpoint)) for path in (POSTGRESQL_WRITES, SQLITE_WRITES)]
+        if None in spent:
+            continue
+        ms = [(django / n * 1000, database / n * 1000) for n, django, database in spent]  # type: ignore[misc]
+        cells = [f"{django:.2f} + {database:.2f} = {django + database:.2f} ms" for django, database in ms]
+        lines.append(f"  {endpoint:<20} {cells[0]:>26} {cells[1]:>26} {sum(ms[0]) / sum(ms[1]):>6.2f}")
     return lines
 
 

@@ -59,8 +59,9 @@ class Command(BaseCommand):
         parser.add_argument("--profile", action="store_true",
                             help="With --in-process: also where each request's CPU goes, by layer (cProfile)")
         parser.add_argument("--compare-paths", action="store_true",
-                            help="With --in-process on PostgreSQL: every other task's actions take the locked "
-                                 "transaction instead of the versioned write; print each path's CPU per rating")
+                            help="With --in-process on PostgreSQL: label every other task through the writes "
+                                 "made on SQLite (a locked transaction per action, a claim row by row); print "
+                                 "each path's CPU per request")
 
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
                force: bool, in_process: int, product_defaults: bool, profile: bool = False,

@@ -89,19 +89,19 @@ def test_in_process_mode_prints_the_cost_of_each_request_of_the_workflow():
 
 
 @pytest.mark.postgresql
-def test_compared_paths_each_label_every_other_task_and_print_their_cpu_per_rating():
+def test_compared_paths_each_label_every_other_task_and_print_their_cpu_per_request():
     out = io.StringIO()
     bench.call("bench_http", pool=20, in_process=4, compare_paths=True, stdout=out)
     report = out.getvalue()
 
     assert re.search(r"PostgreSQL's backend: [\d.]+ ms of CPU per labeled task", report), report
-    for path in ("versioned write", "locked transaction"):  # two tasks of 4 steps each
-        assert re.search(rf"^\s+{path}\s+8 ratings: [\d.]+ ms Django \+ [\d.]+ ms PostgreSQL", report, re.MULTILINE), \
-            report
-    assert re.search(r"versioned write / locked transaction: [\d.]+$", report, re.MULTILINE), report
+    cost = r"[\d.]+ \+ [\d.]+ = [\d.]+ ms"
+    for endpoint in ("rating save", "submit \\+ next task"):
+        assert re.search(rf"^  {endpoint}\s+{cost}\s+{cost}\s+[\d.]+$", report, re.MULTILINE), report
     labeled = Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-")
-    assert labeled.count() == 4
-    assert {c.rating for a in labeled for label in a.step_labels.all() for c in label.completions.all()} == {1}
+    assert labeled.count() == 4  # two through each path, every step rated +1 and chosen
+    assert {(c.rating, label.chosen_completion) for a in labeled for label in a.step_labels.all()
+            for c in label.completions.all()} == {(1, 0)}
 
 
 def test_the_profile_splits_each_requests_cpu_by_layer_and_the_shares_add_up():
