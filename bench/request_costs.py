@@ -7,7 +7,7 @@ ORM, the middleware and the templates; on PostgreSQL on this machine, its backen
 reported apart, over the whole run) and bytes answered. It
 drives the same workflow as `loadtest.Annotator` — claim, rate every step as htmx does, submit
 (answered with the next task) — through Django's test client, so every middleware and the session
-and CSRF machinery run as under gunicorn.
+and CSRF machinery run as under the web server.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench_http drives real gunicorn over HTTP and reports clean figures (not timed)."""
+"""bench_http drives the real web server over HTTP and reports clean figures (not timed)."""
 import http.server
 import io
 import re

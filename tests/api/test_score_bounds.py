@@ -1,6 +1,6 @@
 """Every /api/score request is bounded: tokens per request, requests in flight per user, one deadline.
 
-The load tests run what `./stepwise run` runs: gunicorn (2 processes x 4 threads) on the test
+The load tests run what `./stepwise run` runs: uvicorn (2 processes x 4 Django threads) on the test
 database and a real worker on the `score` queue, with the tiny test PRM, which a maximal request
 keeps busy for seconds on a 2-core machine, while annotators log in and open their next task.
 """
@@ -75,7 +75,7 @@ def test_a_request_exactly_at_the_token_bound_is_accepted(settings):
 
 @pytest.fixture
 def scoring_app(transactional_db, tmp_path, request):
-    """gunicorn and a `score` worker on the test database; `request.param`: environment for both."""
+    """The web server and a `score` worker on the test database; `request.param`: environment for both."""
     extra_env = {"STEPWISE_SCORING_DTYPE": "float32", **getattr(request, "param", {})}
     version = registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"), make_current=True)
     redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("score")  # no message left by an earlier test

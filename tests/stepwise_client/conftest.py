@@ -1,4 +1,4 @@
-"""The running app the reward client talks to: gunicorn, one real ml worker, the tiny PRM.
+"""The running app the reward client talks to: the web server, one real ml worker, the tiny PRM.
 
 Package-scoped: the reward tests and the install test share one server and one worker, as
 starting either takes most of a test's time on a small machine.
@@ -14,7 +14,7 @@ from tests.conftest import WorkerProcess, _test_database_url
 
 @pytest.fixture(scope="package")
 def web(django_db_setup, django_db_blocker):
-    """gunicorn on the test database, as `./stepwise run` serves the app."""
+    """The web server on the test database, as `./stepwise run` serves the app."""
     server = Server(database_url=_test_database_url(), workers=1)
     try:
         server.wait_until_up(90)

@@ -1,4 +1,4 @@
-"""The RL reward client against the running app: gunicorn, a real ml worker, the tiny PRM.
+"""The RL reward client against the running app: the web server, a real ml worker, the tiny PRM.
 
 The client sends completions whole with a split mode; the server cuts them into steps with the
 splitter its imports use, so the rewards are the model's scores of exactly those steps.
