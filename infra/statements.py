@@ -280,30 +280,41 @@ def insert(objs: Sequence[Model]) -> None:
         return
     connection = connections[DEFAULT_DB_ALIAS]
     model = type(objs[0])
-    fields = _insert_fields(model)
     for start in range(0, len(objs), _INSERT_BATCH):
         batch = objs[start : start + _INSERT_BATCH]
-        params = [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in batch for field in fields]
+        params = [value for obj in batch for value in insert_values(obj, connection)]
         with connection.cursor() as cursor:
             cursor.execute(_insert_sql(model, len(batch), connection.vendor), params)
             # Keys are drawn in the order the rows are inserted; RETURNING's order is not promised.
             keys = sorted(row[0] for row in cursor.fetchall())
         for obj, pk in zip(batch, keys, strict=True):
-            obj.pk = pk
-            obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+            inserted(obj, pk)
 
 
 @lru_cache(maxsize=64)
-def _insert_fields(model: type[Model]) -> list:
+def insert_fields(model: type[Model]) -> list[Field]:
+    """The columns an INSERT of the model writes: all but its automatic primary key."""
     return [field for field in model._meta.local_concrete_fields if field is not model._meta.pk]
+
+
+def insert_values(obj: Model, connection) -> list:
+    """A new object's value for each of `insert_fields`, in database form: its default or what
+    pre_save gives (auto_now_add), as save() would write it."""
+    return [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in insert_fields(type(obj))]
+
+
+def inserted(obj: Model, pk: int) -> None:
+    """Mark an object as saved under the key its INSERT was given."""
+    obj.pk = pk
+    obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
 
 
 @lru_cache(maxsize=256)
 def _insert_sql(model: type[Model], count: int, vendor: str) -> str:
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
-    fields = _insert_fields(model)
+    fields = insert_fields(model)
     row = f"({', '.join(['%s'] * len(fields))})"
-    return (f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+    return (f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(_column(f)) for f in fields)}) "
             f"VALUES {', '.join([row] * count)} RETURNING {quote(_column(model._meta.pk))}")
 
 

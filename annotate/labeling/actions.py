@@ -214,7 +214,6 @@ def _submit(annotation: AnnotationOrRef, finish_reason: str, note: str, times: A
     return reason
 
 
-# Every kept step below `below` is chosen (PRM800K's chosen_completion 0), the rest not.
 def check_note(note: str) -> str:
     """The note stripped, or LabelingError when it is longer than MAX_NOTE_CHARS."""
     note = (note or "").strip()

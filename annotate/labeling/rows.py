@@ -173,13 +173,11 @@ def act(annotation: AnnotationOrRef, config: LabelingConfig, action: Callable[[C
     it (statements.RowWrites); when a change came in between, the action runs again on a new read.
     Elsewhere as `change` does it."""
     if connection.vendor != "postgresql":
-        with transaction.atomic(), change(annotation, config) as read:
-            return action(read)
+        return _act_locked(annotation, config, action)
     for _ in range(_ATTEMPTS):
         found = _VERSIONED_READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
         if not found:  # Not theirs, or a solution without steps: as `change` answers them.
-            with transaction.atomic(), change(annotation, config) as read:
-                return action(read)
+            return _act_locked(annotation, config, action)
         read = _opened(found, config, statements.RowWrites())
         result = action(read)
         if not read.writes:
@@ -188,6 +186,11 @@ def act(annotation: AnnotationOrRef, config: LabelingConfig, action: Callable[[C
         if read.writes.write(if_version=(Annotation, read.annotation.pk, found[0].xmin)):
             return result
     raise Conflict("this task kept changing while this action was saved (another tab?): reload the page")
+
+
+def _act_locked(annotation: AnnotationOrRef, config: LabelingConfig, action: Callable[[Change], T]) -> T:
+    with transaction.atomic(), change(annotation, config) as read:
+        return action(read)
 
 
 @contextmanager

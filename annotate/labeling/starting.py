@@ -38,14 +38,13 @@ def start(annotation: Annotation) -> list[StepText]:
     connection = connections[DEFAULT_DB_ALIAS]
     if connection.vendor != "postgresql":
         return _start_row_by_row(annotation)
-    params = [*_insert_values(annotation, connection), annotation.solution_id,
+    params = [*statements.insert_values(annotation, connection), annotation.solution_id,
               *_defaults(StepLabel(annotation_id=0, index=0), _LABEL_FROM, connection),
               *_defaults(Completion(step_label_id=0, index=0, text=""), _COMPLETION_FROM, connection)]
     with connection.cursor() as cursor:
         cursor.execute(_start_sql(), params)
         rows = cursor.fetchall()
-    annotation.pk = rows[0][0]
-    annotation._state.adding, annotation._state.db = False, DEFAULT_DB_ALIAS
+    statements.inserted(annotation, rows[0][0])
     return [StepText(index, text) for _, index, text in rows if index is not None]
 
 
@@ -63,19 +62,11 @@ def _start_row_by_row(annotation: Annotation) -> list[StepText]:
     return steps
 
 
-def _fields(model: type[Model]) -> list[Field]:
-    """The columns an INSERT of the model writes: all but its automatic primary key."""
-    return [field for field in model._meta.local_concrete_fields if field is not model._meta.pk]
-
-
-def _insert_values(obj: Model, connection) -> list:
-    return [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in _fields(type(obj))]
-
-
 def _defaults(prototype: Model, given: tuple[str, ...], connection) -> list:
     """The values of the columns the statement does not fill, as a new object has them."""
-    return [field.get_db_prep_save(field.pre_save(prototype, True), connection)
-            for field in _fields(type(prototype)) if field.name not in given]
+    fields = statements.insert_fields(type(prototype))
+    return [value for field, value in zip(fields, statements.insert_values(prototype, connection), strict=True)
+            if field.name not in given]
 
 
 @lru_cache(maxsize=1)
@@ -95,7 +86,7 @@ def _start_sql() -> str:
 
     def insert(model: type[Model], given: dict[str, str]) -> tuple[str, str]:
         """The column list of the model's INSERT and its values: `given` expressions, else %s."""
-        fields = _fields(model)
+        fields = statements.insert_fields(model)
         return ", ".join(quoted(field) for field in fields), ", ".join(given.get(field.name, "%s") for field in fields)
 
     annotation_columns, annotation_values = insert(Annotation, {})
