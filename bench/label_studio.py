@@ -16,6 +16,9 @@ the annotator) and `POST /api/tasks/<id>/annotations/` (the whole annotation, on
 step, as the editor sends it on submit). Label Studio saves nothing per click, so that is
 2 requests per task against Stepwise's 5, and the page and its assets are not fetched: a
 lighter load than Stepwise's, so a ratio against it flatters Label Studio, not us.
+
+`./stepwise bench bench_http --label-studio /tmp/ls` runs both in one command, Stepwise then
+Label Studio for each client count, and prints their CPU per labeled task side by side.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import loadtest  # noqa: E402 - after the path above
 
 PASSWORD = "bench-label-studio-1"
+DATABASE = "labelstudio"  # PostgreSQL's, on 127.0.0.1
 STEPS = 4
 CONFIG = """<View>
   <Text name="problem" value="$problem"/>
@@ -184,38 +190,70 @@ def stored_annotations(database: str, project: int) -> int:
         return db.execute("SELECT count(*) FROM task_completion WHERE project_id = %s", [project]).fetchone()[0]
 
 
-def run(server: LabelStudioServer, database: str, project: int, clients: int, seconds: float) -> None:
+@contextmanager
+def serving(venv: Path, database: str, *, pool: int, annotators: int) -> Iterator[LabelStudioServer]:
+    """Label Studio up with `annotators` accounts and a project holding `pool` imported tasks; the
+    project a client labels in is set where the spawned clients read it (on import)."""
+    project = set_up(venv, database, annotators)
+    os.environ["BENCH_LS_PROJECT"] = str(project)
+    LabelStudioAnnotator.project = project
+    server = LabelStudioServer(venv, database)
+    try:
+        server.wait_until_up()
+        took = import_pool(server.url, project, pool)
+        print(f"Label Studio 1.23 on PostgreSQL ({pool:,} tasks imported in {took:.1f} s); gunicorn 2 workers "
+              f"x 4 threads; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+        yield server
+    finally:
+        server.stop()
+
+
+def run(server: LabelStudioServer, database: str, clients: int, seconds: float) -> loadtest.Measured:
+    """One run of `clients` annotators; prints its figures and returns them."""
     users = [(f"annotator{i}", PASSWORD) for i in range(clients)]
-    run = loadtest.measure(base_url=server.url, users=users, seconds=seconds, max_requests=10**9, server=server,
-                           database=database, annotator_class=LabelStudioAnnotator)
-    served = Counter(task for r in run.results for task in r.claimed)
+    measured = loadtest.measure(base_url=server.url, users=users, seconds=seconds, max_requests=10**9, server=server,
+                                database=database, annotator_class=LabelStudioAnnotator)
+    served = Counter(task for r in measured.results for task in r.claimed)
+    stored = stored_annotations(database, LabelStudioAnnotator.project)
     checks = (f"tasks served to two annotators: {sum(1 for count in served.values() if count > 1)}; "
-              f"annotations stored in the project so far: {stored_annotations(database, project):,}")
-    print("\n".join(loadtest.report(run, (loadtest.NEXT, loadtest.SUBMIT), checks)))
+              f"annotations stored in the project so far: {stored:,}")
+    print("\n".join(loadtest.report(measured, (loadtest.NEXT, loadtest.SUBMIT), checks)))
+    return measured
+
+
+def side_by_side(stepwise: loadtest.Measured, label_studio: loadtest.Measured, clients: int) -> list[str]:
+    """The two systems' runs under the same load as lines of text: server + database CPU per
+    labeled task and how many times Stepwise's Label Studio's is, tasks per second, and each
+    side's clients' own CPU apart (it is neither server's)."""
+    ours, theirs = stepwise.cpu_per_task_ms, label_studio.cpu_per_task_ms
+    times = f"{theirs / ours:.1f}x Stepwise's" if ours and theirs else "n/a"
+
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1f} ms"
+
+    def rate(run: loadtest.Measured) -> str:
+        return f"{run.labeled / run.elapsed:.2f}" if run.elapsed else "n/a"
+
+    return [f"\nside by side, {clients} client{'s' if clients != 1 else ''}: server + database CPU per labeled task: "
+            f"Stepwise {ms(ours)}, Label Studio {ms(theirs)} ({times}); labeled tasks/s: "
+            f"Stepwise {rate(stepwise)}, Label Studio {rate(label_studio)}",
+            f"  the clients' own CPU per labeled task, counted in neither: Stepwise's "
+            f"{ms(stepwise.per_task_ms(stepwise.clients_cpu_s))}, Label Studio's "
+            f"{ms(label_studio.per_task_ms(label_studio.clients_cpu_s))}"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ls-venv", type=Path, required=True, help="Label Studio's virtual environment")
-    parser.add_argument("--database", default="labelstudio", help="An empty PostgreSQL database for Label Studio")
+    parser.add_argument("--database", default=DATABASE, help="An empty PostgreSQL database for Label Studio")
     parser.add_argument("--pool", type=int, default=50_000)
     parser.add_argument("--clients", default="1,10")
     parser.add_argument("--seconds", type=float, default=30)
     args = parser.parse_args()
     counts = [int(n) for n in args.clients.split(",")]
-    project = set_up(args.ls_venv, args.database, max(counts))
-    os.environ["BENCH_LS_PROJECT"] = str(project)  # The spawned clients read it on import.
-    LabelStudioAnnotator.project = project
-    server = LabelStudioServer(args.ls_venv, args.database)
-    try:
-        server.wait_until_up()
-        took = import_pool(server.url, project, args.pool)
-        print(f"Label Studio 1.23 on PostgreSQL ({args.pool:,} tasks imported in {took:.1f} s); gunicorn 2 workers "
-              f"x 4 threads; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    with serving(args.ls_venv, args.database, pool=args.pool, annotators=max(counts)) as server:
         for n in counts:
-            run(server, args.database, project, n, args.seconds)
-    finally:
-        server.stop()
+            run(server, args.database, n, args.seconds)
 
 
 if __name__ == "__main__":

@@ -340,6 +340,20 @@ class Measured:
     def labeled(self) -> int:
         return sum(len(r.submitted) for r in self.results)
 
+    def per_task_ms(self, seconds: float | None) -> float | None:
+        return seconds / self.labeled * 1000 if seconds is not None and self.labeled else None
+
+    @property
+    def cpu_per_task_ms(self) -> float | None:
+        """The server's and its database's CPU per labeled task (None where the server's was not read)."""
+        if self.server_s is None:
+            return None
+        return self.per_task_ms(self.server_s + (self.database_s or 0))
+
+    @property
+    def clients_cpu_s(self) -> float:
+        return sum(r.cpu_s for r in self.results)
+
 
 def measure(*, base_url: str, users: list[tuple[str, str]], seconds: float, max_requests: int, server=None,
             database: str | None = None, annotator_class: type[Annotator] = Annotator) -> Measured:
@@ -556,15 +570,15 @@ def report(run: Measured, endpoints: tuple[str, ...], checks: str) -> list[str]:
     lines.append(f"  {checks}")
 
     def per_task(seconds: float | None) -> str:
-        return f"{seconds / labeled * 1000:.1f} ms" if seconds is not None and labeled else "n/a"
+        ms = run.per_task_ms(seconds)
+        return "n/a" if ms is None else f"{ms:.1f} ms"
 
-    both = (run.server_s or 0) + (run.database_s or 0)
+    together = run.cpu_per_task_ms
     lines.append(f"  CPU per labeled task: server {per_task(run.server_s)}, database {per_task(run.database_s)}, "
-                 f"together {per_task(both if run.server_s is not None else None)}; "
+                 f"together {'n/a' if together is None else f'{together:.1f} ms'}; "
                  f"load average {os.getloadavg()[0]:.1f}")
     # The simulated annotators run on the same CPUs as the server: what they took is time the
     # server's requests waited for a CPU, so latencies under many clients are an upper bound.
-    clients_s = sum(r.cpu_s for r in run.results)
-    lines.append(f"  the clients' own CPU: {per_task(clients_s)} per labeled task, "
-                 f"{100 * clients_s / (run.elapsed * (os.cpu_count() or 1)):.0f} % of the machine's CPUs")
+    lines.append(f"  the clients' own CPU: {per_task(run.clients_cpu_s)} per labeled task, "
+                 f"{100 * run.clients_cpu_s / (run.elapsed * (os.cpu_count() or 1)):.0f} % of the machine's CPUs")
     return lines

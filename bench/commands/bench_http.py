@@ -22,6 +22,8 @@ import os
 import secrets
 import time
 from collections import Counter
+from contextlib import nullcontext
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -30,6 +32,7 @@ from django.test.utils import override_settings
 
 from annotate.labeling import quality, queue_items, queueing, roles
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, Step, StepLabel
+from bench import label_studio as label_studio_module
 from bench import loadtest, request_costs
 from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
 from bench.commands.bench_workspace import Command as WorkspaceBench
@@ -62,14 +65,24 @@ class Command(BaseCommand):
                             help="With --in-process on PostgreSQL: label every other task through the writes "
                                  "made on SQLite (a locked transaction per action, a claim row by row); print "
                                  "each path's CPU per request")
+        parser.add_argument("--label-studio", type=Path, metavar="VENV",
+                            help="Also run Label Studio (installed in VENV, see bench/label_studio.py) on the same "
+                                 "pool size after each Stepwise run, under the same driver, and print both "
+                                 "systems' CPU per labeled task side by side")
+        parser.add_argument("--label-studio-database", default=label_studio_module.DATABASE,
+                            help="With --label-studio: an empty PostgreSQL database for it")
 
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
                force: bool, in_process: int, product_defaults: bool, profile: bool = False,
-               compare_paths: bool = False, **options):
+               compare_paths: bool = False, label_studio: Path | None = None,
+               label_studio_database: str = label_studio_module.DATABASE, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
             raise CommandError(f"--clients {clients!r}: expected comma-separated integers, e.g. 1,10") from None
+        if label_studio and (url or in_process or not _postgres()):
+            raise CommandError("--label-studio compares the two servers this command starts, both on PostgreSQL: "
+                               "not with --url or --in-process, nor on SQLite")
         if not force and Solution.objects.exclude(source=SOURCE).exists():
             raise CommandError("this database holds other solutions; run on a scratch database or pass --force")
         built = WorkspaceBench().build_pool(pool)
@@ -90,18 +103,24 @@ class Command(BaseCommand):
         server = loadtest.RunningServer(url, server_pid) if url and server_pid else None
         if not url:
             server = loadtest.Server(database_url=_database_url())
+        size = Solution.objects.filter(source=SOURCE).count()
+        peer = (label_studio_module.serving(label_studio, label_studio_database, pool=size, annotators=max(runs))
+                if label_studio else nullcontext())
         try:
             if server and not url:
                 server.wait_until_up()
-            size = Solution.objects.filter(source=SOURCE).count()
             self.stdout.write(
                 f"Stepwise HTTP benchmark on {connection.vendor} ({size:,} solutions in the pool"
                 f"{f', built in {built:.1f} s' if built else ''}); "
                 f"{url or 'uvicorn 2 processes x 4 Django threads'}; "
                 f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; {_settings_named()}"
             )
-            for n in runs:
-                self.run_once(n, seconds, max_requests, url or server.url, server)
+            with peer as label_studio_server:
+                for n in runs:
+                    ours = self.run_once(n, seconds, max_requests, url or server.url, server)
+                    if label_studio_server:
+                        theirs = label_studio_module.run(label_studio_server, label_studio_database, n, seconds)
+                        self.stdout.write("\n".join(label_studio_module.side_by_side(ours, theirs, n)))
         finally:
             if server and not url:
                 server.stop()
@@ -116,7 +135,7 @@ class Command(BaseCommand):
                           f"{_settings_named()}:")
         self.stdout.write("\n".join(request_costs.report(costs)))
 
-    def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> None:
+    def run_once(self, n: int, seconds: float, max_requests: int, base_url: str, server) -> loadtest.Measured:
         _queue_whole_pool()
         _vacuum()
         users = _annotators(n)
@@ -129,6 +148,7 @@ class Command(BaseCommand):
         duplicates, lost = _check(run.results, [name for name, _ in users])
         checks = f"duplicate assignments: {duplicates}; lost labels: {lost}"
         self.stdout.write("\n".join(loadtest.report(run, ENDPOINTS, checks)))
+        return run
 
 
 def _postgres() -> bool:

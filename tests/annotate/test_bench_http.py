@@ -11,7 +11,7 @@ from django.core.management import CommandError
 import bench
 from annotate.labeling import quality
 from annotate.models import Annotation, LabelingConfig, ScreeningResult, Solution
-from bench import loadtest
+from bench import label_studio, loadtest
 from bench.commands import bench_http
 from bench.commands.bench_workspace import Command as WorkspaceBench
 from tests.factories import SolutionFactory
@@ -74,6 +74,30 @@ def test_refuses_a_database_with_real_solutions():
     SolutionFactory()
     with pytest.raises(CommandError, match="scratch database"):
         bench.call("bench_http", pool=10, clients="1", seconds=1, stdout=io.StringIO())
+
+
+def test_label_studio_runs_only_beside_the_server_this_command_starts():
+    with pytest.raises(CommandError, match="--label-studio compares the two servers"):
+        bench.call("bench_http", pool=10, in_process=1, label_studio="/nowhere", stdout=io.StringIO())
+
+
+def test_side_by_side_divides_the_peers_server_and_database_cpu_per_task_by_stepwises():
+    def run(tasks: int, server_s: float, database_s: float, clients_s: float) -> loadtest.Measured:
+        client = loadtest.ClientResult(submitted=list(range(tasks)), cpu_s=clients_s)
+        return loadtest.Measured([client], elapsed=10.0, server_s=server_s, database_s=database_s)
+
+    # Stepwise: 100 tasks for 1.5 s + 0.5 s (20 ms a task); the peer: 20 tasks for 3 s + 1 s (200 ms).
+    lines = label_studio.side_by_side(run(100, 1.5, 0.5, 0.4), run(20, 3.0, 1.0, 0.1), clients=10)
+    text = "\n".join(lines)
+
+    assert "10 clients: server + database CPU per labeled task: Stepwise 20.0 ms, Label Studio 200.0 ms " \
+           "(10.0x Stepwise's)" in text, text
+    assert "labeled tasks/s: Stepwise 10.00, Label Studio 2.00" in text, text
+    # The clients' CPU is apart: counted in neither server's figure.
+    assert "counted in neither: Stepwise's 4.0 ms, Label Studio's 5.0 ms" in text, text
+    unmeasured = run(20, 3.0, 1.0, 0.1)
+    unmeasured.server_s = None
+    assert "Label Studio n/a (n/a)" in "\n".join(label_studio.side_by_side(run(1, 1, 1, 1), unmeasured, clients=1))
 
 
 def test_in_process_mode_prints_the_cost_of_each_request_of_the_workflow():
