@@ -49,6 +49,9 @@ CONFIG = """<View>
   </ParagraphLabels>
 </View>"""
 # Run inside Label Studio's own Django (manage.py shell): the owner, N annotators, one project.
+# A project from an earlier run is kept, as bench_http keeps Stepwise's pool, if it holds the
+# pool: its labeled tasks are not served again, and deleting 50,000 tasks through Label Studio's
+# models takes minutes.
 SETUP = """
 from users.models import User
 from organizations.models import Organization, OrganizationMember
@@ -67,8 +70,11 @@ for i in range({annotators}):
         OrganizationMember.objects.get_or_create(user=user, organization=org)
         user.active_organization = org
         user.save()
-Project.objects.filter(title="bench").delete()
-project = Project.objects.create(title="bench", created_by=owner, organization=org, label_config={config!r})
+project = Project.objects.filter(title="bench").first()
+if project is None or project.tasks.count() != {pool}:
+    Project.objects.filter(title="bench").delete()
+    project = Project.objects.create(title="bench", created_by=owner, organization=org, label_config={config!r})
+    print("NEW")
 print("PROJECT", project.pk)
 """
 
@@ -123,15 +129,16 @@ def _package(venv: Path) -> Path:
     return found
 
 
-def set_up(venv: Path, database: str, annotators: int) -> int:
-    """Migrate Label Studio's database, make the users and an empty project; returns its id."""
+def set_up(venv: Path, database: str, annotators: int, pool: int) -> tuple[int, bool]:
+    """Migrate Label Studio's database, make the users and a project (kept from an earlier run
+    if it holds `pool` tasks); returns its id and whether it is new (empty)."""
     env, cwd = _env(venv, database), _package(venv)
     python = str(venv / "bin" / "python")
     subprocess.run([python, "manage.py", "migrate", "-v0"], cwd=cwd, env=env, check=True, capture_output=True)
-    code = SETUP.format(password=PASSWORD, annotators=annotators, config=CONFIG)
+    code = SETUP.format(password=PASSWORD, annotators=annotators, config=CONFIG, pool=pool)
     out = subprocess.run([python, "manage.py", "shell", "-c", code], cwd=cwd, env=env, check=True,
                          capture_output=True, text=True).stdout
-    return int(re.search(r"PROJECT (\d+)", out).group(1))
+    return int(re.search(r"PROJECT (\d+)", out).group(1)), "NEW" in out.split()
 
 
 def tasks(pool: int) -> list[dict]:
@@ -194,14 +201,15 @@ def stored_annotations(database: str, project: int) -> int:
 def serving(venv: Path, database: str, *, pool: int, annotators: int) -> Iterator[LabelStudioServer]:
     """Label Studio up with `annotators` accounts and a project holding `pool` imported tasks; the
     project a client labels in is set where the spawned clients read it (on import)."""
-    project = set_up(venv, database, annotators)
+    project, new = set_up(venv, database, annotators, pool)
     os.environ["BENCH_LS_PROJECT"] = str(project)
     LabelStudioAnnotator.project = project
     server = LabelStudioServer(venv, database)
     try:
         server.wait_until_up()
-        took = import_pool(server.url, project, pool)
-        print(f"Label Studio 1.23 on PostgreSQL ({pool:,} tasks imported in {took:.1f} s); gunicorn 2 workers "
+        imported = f"{pool:,} tasks imported in {import_pool(server.url, project, pool):.1f} s" if new else \
+            f"the project of an earlier run, {pool:,} tasks"
+        print(f"Label Studio 1.23 on PostgreSQL ({imported}); gunicorn 2 workers "
               f"x 4 threads; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
         yield server
     finally:
