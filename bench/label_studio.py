@@ -235,9 +235,7 @@ def side_by_side(stepwise: loadtest.Measured, label_studio: loadtest.Measured, c
     side's clients' own CPU apart (it is neither server's)."""
     ours, theirs = stepwise.cpu_per_task_ms, label_studio.cpu_per_task_ms
     times = f"{theirs / ours:.1f}x Stepwise's" if ours and theirs else "n/a"
-
-    def ms(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.1f} ms"
+    ms = loadtest.milliseconds
 
     def rate(run: loadtest.Measured) -> str:
         return f"{run.labeled / run.elapsed:.2f}" if run.elapsed else "n/a"

@@ -546,6 +546,11 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+def milliseconds(value: float | None) -> str:
+    """A figure in ms as the reports print it; n/a where it was not measured."""
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
 def report(run: Measured, endpoints: tuple[str, ...], checks: str) -> list[str]:
     """The figures of one run as lines of text: requests and statuses, latency per endpoint, why
     requests went unanswered, `checks` (what the caller verified afterwards), CPU per task."""
@@ -570,13 +575,10 @@ def report(run: Measured, endpoints: tuple[str, ...], checks: str) -> list[str]:
     lines.append(f"  {checks}")
 
     def per_task(seconds: float | None) -> str:
-        ms = run.per_task_ms(seconds)
-        return "n/a" if ms is None else f"{ms:.1f} ms"
+        return milliseconds(run.per_task_ms(seconds))
 
-    together = run.cpu_per_task_ms
     lines.append(f"  CPU per labeled task: server {per_task(run.server_s)}, database {per_task(run.database_s)}, "
-                 f"together {'n/a' if together is None else f'{together:.1f} ms'}; "
-                 f"load average {os.getloadavg()[0]:.1f}")
+                 f"together {milliseconds(run.cpu_per_task_ms)}; load average {os.getloadavg()[0]:.1f}")
     # The simulated annotators run on the same CPUs as the server: what they took is time the
     # server's requests waited for a CPU, so latencies under many clients are an upper bound.
     lines.append(f"  the clients' own CPU: {per_task(run.clients_cpu_s)} per labeled task, "
