@@ -32,8 +32,12 @@ from scoring.tasks import score_texts_task, search_task
 logger = logging.getLogger(__name__)
 
 # Seconds the worker may go past a request's deadline inside one forward pass before its
-# process is killed (the soft limit, at the deadline, interrupts the task first).
+# process is killed (the soft limit, soon after the deadline, interrupts the task first).
 HARD_LIMIT_GRACE = 15
+# Seconds the soft limit waits past the deadline. The task's own check between chunks stops it
+# first and logs that it did; a soft limit at the deadline itself landed, now and then, while
+# that line was being written, and the line was lost.
+SOFT_LIMIT_GRACE = 1
 
 
 class ScoringUnavailable(RuntimeError):
@@ -149,11 +153,12 @@ def answer_from_worker(task, args: tuple, *, timeout: float, what: str) -> dict:
 
 def send_with_deadline(task, args: tuple, *, deadline: float):
     """Send `task` carrying the request's deadline (a Unix time): its message expires then, the task
-    checks it between chunks, and it may run no longer than the whole wait (its soft time limit)."""
+    checks it between chunks, and it may run no longer than the whole wait and a second (its soft
+    time limit)."""
     seconds = max(deadline - time.time(), 0.1)
     return task.apply_async(
         args=args, kwargs={"deadline": deadline}, expires=dt.datetime.fromtimestamp(deadline, tz=dt.UTC),
-        soft_time_limit=seconds, time_limit=seconds + HARD_LIMIT_GRACE,
+        soft_time_limit=seconds + SOFT_LIMIT_GRACE, time_limit=seconds + HARD_LIMIT_GRACE,
     )
 
 
