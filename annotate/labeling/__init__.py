@@ -23,8 +23,8 @@ process read again at its next request, so a reader can take them as read from t
 Modules: `actions` (rate, flag, undo, write a step, submit), `timing` (active time, heartbeats),
 `queueing` (generations, enqueueing, claims), `queue_items` (an item's lease and states after
 it), `quality` (gold, screening, agreement), `verdicts` (which rating counts), `assistance`
-(what an assisted project shows of the model's view, handed down onto `Step.model_p` by scoring,
-and what each rating keeps of it), `reviewing`, `roles`. Imports run one way: actions → tasks →
+(what an assisted project shows of the model's view, read with the query scoring gives it, and
+what each rating keeps of it), `reviewing`, `roles`. Imports run one way: actions → tasks →
 assistance, timing → rows → queue_items → refusals, models and infra; queueing → quality →
 queue_items, verdicts.
 """

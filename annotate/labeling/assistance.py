@@ -5,11 +5,11 @@ The project chooses (`LabelingConfig.assistance`): `blind` shows nothing and kee
 `assistance_margin`, whether to look again, and keeps the first and the final answer;
 `suggest` shows the model's first-error guess from the start.
 
-The model's view is `Step.model_p`, the current PRM's probability that a step is right. The
-labeling side never reads the scoring side's tables (import-linter's layers), so scoring hands
-it down: it writes that column when it stores a current version's scores or makes a version
-current (scoring.store.registry.hand_down_scores). A column on the pool's own table, not an
-automatic-label row: it is one model's opinion, replaced with the model, not a label to train on.
+The model's view is the current PRM's probability that each step is right, read where scoring
+stores its scores, so it changes the moment a version is made current. The labeling side never
+imports the scoring side (import-linter's layers): scoring gives it the query when the apps are
+ready (`read_model_view_with`, scoring.apps), and it runs that query like its own. Without one,
+no step has a view. It is one model's opinion, replaced with the model, not a label to train on.
 
 A rating's record, `StepLabel.assistance` (null when nothing was shown: a blind project, an
 imported line), goes out with the step in the PRM800K export, so a dataset can be filtered by
@@ -21,11 +21,13 @@ exports carry a row's `summary` of them.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from annotate.models import Assistance, LabelingConfig, Step
+from django.db.models import QuerySet
+
+from annotate.models import Assistance, LabelingConfig
 from annotate.text import steps as step_text
 from infra import statements
 
@@ -41,14 +43,23 @@ class Suggestion:
     first_error: int | None
 
 
-_MODEL_P = statements.Compiled(lambda solution_id: (
-    Step.objects.filter(solution_id=solution_id).order_by("index").values_list("model_p")
-))
+_model_view: statements.Compiled | None = None
+
+
+def read_model_view_with(query: Callable[[int], QuerySet]) -> None:
+    """Where the model's view comes from: `query(solution_id)`, the current model's P(right) of
+    each step of the solution in step order, one column (None: not scored). Compiled once per
+    connection, as the labeling path's own statements are."""
+    global _model_view
+    _model_view = statements.Compiled(query)
 
 
 def model_ps(*, solution_id: int) -> list[float | None]:
-    """The current model's P(right) of each step of the solution, in order (None: not scored)."""
-    return [p for (p,) in _MODEL_P.rows(solution_id=solution_id)]
+    """The current model's P(right) of each step of the solution, in order (None: not scored);
+    empty when no model's view is given."""
+    if _model_view is None:
+        return []
+    return [p for (p,) in _model_view.rows(solution_id=solution_id)]
 
 
 def suggestion(ps: Sequence[float | None]) -> Suggestion | None:

@@ -116,11 +116,6 @@ class Step(models.Model):
     text = models.TextField()
     # Gold label for quality control: -1, 0, +1 (None when not gold).
     gold_rating = models.SmallIntegerField(null=True, blank=True)
-    # The current model's P(step is right), handed down by the scoring side when it stores scores
-    # or a version becomes current (scoring.store.registry.hand_down_scores): the labeling side
-    # never reads scoring's tables, so this is how an assisted page (annotate.labeling.assistance)
-    # knows the model's view. Null where the current version has not scored the step.
-    model_p = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["solution", "index"]

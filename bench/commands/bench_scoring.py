@@ -4,7 +4,7 @@ On one pool of 8-step solutions, in one run, it measures tokens per second of
   bare        the model forward alone on the batches scoring builds,
   e2e         rescoring as a job's chunks run it (rescore.score_chunk): database read ->
               tokenize -> forward -> database write, the reads and writes beside the forward,
-              as the current version (its scores handed down to the pool as they are written),
+              as the current version,
   per_prefix  the slow loop of one forward per step prefix,
 (tokens = the tokens of the scored solutions, the same count for all three), the seconds of
 each stage of one rescore of the pool (read, tokenize, forward, write; each timed alone), the time to
@@ -74,8 +74,7 @@ def chunks(ids: list[int], size: int):
 def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per_prefix: bool = True) -> dict:
     """Bare, end-to-end (and per-prefix) tokens/s of a registered version on the pool `ids`.
 
-    The version is made current first: the loop rescores with the current model, whose scores
-    are handed down to the pool as they are written (registry.hand_down_scores). The e2e runs
+    The version is made current first: the loop rescores with the current model. The e2e runs
     write scores, deleted before each round; the caller owns the pool and the version
     (bench_scoring rolls both back; bench/gpu_shapes.py runs in a scratch database).
     """

@@ -1,4 +1,4 @@
-"""The current version's step scores onto annotate's new `Step.model_p` (scoring.store.registry.hand_down_scores),
+"""The current version's step scores onto annotate's new `Step.model_p` (dropped again in annotate 0019),
 so an assisted project shows the model's view of a pool scored before the column existed."""
 from django.db import migrations
 from django.db.models import OuterRef, Subquery

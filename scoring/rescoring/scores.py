@@ -1,5 +1,6 @@
 """Scores in the database: which solutions a version has not scored, reading a chunk's texts,
-writing its scores (keyed, so a chunk that runs twice writes nothing twice).
+writing its scores (keyed, so a chunk that runs twice writes nothing twice), and the current
+version's view of a solution that an assisted labeling project shows.
 
 Scores are written as plain rows, not model instances: COPY into a staging table and one
 INSERT ... ON CONFLICT DO NOTHING on PostgreSQL, executemany on SQLite. Building a StepScore
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from django.db import connection, models, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
 from annotate.models import Solution, Step
 from scoring.core.step_scores import StepProbability, aggregate
@@ -66,9 +67,17 @@ def write_scores(
     with transaction.atomic():
         insert_new(StepScore, STEP_FIELDS, step_rows)
         insert_new(SolutionScore, SOLUTION_FIELDS, solution_rows)
-        if model_version.is_current:  # the labeling side's copy (a candidate's scores are not shown)
-            registry.hand_down_scores(step_ids=[row[0] for row in step_rows])
     return len(solution_rows)
+
+
+def current_step_ps(solution_id: int) -> QuerySet:
+    """The current version's P(step right) of each step of the solution, in step order (None where
+    it has not scored the step), as one query: the model's view that an assisted labeling project
+    shows. The labeling side may not import this app (import-linter's layers), so this app gives it
+    the query when it is ready (scoring.apps), and the labeling side runs it (annotate.labeling.
+    assistance). Read where the scores are stored, it changes with them and with the current version."""
+    current = StepScore.objects.filter(step_id=OuterRef("pk"), model_version__is_current=True).values("p")[:1]
+    return Step.objects.filter(solution_id=solution_id).order_by("index").annotate(p=Subquery(current)).values_list("p")
 
 
 def insert_new(model: type[models.Model], fields: Sequence[str], rows: Sequence[Sequence]) -> None:

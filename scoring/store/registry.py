@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,12 +21,10 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
 
-from annotate.models import Step
 from scoring.core import model_files
 from scoring.core.model_files import ModelFormatError, identity_files
-from scoring.models import ModelVersion, StepScore
+from scoring.models import ModelVersion
 from scoring.store.remote_scorer import RemoteConfig, RemotePRM
 
 if TYPE_CHECKING:
@@ -92,23 +89,7 @@ def make_current_version(version: ModelVersion) -> None:
     with transaction.atomic():
         ModelVersion.objects.filter(is_current=True).exclude(pk=version.pk).update(is_current=False)
         ModelVersion.objects.filter(pk=version.pk).update(is_current=True, status=ModelVersion.Status.PROMOTED)
-        hand_down_scores()
     version.is_current, version.status = True, ModelVersion.Status.PROMOTED
-
-
-def hand_down_scores(*, step_ids: Sequence[int] | None = None) -> int:
-    """Write the current version's P(step right) onto the pool's own `Step.model_p` (null where it
-    has not scored the step), for the given steps or every step; returns how many were written.
-
-    The labeling side may not read this app's tables (import-linter), yet an assisted project
-    shows annotators the model's view (annotate.labeling.assistance): scoring hands it down, here,
-    when it stores a current version's scores (rescoring.scores.write_scores) and when a version
-    becomes current. A column rather than an automatic-label row: it is one model's opinion,
-    replaced with the model, never a label to train on. Idempotent: it writes what the scores say.
-    """
-    current = StepScore.objects.filter(step_id=OuterRef("pk"), model_version__is_current=True).values("p")[:1]
-    steps = Step.objects.all() if step_ids is None else Step.objects.filter(pk__in=step_ids)
-    return steps.update(model_p=Subquery(current))
 
 
 def current_model_version() -> ModelVersion | None:

@@ -7,10 +7,10 @@ from django.urls import reverse
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, tasks
 from annotate.labeling.refusals import LabelingError
-from annotate.models import LabelingConfig, Step, StepLabel
+from annotate.models import LabelingConfig, StepLabel
 from annotate.pool import exporting
 from annotate.pool.exporting.options import ExportOptions
-from tests.factories import SolutionFactory
+from tests.factories import SolutionFactory, scored_by_current_model
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -24,9 +24,8 @@ def _mode(assistance: str, margin: float = 0.5) -> None:
 @pytest.fixture
 def task(annotator):
     solution = SolutionFactory(steps=["one", "two", "three"])
-    # What scoring hands down (scoring.store.registry.hand_down_scores): the model doubts step 2.
-    for step, p in zip(solution.steps.order_by("index"), [0.9, 0.1, 0.8]):
-        Step.objects.filter(pk=step.pk).update(model_p=p)
+    # The current model doubts step 2.
+    scored_by_current_model(solution, [0.9, 0.1, 0.8])
     queueing.ensure_default_queue()
     return queueing.claim_next(annotator=annotator)
 

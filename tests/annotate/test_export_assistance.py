@@ -7,10 +7,10 @@ from django.core.management import call_command
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
-from annotate.models import LabelingConfig, Step
+from annotate.models import LabelingConfig
 from annotate.pool import exporting
 from annotate.pool.exporting.options import ExportOptions
-from tests.factories import SolutionFactory
+from tests.factories import SolutionFactory, scored_by_current_model
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 ASKED = {"mode": "second_look", "second_look": True}
@@ -25,9 +25,7 @@ def _labeled(annotator, *, assistance: str, ratings: list[int]) -> int:
     """A wrong-answer solution whose model doubts step 2, labeled under `assistance`; its id."""
     _mode(assistance)
     solution = SolutionFactory(steps=["one", "two", "three"], is_correct=False)
-    # What scoring hands down (scoring.store.registry.hand_down_scores).
-    for step, p in zip(solution.steps.order_by("index"), [0.9, 0.1, 0.8]):
-        Step.objects.filter(pk=step.pk).update(model_p=p)
+    scored_by_current_model(solution, [0.9, 0.1, 0.8])
     queueing.ensure_default_queue()
     task = queueing.claim_next(annotator=annotator)
     assert task.solution_id == solution.pk

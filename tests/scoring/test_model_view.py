@@ -1,9 +1,9 @@
-"""The model's view handed down to the labeling side: a current version's stored step scores
-reach annotate's Step.model_p, and so an assisted task (annotate.labeling.assistance)."""
+"""The model's view an assisted task shows (annotate.labeling.assistance) is read where scoring
+stores its scores: the current version's, from the moment it is current, and nobody else's."""
 import pytest
 
-from annotate.labeling import queueing, tasks
-from annotate.models import LabelingConfig, Step
+from annotate.labeling import assistance, queueing, tasks
+from annotate.models import LabelingConfig
 from scoring.core.step_scores import StepProbability
 from scoring.models import ModelVersion
 from scoring.rescoring import scores
@@ -23,27 +23,31 @@ def _score(version: ModelVersion, solution, ps: list[float]) -> None:
                         results=[[StepProbability(p) for p in ps]])
 
 
-def _model_ps(solution) -> list:
-    return list(Step.objects.filter(solution=solution).order_by("index").values_list("model_p", flat=True))
-
-
 def test_the_current_models_p_reaches_the_task(annotator):
     solution = SolutionFactory(steps=["one", "two", "three"])
     current = _version("v1", is_current=True)
     _score(current, solution, [0.9, 0.2, 0.7])
     _score(current, solution, [0.1, 0.1, 0.1])  # written twice: the first scores stand
-    assert _model_ps(solution) == [0.9, 0.2, 0.7]
+    assert assistance.model_ps(solution_id=solution.pk) == [0.9, 0.2, 0.7]
     LabelingConfig.objects.update_or_create(pk=1, defaults={"assistance": "suggest"})
     queueing.ensure_default_queue()
     task = queueing.claim_next(annotator=annotator)
     assert tasks.claimed_view(task).suggestion.first_error == 1
 
 
-def test_a_candidates_scores_are_handed_down_only_when_it_becomes_current():
+def test_a_candidates_scores_are_shown_only_once_it_is_current():
     solution = SolutionFactory(steps=["one", "two"])
     _score(_version("v1", is_current=True), solution, [0.9, 0.8])
     candidate = _version("v2")
     _score(candidate, solution, [0.3, 0.4])
-    assert _model_ps(solution) == [0.9, 0.8]
+    assert assistance.model_ps(solution_id=solution.pk) == [0.9, 0.8]
     registry.make_current_version(candidate)
-    assert _model_ps(solution) == [0.3, 0.4]
+    assert assistance.model_ps(solution_id=solution.pk) == [0.3, 0.4]
+
+
+def test_steps_the_current_version_has_not_scored_have_no_view():
+    solution = SolutionFactory(steps=["one", "two"])
+    _score(_version("v1"), solution, [0.9, 0.8])  # not current
+    assert assistance.model_ps(solution_id=solution.pk) == [None, None]
+    registry.make_current_version(_version("v2"))
+    assert assistance.model_ps(solution_id=solution.pk) == [None, None]
