@@ -56,6 +56,24 @@ def test_one_pass_needs_one_forward_per_batch_not_per_step(folders):
     assert model.forward_passes == 1 + sum(len(steps) for _, steps in ITEMS)
 
 
+def test_a_padded_batch_scores_each_solution_as_it_scores_alone(folders):
+    # A causal model's batches go without an attention mask (its real tokens never read the padding
+    # after them); a backbone that reads both ways keeps the mask, so its batch-mates do not leak in.
+    from transformers import BertConfig, BertModel
+
+    for bidirectional in (False, True):
+        model = prm.load_prm(folders["head", "point", None], device="cpu", dtype=torch.float32, max_tokens=120)
+        if bidirectional:
+            torch.manual_seed(0)
+            model.model = BertModel(BertConfig(vocab_size=len(model.tokenizer), hidden_size=32, num_hidden_layers=2,
+                                               num_attention_heads=4, intermediate_size=64)).eval()
+        batched = model.step_probabilities(ITEMS)
+        alone = [model.step_probabilities([item])[0] for item in ITEMS]
+        for together, by_itself in zip(batched, alone, strict=True):
+            for a, b in zip(together, by_itself, strict=True):
+                assert abs(a.p - b.p) <= 1e-5
+
+
 def test_beta_head_reports_mean_and_sigma_from_kappa(folders):
     model = prm.load_prm(folders["head", "beta", 1], device="cpu", dtype=torch.float32)
     steps = model.step_probabilities(ITEMS[:1])[0]
