@@ -284,7 +284,7 @@ class LoadedPRM:
     ) -> Iterator[tuple[list[int], torch.Tensor]]:
         """(indices of the batch, the read-out rows of all its steps, solution after solution)."""
         lengths = [len(e.ids) for e in encoded]
-        masked = not self._reads_causally
+        masked = not self.reads_causally
         for batch in token_budget_batches(lengths, max_tokens=self.max_tokens):
             width = max(lengths[i] for i in batch)
             # Right padding: a causal model's real tokens never attend to the padding after them.
@@ -297,7 +297,7 @@ class LoadedPRM:
             yield batch, states[self._to_device(rows), self._to_device(columns)]
 
     @cached_property
-    def _reads_causally(self) -> bool:
+    def reads_causally(self) -> bool:
         """Whether every attention layer reads only the tokens up to each token (transformers marks
         each `is_causal`), as one forward per solution needs. Then a batch needs no attention mask,
         and one without takes attention's fast path: on a CPU a batch with one token of padding took

@@ -358,8 +358,10 @@ def _hidden_at_labels(
         ids[row, :n] = torch.tensor(encoded[id(e)].ids)
         mask[row, :n] = 1
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    # A causal backbone reads no padding after a sequence, so it goes without the mask's slow path.
+    given = None if backbone.reads_causally else mask.to(device)
     with truncated(model, layer) as read_at, autocast:
-        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=read_at is not None)
+        out = model(input_ids=ids.to(device), attention_mask=given, output_hidden_states=read_at is not None)
         states = out.hidden_states[read_at] if read_at is not None else out.last_hidden_state
     rows = []
     for row, e in enumerate(batch):
