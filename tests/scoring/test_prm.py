@@ -74,6 +74,22 @@ def test_a_padded_batch_scores_each_solution_as_it_scores_alone(folders):
                 assert abs(a.p - b.p) <= 1e-5
 
 
+def test_real_model_responses_score_the_same_batched_as_alone(folders):
+    # Qwen2.5-Math's responses, split as an import splits them: lengths that differ by hundreds of
+    # tokens, so nearly every batch is padded.
+    from annotate.text.splitting import split_steps
+    from tests.annotate.test_splitting import _jsonl
+
+    lines = _jsonl("model-responses/math_qwen25_cot_20x8.jsonl")[:3]
+    items = [(line["question"], split_steps(response)) for line in lines for response in line["response"][:4]]
+    model = prm.load_prm(folders["head", "point", None], device="cpu", dtype=torch.float32, max_tokens=4096)
+    batched = model.step_probabilities(items)
+    assert model.forward_passes < len(items)
+    for (problem, steps), together in zip(items, batched, strict=True):
+        for a, b in zip(together, model.step_probabilities([(problem, steps)])[0], strict=True):
+            assert abs(a.p - b.p) <= 1e-5
+
+
 def test_beta_head_reports_mean_and_sigma_from_kappa(folders):
     model = prm.load_prm(folders["head", "beta", 1], device="cpu", dtype=torch.float32)
     steps = model.step_probabilities(ITEMS[:1])[0]
