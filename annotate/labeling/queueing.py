@@ -288,7 +288,7 @@ def _new_task(annotator, now: dt.datetime) -> Annotation | None:
     if config.qc_rate > 0:  # Else the generation (gold is counted per generation) is not needed.
         generation = Generation.objects.current_number()
         if _qc_due(annotator, generation, config.qc_rate) and (gold := _next_gold(annotator)) is not None:
-            return _start(annotator, gold.pk, generation, quality_control=True)
+            return _start(annotator, gold, generation, quality_control=True)
     leased = _lease_next(annotator, now, config.lease_duration)
     if leased is None:
         return None
@@ -333,10 +333,19 @@ def _qc_due(annotator, generation: int, rate: float) -> bool:
     return (qc + _gold_draw.uniform(0.5, 1.5)) * (1 - rate) <= real * rate
 
 
-def _next_gold(annotator) -> Solution | None:
-    seen = Annotation.objects.filter(annotator=annotator, solution=OuterRef("pk"))
-    # Random order, so annotators cannot learn which item is gold by its order either.
-    return Solution.objects.filter(is_gold=True).exclude(Exists(seen)).order_by("?").first()
+# Random order, so annotators cannot learn which item is gold by its order either. Compiled: while
+# an annotator is due gold and the pool has none left for them, every claim asks again.
+_NEXT_GOLD = statements.Compiled(lambda annotator_id: (
+    Solution.objects.filter(is_gold=True)
+    .exclude(Exists(Annotation.objects.filter(annotator_id=annotator_id, solution=OuterRef("pk"))))
+    .order_by("?").values_list("pk")[:1]
+))
+
+
+def _next_gold(annotator) -> int | None:
+    """A gold solution's id the annotator has not labeled, drawn at random."""
+    found = _NEXT_GOLD.rows(annotator_id=annotator.pk)
+    return found[0][0] if found else None
 
 
 # Claims put lapsed leases back at most every tenth of a lease, and at least every 5 s, per

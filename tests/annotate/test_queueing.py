@@ -179,6 +179,20 @@ def test_gold_items_are_interleaved_at_the_configured_rate_and_never_leased(monk
     assert queueing.claim_next(annotator=second).solution == gold
 
 
+def test_an_annotator_gets_each_gold_item_once_then_ordinary_work():
+    configure(qc_rate=1.0)  # gold whenever there is some left for them
+    gold = {SolutionFactory(is_gold=True).pk for _ in range(2)}
+    ordinary = SolutionFactory()
+    queueing.ensure_default_queue()
+    (ann,) = annotators(1)
+    served = []
+    for _ in range(3):
+        task = queueing.claim_next(annotator=ann)
+        served.append(task.solution_id)
+        label_all(task)
+    assert set(served[:2]) == gold and served[2] == ordinary.pk
+
+
 def test_where_gold_falls_is_drawn_while_its_share_stays_within_two_tasks_of_the_rate(monkeypatch):
     """A fixed period (every fourth task at 25 %) would tell an annotator which task is gold."""
     configure(qc_rate=0.25)
