@@ -286,7 +286,7 @@ def _new_task(annotator, now: dt.datetime) -> Annotation | None:
             if item is not None:
                 return _start(annotator, item.solution_id, Generation.SCREENING, queue_item_id=item.pk, screening=True)
     if config.qc_rate > 0:  # Else the generation (gold is counted per generation) is not needed.
-        generation = Generation.objects.current_number()
+        generation = Generation.objects.number_of(_CURRENT_GENERATION.rows())
         if _qc_due(annotator, generation, config.qc_rate) and (gold := _next_gold(annotator)) is not None:
             return _start(annotator, gold, generation, quality_control=True)
     leased = _lease_next(annotator, now, config.lease_duration)
@@ -312,6 +312,10 @@ def _next_screening_item(annotator) -> QueueItem | None:
 # count stays within two tasks of rate x their tasks (it corrects itself), while the gap between
 # two gold items varies from none to about twice the mean.
 _gold_draw = random.Random()
+
+
+# Compiled, as the counts below: a gold project's every claim reads it.
+_CURRENT_GENERATION = statements.Compiled(lambda: Generation.objects.current_number_query())
 
 
 # The annotator's gold and other tasks in a generation (no row when they have none), from the

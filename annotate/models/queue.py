@@ -8,7 +8,16 @@ from annotate.models.pool import Solution
 class GenerationQuerySet(models.QuerySet):
     def current_number(self) -> int:
         """The generation new work is served in: the highest one, 0 before any model."""
-        return self.filter(number__gte=0).aggregate(n=models.Max("number"))["n"] or 0
+        return self.number_of(list(self.current_number_query()))
+
+    def current_number_query(self) -> models.QuerySet:
+        """current_number's query, one row of (number,) or none: a claim compiles it once."""
+        return self.filter(number__gte=0).order_by("-number").values_list("number")[:1]
+
+    @staticmethod
+    def number_of(rows: list) -> int:
+        """The current generation's number from current_number_query's rows."""
+        return rows[0][0] if rows else 0
 
 
 class Generation(models.Model):
