@@ -159,6 +159,15 @@ def test_release_puts_the_item_back_and_drops_the_draft():
     assert not Annotation.objects.exists()
 
 
+def claimed_in_turn(annotator, n: int) -> list:
+    """n tasks the annotator claims one after another, each labeled before the next claim."""
+    tasks = []
+    for _ in range(n):
+        tasks.append(queueing.claim_next(annotator=annotator))
+        label_all(tasks[-1])
+    return tasks
+
+
 def test_gold_items_are_interleaved_at_the_configured_rate_and_never_leased(monkeypatch):
     configure(qc_rate=0.5)
     monkeypatch.setattr(queueing._gold_draw, "uniform", lambda low, high: 1.0)  # The draw's middle.
@@ -166,11 +175,7 @@ def test_gold_items_are_interleaved_at_the_configured_rate_and_never_leased(monk
     SolutionFactory.create_batch(3)
     queueing.ensure_default_queue()
     first, second = annotators(2)
-    served = []
-    for _ in range(3):
-        task = queueing.claim_next(annotator=first)
-        served.append(task.is_quality_control)
-        label_all(task)
+    served = [task.is_quality_control for task in claimed_in_turn(first, 3)]
     assert served == [False, True, False]
     qc = Annotation.objects.get(annotator=first, is_quality_control=True)
     assert qc.solution == gold and qc.queue_item is None and qc.generation == 0
@@ -185,11 +190,7 @@ def test_an_annotator_gets_each_gold_item_once_then_ordinary_work():
     ordinary = SolutionFactory()
     queueing.ensure_default_queue()
     (ann,) = annotators(1)
-    served = []
-    for _ in range(3):
-        task = queueing.claim_next(annotator=ann)
-        served.append(task.solution_id)
-        label_all(task)
+    served = [task.solution_id for task in claimed_in_turn(ann, 3)]
     assert set(served[:2]) == gold and served[2] == ordinary.pk
 
 
@@ -201,12 +202,9 @@ def test_where_gold_falls_is_drawn_while_its_share_stays_within_two_tasks_of_the
     SolutionFactory.create_batch(40, steps=["a"])
     queueing.ensure_default_queue()
     (ann,) = annotators(1)
-    served = []
-    for _ in range(40):
-        task = queueing.claim_next(annotator=ann)
-        served.append(task.is_quality_control)
-        label_all(task)
-        gold, ordinary = sum(served), len(served) - sum(served)
+    served = [task.is_quality_control for task in claimed_in_turn(ann, 40)]
+    for so_far in range(1, len(served) + 1):
+        gold, ordinary = sum(served[:so_far]), so_far - sum(served[:so_far])
         assert abs(gold - ordinary * 0.25 / 0.75) < 2, served
     positions = [i for i, is_gold in enumerate(served) if is_gold]
     assert len({b - a for a, b in zip(positions, positions[1:])}) > 1, served
