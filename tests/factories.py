@@ -53,15 +53,21 @@ def user_with_role(username: str, role: str, **fields):
     return user
 
 
-def scored_by_current_model(solution, ps: list[float]) -> None:
-    """The current model version's P(step right) for each step of `solution`, stored as rescoring
-    stores them (a current version is made when there is none)."""
+def store_step_scores(version, solution, ps: list[float]) -> None:
+    """`version`'s P(step right) for each step of `solution`, stored as rescoring stores them."""
     from scoring.core.step_scores import StepProbability
-    from scoring.models import ModelVersion
     from scoring.rescoring import scores
 
-    version = ModelVersion.objects.current() or ModelVersion.objects.create(
-        name="current", path="/x", weights_sha256="0" * 64, is_current=True)
     step_ids = list(solution.steps.order_by("index").values_list("pk", flat=True))
     scores.write_scores(model_version=version, solution_ids=[solution.pk], step_ids=[step_ids],
                         results=[[StepProbability(p) for p in ps]])
+
+
+def scored_by_current_model(solution, ps: list[float]) -> None:
+    """The current model version's scores for each step of `solution` (a current version is made
+    when there is none)."""
+    from scoring.models import ModelVersion
+
+    version = ModelVersion.objects.current() or ModelVersion.objects.create(
+        name="current", path="/x", weights_sha256="0" * 64, is_current=True)
+    store_step_scores(version, solution, ps)

@@ -4,11 +4,9 @@ import pytest
 
 from annotate.labeling import assistance, queueing, tasks
 from annotate.models import LabelingConfig
-from scoring.core.step_scores import StepProbability
 from scoring.models import ModelVersion
-from scoring.rescoring import scores
 from scoring.store import registry
-from tests.factories import SolutionFactory
+from tests.factories import SolutionFactory, store_step_scores
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
@@ -17,17 +15,11 @@ def _version(name: str, **fields) -> ModelVersion:
     return ModelVersion.objects.create(name=name, path="/x", weights_sha256="0" * 64, **fields)
 
 
-def _score(version: ModelVersion, solution, ps: list[float]) -> None:
-    step_ids = list(solution.steps.order_by("index").values_list("pk", flat=True))
-    scores.write_scores(model_version=version, solution_ids=[solution.pk], step_ids=[step_ids],
-                        results=[[StepProbability(p) for p in ps]])
-
-
 def test_the_current_models_p_reaches_the_task(annotator):
     solution = SolutionFactory(steps=["one", "two", "three"])
     current = _version("v1", is_current=True)
-    _score(current, solution, [0.9, 0.2, 0.7])
-    _score(current, solution, [0.1, 0.1, 0.1])  # written twice: the first scores stand
+    store_step_scores(current, solution, [0.9, 0.2, 0.7])
+    store_step_scores(current, solution, [0.1, 0.1, 0.1])  # written twice: the first scores stand
     assert assistance.model_ps(solution_id=solution.pk) == [0.9, 0.2, 0.7]
     LabelingConfig.objects.update_or_create(pk=1, defaults={"assistance": "suggest"})
     queueing.ensure_default_queue()
@@ -37,9 +29,9 @@ def test_the_current_models_p_reaches_the_task(annotator):
 
 def test_a_candidates_scores_are_shown_only_once_it_is_current():
     solution = SolutionFactory(steps=["one", "two"])
-    _score(_version("v1", is_current=True), solution, [0.9, 0.8])
+    store_step_scores(_version("v1", is_current=True), solution, [0.9, 0.8])
     candidate = _version("v2")
-    _score(candidate, solution, [0.3, 0.4])
+    store_step_scores(candidate, solution, [0.3, 0.4])
     assert assistance.model_ps(solution_id=solution.pk) == [0.9, 0.8]
     registry.make_current_version(candidate)
     assert assistance.model_ps(solution_id=solution.pk) == [0.3, 0.4]
@@ -47,7 +39,7 @@ def test_a_candidates_scores_are_shown_only_once_it_is_current():
 
 def test_steps_the_current_version_has_not_scored_have_no_view():
     solution = SolutionFactory(steps=["one", "two"])
-    _score(_version("v1"), solution, [0.9, 0.8])  # not current
+    store_step_scores(_version("v1"), solution, [0.9, 0.8])  # not current
     assert assistance.model_ps(solution_id=solution.pk) == [None, None]
     registry.make_current_version(_version("v2"))
     assert assistance.model_ps(solution_id=solution.pk) == [None, None]
