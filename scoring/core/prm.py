@@ -284,24 +284,28 @@ class LoadedPRM:
     ) -> Iterator[tuple[list[int], torch.Tensor]]:
         """(indices of the batch, the read-out rows of all its steps, solution after solution)."""
         lengths = [len(e.ids) for e in encoded]
-        masked = not self.reads_causally
         for batch in token_budget_batches(lengths, max_tokens=self.max_tokens):
-            width = max(lengths[i] for i in batch)
-            # Right padding: a causal model's real tokens never attend to the padding after them.
-            ids = torch.tensor([encoded[i].ids + [0] * (width - lengths[i]) for i in batch])
-            mask = torch.tensor([[1] * lengths[i] + [0] * (width - lengths[i]) for i in batch]) if masked else None
+            ids, mask = self.padded_batch([encoded[i].ids for i in batch])
             rows = torch.tensor([row for row, i in enumerate(batch) for _ in encoded[i].positions], dtype=torch.long)
             columns = torch.tensor([position for i in batch for position in encoded[i].positions], dtype=torch.long)
-            states = self._forward(self._to_device(ids), mask if mask is None else self._to_device(mask), layer=layer,
-                                   features=features)
+            mask = mask if mask is None else self._to_device(mask)
+            states = self._forward(self._to_device(ids), mask, layer=layer, features=features)
             yield batch, states[self._to_device(rows), self._to_device(columns)]
+
+    def padded_batch(self, id_lists: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A batch's ids right-padded (on the host), and its attention mask, scoring's and training's:
+        None for a model that reads causally (its tokens never attend to the padding after them)."""
+        width = max(len(ids) for ids in id_lists)
+        ids = torch.tensor([row + [0] * (width - len(row)) for row in id_lists])
+        if self.reads_causally:
+            return ids, None
+        return ids, torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in id_lists])
 
     @cached_property
     def reads_causally(self) -> bool:
-        """Whether every attention layer reads only the tokens up to each token (transformers marks
-        each `is_causal`), as one forward per solution needs. Then a batch needs no attention mask,
-        and one without takes attention's fast path: on a CPU a batch with one token of padding took
-        1.66x as long as one without. A layer that reads both ways, or none that says, keeps the mask."""
+        """Whether every attention layer reads only the tokens up to each (transformers' `is_causal`),
+        as one forward per solution needs: then a batch needs no mask and takes attention's fast path
+        (a CPU batch with one token of padding took 1.66x as long). Both ways, or unsaid: masked."""
         flags = {getattr(module, "is_causal", None) for module in self.model.modules()}
         return flags & {True, False} == {True}
 

@@ -350,18 +350,11 @@ def _hidden_at_labels(
 ) -> torch.Tensor:
     """Hidden states [labeled steps, H] at the separators of a batch, with gradients."""
     device = backbone.device
-    width = max(len(encoded[id(e)].ids) for e in batch)
-    ids = torch.zeros((len(batch), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, e in enumerate(batch):
-        n = len(encoded[id(e)].ids)
-        ids[row, :n] = torch.tensor(encoded[id(e)].ids)
-        mask[row, :n] = 1
+    ids, mask = backbone.padded_batch([encoded[id(e)].ids for e in batch])
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    # A causal backbone reads no padding after a sequence, so it goes without the mask's slow path.
-    given = None if backbone.reads_causally else mask.to(device)
     with truncated(model, layer) as read_at, autocast:
-        out = model(input_ids=ids.to(device), attention_mask=given, output_hidden_states=read_at is not None)
+        out = model(input_ids=ids.to(device), attention_mask=None if mask is None else mask.to(device),
+                    output_hidden_states=read_at is not None)
         states = out.hidden_states[read_at] if read_at is not None else out.last_hidden_state
     rows = []
     for row, e in enumerate(batch):
