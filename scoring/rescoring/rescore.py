@@ -149,7 +149,7 @@ def claim_chunk(chunk: RescoreChunk) -> bool:
 
 # --- the chunk pipeline -------------------------------------------------------------------
 
-PIPELINE_BATCH = 16  # solutions per step: the first read and the last write are not overlapped
+PIPELINE_BATCH = 16  # solutions per forward step of the pipeline
 PREFETCH = 2  # batches read and tokenized ahead of the forward
 
 
@@ -173,8 +173,8 @@ def score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int], prm
     if not todo:
         return 0, 0
     prm = prm or registry.load(model_version)
-    batch_size = batch_size or (len(todo) if _on_cpu(prm) else PIPELINE_BATCH)
-    batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+    on_cpu = batch_size is None and _on_cpu(prm)
+    batches = [todo] if on_cpu else pipeline_batches(todo, batch_size or PIPELINE_BATCH)
     scored = tokens = 0
     with _io_thread() as io:
         ready = deque(io.submit(_read_batch, ids, prm) for ids in batches[:PREFETCH])
@@ -192,6 +192,18 @@ def score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int], prm
                 scored += writes.popleft().result()  # a failed write stops the chunk at the next batch
         scored += sum(write.result() for write in writes)
     return scored, tokens
+
+
+def pipeline_batches(solution_ids: list[int], size: int) -> list[list[int]]:
+    """The chunk in batches of `size`, but its first and last a quarter of that: the first read and
+    the last write have no forward beside them, so the model waits for them (tiny model on one
+    core, 64-solution chunks: 3.5 % of the chunk's time at a full batch)."""
+    end = max(1, size // 4)
+    if len(solution_ids) <= 2 * end:
+        return [solution_ids]
+    body = solution_ids[end:-end]
+    return [solution_ids[:end], *(body[start : start + size] for start in range(0, len(body), size)),
+            solution_ids[-end:]]
 
 
 def _on_cpu(prm: LoadedPRM | RemotePRM) -> bool:

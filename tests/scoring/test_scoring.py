@@ -242,6 +242,14 @@ def test_a_pipelined_rerun_writes_nothing_and_skips_rows_already_there(tiny_vers
         assert row == pytest.approx(before[1][pk], abs=1e-6)
 
 
+def test_a_chunk_starts_and_ends_its_pipeline_with_short_batches():
+    """The first read and the last write have no forward beside them: they are kept short."""
+    batches = scoring.pipeline_batches(list(range(64)), 16)
+    assert [len(batch) for batch in batches] == [4, 16, 16, 16, 8, 4]
+    assert [pk for batch in batches for pk in batch] == list(range(64))
+    assert scoring.pipeline_batches([1, 2, 3], 16) == [[1, 2, 3]]
+
+
 @pytest.mark.embedded
 def test_an_error_in_the_reader_thread_fails_the_chunk_and_stops_the_thread(tiny_version, pool, monkeypatch):
     read_items, calls = scores.read_items, []
