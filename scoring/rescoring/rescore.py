@@ -252,10 +252,9 @@ def _io_thread() -> Iterator[ThreadPoolExecutor]:
 
 def refresh_progress(*, job: RescoreJob) -> None:
     """Progress from the chunk rows themselves, never a counter (a rerun cannot double count)."""
-    done = list(job.chunks.filter(state=RescoreChunk.State.DONE).values_list("solution_ids", "tokens"))
-    job.record_progress(done=sum(len(ids) for ids, _ in done), chunks_done=len(done),
-                        tokens_done=sum(tokens for _, tokens in done))
-    if len(done) >= job.chunks_total:
+    progress = job.chunks.progress()
+    job.record_progress(**progress)
+    if progress["chunks_done"] >= job.chunks_total:
         finish(job=job)
 
 

@@ -108,6 +108,17 @@ def test_last_chunk_finishes_the_job_and_rebuilds_the_queue_once(tiny_version, p
     assert scoring.finish(job=job) is False  # a late duplicate cannot start a second generation
 
 
+def test_a_job_counts_the_solutions_and_tokens_of_its_done_chunks(tiny_version, pool):
+    job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
+    first, second, *_ = scoring.plan_chunks(job=job, chunk_size=4)
+    scoring.run_chunk(chunk_id=first.pk)
+    RescoreChunk.objects.filter(pk=second.pk).update(tokens=10**6)  # not done: not counted
+    scoring.refresh_progress(job=job)
+    job.refresh_from_db()
+    read = registry.load(tiny_version).score_counting_tokens(scores.read_items(first.solution_ids)[2])[1]
+    assert (job.chunks_done, job.done, job.tokens_done) == (1, 4, read) and job.state == JobState.RUNNING
+
+
 def test_a_job_with_nothing_to_score_finishes_at_once(tiny_version):
     job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
     assert scoring.plan_chunks(job=job) == []
