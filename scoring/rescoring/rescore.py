@@ -196,8 +196,8 @@ def score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int], prm
 
 def pipeline_batches(solution_ids: list[int], size: int) -> list[list[int]]:
     """The chunk in batches of `size`, but its first and last a quarter of that: the first read and
-    the last write have no forward beside them, so the model waits for them (tiny model on one
-    core, 64-solution chunks: 3.5 % of the chunk's time at a full batch)."""
+    the last write have no forward beside them, so the model waits for them (tiny model, chunks of
+    64, forward off the CPU as on a GPU: e2e/bare 0.925-0.93 against 0.89-0.91 at full batches)."""
     end = max(1, size // 4)
     if len(solution_ids) <= 2 * end:
         return [solution_ids]
