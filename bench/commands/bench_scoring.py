@@ -90,8 +90,7 @@ def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per
     # Alternate the two, best of each: a shared machine's noise hits both alike.
     for _ in range(rounds):
         bare.append(timed(lambda: model.forward_only(encoded), device=model.device))
-        SolutionScore.objects.filter(model_version=version).delete()
-        StepScore.objects.filter(model_version=version).delete()
+        forget_scores(version)
         e2e.append(timed(lambda: rescore_pool(version, ids, model), device=model.device))
     rates = {
         "model": version.name, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
@@ -106,8 +105,7 @@ def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per
         stand_in = FreeCPUForward(model, encoded, seconds_per_token=min(bare) / tokens)
         off_cpu = []
         for _ in range(rounds):
-            SolutionScore.objects.filter(model_version=version).delete()
-            StepScore.objects.filter(model_version=version).delete()
+            forget_scores(version)
             off_cpu.append(timed(lambda: rescore_pool(version, ids, stand_in)))
         rates["e2e_over_bare_forward_off_cpu"] = round(min(bare) / min(off_cpu), 3)
     rates["stage_seconds"] = stage_seconds(version, ids, model)
@@ -146,8 +144,7 @@ class FreeCPUForward:
 def stage_seconds(version: ModelVersion, ids: list[int], model) -> dict[str, float]:
     """Where a rescore of the pool in one batch spends its time, each stage timed alone: what
     the e2e rate pays beyond the forward (on a CPU, every stage but the forward takes its cores)."""
-    SolutionScore.objects.filter(model_version=version).delete()
-    StepScore.objects.filter(model_version=version).delete()
+    forget_scores(version)
     made: dict = {}  # what each stage hands the next, kept as it is timed
     read = timed(lambda: made.update(read=scores.read_items(ids)))
     solution_ids, step_ids, items = made["read"]
@@ -158,6 +155,12 @@ def stage_seconds(version: ModelVersion, ids: list[int], model) -> dict[str, flo
                                               results=made["results"]))
     return {name: round(seconds, 3) for name, seconds in
             (("read", read), ("tokenize", tokenize), ("forward", forward), ("write", write))}
+
+
+def forget_scores(version: ModelVersion) -> None:
+    """Delete the version's scores, so that the next rescore scores the whole pool again."""
+    SolutionScore.objects.filter(model_version=version).delete()
+    StepScore.objects.filter(model_version=version).delete()
 
 
 def rescore_pool(version: ModelVersion, ids: list[int], model) -> None:
