@@ -173,8 +173,8 @@ def score_chunk(*, model_version: ModelVersion, solution_ids: Sequence[int], prm
     if not todo:
         return 0, 0
     prm = prm or registry.load(model_version)
-    on_cpu = batch_size is None and _on_cpu(prm)
-    batches = [todo] if on_cpu else pipeline_batches(todo, batch_size or PIPELINE_BATCH)
+    in_one_batch = batch_size is None and _on_cpu(prm)
+    batches = [todo] if in_one_batch else pipeline_batches(todo, batch_size or PIPELINE_BATCH)
     scored = tokens = 0
     with _io_thread() as io:
         ready = deque(io.submit(_read_batch, ids, prm) for ids in batches[:PREFETCH])
