@@ -41,7 +41,7 @@ def read_items(solution_ids: Sequence[int]) -> tuple[list[int], list[list[int]],
     step_ids: dict[int, list[int]] = {pk: [] for pk in problems}
     texts: dict[int, list[str]] = {pk: [] for pk in problems}
     rows = Step.objects.filter(solution_id__in=problems).order_by("solution_id", "index")
-    for solution_id, step_id, text in rows.values_list("solution_id", "pk", "text").iterator(chunk_size=2000):
+    for solution_id, step_id, text in rows.values_list("solution_id", "pk", "text"):
         step_ids[solution_id].append(step_id)
         texts[solution_id].append(text)
     ordered = [pk for pk in sorted(problems) if texts[pk]]
