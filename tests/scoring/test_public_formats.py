@@ -228,3 +228,13 @@ def test_an_unknown_input_format_is_refused_naming_the_field(tmp_path):
     write_model_config(folder, config)
     with pytest.raises(ModelFormatError, match="'input_format' must be one of"):
         prm.load_prm(folder, device="cpu")
+
+
+@pytest.mark.parametrize("ids, expected", [
+    ([5, 9, 7, 9, 9], [1, 3, 4]),  # adjacent tags each count
+    ([9], [0]),
+    ([1, 2, 3], []),
+    ([], []),
+])
+def test_a_step_is_read_at_every_position_of_its_tag(ids, expected):
+    assert encoding.tag_positions(ids, 9) == expected
