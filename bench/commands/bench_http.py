@@ -128,6 +128,7 @@ class Command(BaseCommand):
 
     def measure_in_process(self, tasks: int, *, profile: bool = False, compare_paths: bool = False) -> None:
         _queue_whole_pool()
+        _vacuum()
         username, _ = _annotators(1)[0]
         costs = request_costs.measure(user=get_user_model().objects.get(username=username), tasks=tasks,
                                       profile=profile, compare_paths=compare_paths)
