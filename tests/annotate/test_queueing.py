@@ -517,3 +517,24 @@ def test_a_task_started_on_a_solution_without_steps_is_written_and_has_none():
     assert starting.start(annotation) == []
     assert Annotation.objects.get(pk=annotation.pk).solution_id == solution.pk
     assert not StepLabel.objects.filter(annotation=annotation).exists()
+
+
+def _planner_rows(model) -> float:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE relname = %s", [model._meta.db_table])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgresql
+def test_a_large_import_leaves_the_planner_counting_the_new_solutions(tmp_path, monkeypatch):
+    monkeypatch.setattr(queueing, "STATISTICS_AFTER", 3)
+    small = import_lines(tmp_path, [answered("s1", "4"), answered("s2", "5")])
+    before = _planner_rows(Solution)
+    queueing.enqueue_imported(solution_ids=small.solution_ids)
+    assert _planner_rows(Solution) == before  # too few to analyze for
+    large = import_lines(tmp_path, [answered(f"l{i}", "4") for i in range(3)])
+    queueing.enqueue_imported(solution_ids=large.solution_ids)
+    assert _planner_rows(Solution) == Solution.objects.count() == 5
+    assert _planner_rows(QueueItem) == QueueItem.objects.count()
