@@ -87,8 +87,9 @@ def insert_new(model: type[models.Model], fields: Sequence[str], rows: Sequence[
         return
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    by_name = {field.name: field for field in model._meta.concrete_fields if field.column}
-    columns = ", ".join(quote(by_name[field].column) for field in fields)
+    concrete = {field.name: field for field in model._meta.concrete_fields}
+    chosen = [concrete[name] for name in fields]
+    columns = ", ".join(quote(column) for field in chosen if (column := field.column))
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             placeholders = ", ".join(["%s"] * len(fields))
@@ -96,7 +97,7 @@ def insert_new(model: type[models.Model], fields: Sequence[str], rows: Sequence[
             return
         # One statement: each column an array parameter, unnested into rows. A COPY into a staging
         # table cost PostgreSQL four statements and a TRUNCATE (new files, catalog rows) per write.
-        arrays = ", ".join(f"%s::{by_name[field].cast_db_type(connection)}[]" for field in fields)
+        arrays = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in chosen)
         cursor.execute(f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING",
                        [list(column) for column in zip(*rows)])
 
