@@ -272,8 +272,7 @@ def test_an_error_in_the_reader_thread_fails_the_chunk_and_stops_the_thread(tiny
         return read_items(solution_ids)
 
     monkeypatch.setattr(scores, "read_items", failing_second_read)
-    monkeypatch.setattr(scoring, "PIPELINE_BATCH", 2)
-    monkeypatch.setattr(scoring, "_on_cpu", lambda prm: False)  # overlap on this CPU too, as on a GPU
+    monkeypatch.setattr(scoring, "_pipeline_batch", lambda prm: 2)  # overlap on this CPU too, as on a GPU
     job = RescoreJob.objects.create(model_version=tiny_version, rebuild_queue=False)
     (chunk,) = scoring.plan_chunks(job=job, chunk_size=10)
     with pytest.raises(RuntimeError, match="connection lost"):
@@ -284,22 +283,25 @@ def test_an_error_in_the_reader_thread_fails_the_chunk_and_stops_the_thread(tiny
     assert not io_threads()
 
 
-def test_a_forward_on_fewer_threads_than_cores_overlaps_reads_and_scores_the_same(tiny_version, pool):
+def test_a_forward_on_fewer_threads_than_cores_is_pipelined_in_larger_batches_and_scores_the_same(
+        tiny_version, pool):
     """A worker on one torch thread leaves the other cores to its reader: the chunk goes in
-    pipeline batches, and its scores are those of the one-batch path."""
+    pipeline batches, larger than beside a forward off the CPU, and its scores are those of the
+    one-batch path a forward on every core takes."""
     ids = [s.pk for s in pool]
     model = registry.load(tiny_version)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(len(os.sched_getaffinity(0)))
-        assert scoring._on_cpu(model)
+        assert scoring._pipeline_batch(model) is None
         scoring.score_chunk(model_version=tiny_version, solution_ids=ids, prm=model)
         whole = dict(StepScore.objects.filter(model_version=tiny_version).values_list("step_id", "p"))
         StepScore.objects.filter(model_version=tiny_version).delete()
         SolutionScore.objects.filter(model_version=tiny_version).delete()
         torch.set_num_threads(1)
-        assert not scoring._on_cpu(model) or len(os.sched_getaffinity(0)) == 1
-        scoring.score_chunk(model_version=tiny_version, solution_ids=ids, prm=model)
+        if len(os.sched_getaffinity(0)) > 1:
+            assert scoring._pipeline_batch(model) == scoring.SHARED_CPU_BATCH > scoring.PIPELINE_BATCH
+        scoring.score_chunk(model_version=tiny_version, solution_ids=ids, prm=model, batch_size=2)  # 4 batches
     finally:
         torch.set_num_threads(threads)
     piped = dict(StepScore.objects.filter(model_version=tiny_version).values_list("step_id", "p"))
