@@ -2,8 +2,8 @@
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, worker_process_init, worker_ready
-from django.db import connections
+from celery.signals import task_postrun, task_prerun, worker_process_init, worker_ready
+from django.db import close_old_connections, connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Workers log to files: no tqdm bars from model loading. No tokenizer threads in the main process,
@@ -43,6 +43,17 @@ def allow_tokenizer_threads() -> None:
     if threads := os.environ.get("OMP_NUM_THREADS"):
         os.environ.setdefault("RAYON_NUM_THREADS", threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
+
+
+@task_prerun.connect
+@task_postrun.connect
+def close_old_database_connections(task=None, **_) -> None:
+    """Between two tasks, what Django does between two requests: close a connection that is past
+    DB_CONN_MAX_AGE, broken or left in a transaction, and health-check the others at their next
+    use. Celery's own fixup would close them all (settings.CELERY_DB_REUSE_MAX). Not for a task run
+    eagerly: it runs inside its caller, whose transaction it must not end."""
+    if not getattr(getattr(task, "request", None), "is_eager", False):
+        close_old_connections()
 
 
 @task_postrun.connect

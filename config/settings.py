@@ -253,6 +253,11 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 3600)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 3300)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes every database connection before and after each task unless told to
+# reuse them for so many tasks: a new PostgreSQL backend per task, whose start and cold caches cost
+# about 20 ms of the machine's CPU a rescore chunk (docs/benchmarks.md). Never by count here:
+# config/celery.py applies Django's rule between requests (DB_CONN_MAX_AGE, health checks) instead.
+CELERY_DB_REUSE_MAX = 2**62
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Model work (rescoring, training) runs on its own queue, served by GPU workers where present.
 # The answers a web request waits for (/api/score, /api/search) have a queue and a worker of their

@@ -211,6 +211,37 @@ def terminate_backends(database: str) -> int:
     return len(rows)
 
 
+def worker_backends(database: str) -> set[int]:
+    """The PostgreSQL backends serving `database` for anyone but this test process."""
+    connection.close()  # ours is not counted: there is none while we look
+    import psycopg
+
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+        rows = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                             [database]).fetchall()
+    return {pid for (pid,) in rows}
+
+
+@pytest.mark.postgresql
+def test_a_worker_keeps_its_database_connection_from_task_to_task_and_replaces_a_killed_one(
+        celery_worker_process):
+    """Between two tasks a worker does what Django does between two requests: it keeps its
+    connection (Celery's default opens a new PostgreSQL backend for every task), and one the
+    database has killed meanwhile is replaced by the next task, which succeeds."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL")
+    database = settings.DATABASES["default"]["NAME"]
+    assert reconcile_jobs_task.delay(0).get(timeout=60) == []
+    held = worker_backends(database)
+    assert reconcile_jobs_task.delay(0).get(timeout=60) == []
+    assert worker_backends(database) == held and len(held) == 1
+
+    assert terminate_backends(database) == 1
+    assert reconcile_jobs_task.delay(0).get(timeout=60) == []
+    replaced = worker_backends(database)
+    assert len(replaced) == 1 and replaced != held
+
+
 @pytest.mark.postgresql
 def test_an_import_whose_database_connection_is_killed_resumes_and_the_app_answers_again(
     worker_factory, tmp_path, client, admin_user
