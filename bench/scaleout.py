@@ -10,6 +10,7 @@ same broker would take chunks too: stop them first.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,10 +23,11 @@ from pathlib import Path
 
 from django.conf import settings
 
-from annotate.models import Problem
+from annotate.models import Problem, Solution, Step
 from annotate.models.jobs import JobState
+from bench import tables
 from scoring.core.model_files import read_model_config
-from scoring.models import ModelVersion, RescoreJob
+from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
 
@@ -105,6 +107,39 @@ def rescore_rate(version: ModelVersion, *, timeout: float) -> dict:
             "tokens_per_s": round(job.tokens_done / seconds, 1), "cores_busy": round(busy / total, 2)}
 
 
+def in_process_rate(version: ModelVersion, pool_ids: list[int], *, processes: int, chunk_size: int,
+                    threads: int = 1) -> dict:
+    """The same rescore without Celery: `processes` plain processes (bench.score_chunks), each
+    given every `processes`-th chunk, start together once each has loaded the model. What the
+    cores allow the workers; the CPU each spent per solution, with its reads and writes."""
+    chunks = [pool_ids[start : start + chunk_size] for start in range(0, len(pool_ids), chunk_size)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else dict(os.environ)
+    started = [subprocess.Popen([sys.executable, "-m", "bench.score_chunks"], cwd=REPO_ROOT, env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+               for _ in range(processes)]
+    try:
+        for index, process in enumerate(started):
+            process.stdin.write(json.dumps({"version": version.pk, "chunks": chunks[index::processes]}) + "\n")
+            process.stdin.flush()
+        for process in started:
+            if process.stdout.readline().strip() != "ready":
+                raise RuntimeError("a bench.score_chunks process did not load the model")
+        before, clock = machine_cpu(), time.perf_counter()
+        for process in started:
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        done = [json.loads(process.stdout.readline()) for process in started]
+        seconds = time.perf_counter() - clock
+        busy, total = (after - start for after, start in zip(machine_cpu(), before))
+    finally:
+        for process in started:
+            stop(process)
+    solutions = sum(part["solutions"] for part in done)
+    return {"solutions": solutions, "seconds": round(seconds, 2), "solutions_per_s": round(solutions / seconds, 1),
+            "cpu_ms_per_solution": [round(part["cpu_s"] * 1000 / max(1, part["solutions"]), 2) for part in done],
+            "cores_busy": round(busy / total, 2)}
+
+
 def machine_cpu() -> tuple[int, int]:
     """(busy, all) CPU ticks of the whole machine so far, from /proc/stat (man 5 proc)."""
     ticks = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -113,11 +148,15 @@ def machine_cpu() -> tuple[int, int]:
 
 
 def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size: int, threads: int = 1,
-            timeout: float = 1800, report: Callable[[str, dict], None] = lambda key, rate: None) -> dict:
+            in_process: bool = False, timeout: float = 1800,
+            report: Callable[[str, dict], None] = lambda key, rate: None) -> dict:
     """{"local_1_workers": {...}, "remote_1_workers": {...}, ...}: each worker count started
-    once, the pool rescored locally and (with `remote`) through the pooling server."""
+    once, the pool rescored locally and (with `remote`) through the pooling server; with
+    `in_process`, "in_process_1_processes"...: the pool scored by as many plain processes."""
     from bench.tiny import build_tiny_prm
 
+    # What earlier runs deleted (pools, versions and their scores) is still in these tables.
+    tables.vacuum(Problem, Solution, Step, SolutionScore, StepScore, RescoreChunk, RescoreJob)
     results: dict = {"scaleout_solutions": len(pool_ids), "scaleout_chunk_size": chunk_size,
                      "scaleout_torch_threads_per_worker": threads or "default"}
     with tempfile.TemporaryDirectory() as workdir, ExitStack() as stack:
@@ -140,11 +179,23 @@ def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size:
                     key = f"{mode}_{count}_workers"
                     results[key] = rescore_rate(versions[-1], timeout=timeout)
                     report(key, results[key])
+            if in_process:
+                versions.append(registry.register_model_version(name=f"bench-scaleout-in-process-{count}-"
+                                                                     f"{time.time_ns()}", path=folder))
+                key = f"in_process_{count}_processes"
+                results[key] = in_process_rate(versions[-1], pool_ids, processes=count, chunk_size=chunk_size,
+                                               threads=threads)
+                report(key, results[key])
         for mode in ("local", "remote") if remote else ("local",):
             first = results[f"{mode}_{counts[0]}_workers"]["tokens_per_s"]
             for count in counts[1:]:
                 results[f"{mode}_{count}_over_{counts[0]}_workers"] = round(
                     results[f"{mode}_{count}_workers"]["tokens_per_s"] / first, 2)
+        if in_process:
+            first = results[f"in_process_{counts[0]}_processes"]["solutions_per_s"]
+            for count in counts[1:]:
+                results[f"in_process_{count}_over_{counts[0]}_processes"] = round(
+                    results[f"in_process_{count}_processes"]["solutions_per_s"] / first, 2)
     return results
 
 

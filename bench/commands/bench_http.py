@@ -33,7 +33,7 @@ from django.test.utils import override_settings
 from annotate.labeling import quality, queue_items, queueing, roles
 from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, Step, StepLabel
 from bench import label_studio as label_studio_module
-from bench import loadtest, request_costs
+from bench import loadtest, request_costs, tables
 from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
 from bench.commands.bench_workspace import Command as WorkspaceBench
 
@@ -213,11 +213,7 @@ def _vacuum() -> None:
     queue in the run would wade through them and the database's CPU per task would measure the
     bench's setup, not labeling. The solutions too: with the statistics from before some were
     made gold, the draw of a gold item scanned the whole pool (15 ms instead of 0.25)."""
-    if not _postgres():
-        return
-    tables = [model._meta.db_table for model in (QueueItem, Annotation, StepLabel, Completion, Solution)]
-    with connection.cursor() as cursor:
-        cursor.execute(f"VACUUM (ANALYZE) {', '.join(connection.ops.quote_name(t) for t in tables)}")
+    tables.vacuum(QueueItem, Annotation, StepLabel, Completion, Solution)
 
 
 def _annotators(n: int) -> list[tuple[str, str]]:

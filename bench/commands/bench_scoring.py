@@ -216,6 +216,9 @@ class Command(BaseCommand):
                             help="with --workers: also rescore through a /pooling server (bench.pooling_server)")
         parser.add_argument("--scaleout-solutions", type=int, default=256, help="pool size for --workers")
         parser.add_argument("--scaleout-chunk-size", type=int, default=16, help="chunk size for --workers")
+        parser.add_argument("--in-process", action="store_true",
+                            help="with --workers: also score the pool in as many plain processes, without Celery "
+                                 "(bench.score_chunks): what the cores allow, and each one's CPU per solution")
         parser.add_argument("--worker-threads", type=int, default=1,
                             help="torch threads per worker for --workers (0: one per core)")
 
@@ -294,7 +297,7 @@ class Command(BaseCommand):
             try:
                 return bench_scaleout.measure(
                     counts=counts, pool_ids=ids, remote=options["remote"], chunk_size=options["scaleout_chunk_size"],
-                    threads=options["worker_threads"],
+                    threads=options["worker_threads"], in_process=options["in_process"],
                     report=lambda key, rate: self.stderr.write(f"{key}: {rate}"),
                 )
             finally:
