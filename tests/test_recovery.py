@@ -199,27 +199,25 @@ def test_the_reconciler_leaves_a_job_alone_while_its_holder_is_alive(transaction
 # --- the database goes away mid-job (PostgreSQL) --------------------------------------------------
 
 
-def terminate_backends(database: str) -> int:
-    """pg_terminate_backend on every connection to `database`, as a database restart would."""
+def _on_backends(database: str, expression: str) -> list[tuple]:
+    """`expression` of pg_stat_activity for every connection to `database`, from an admin connection."""
     import psycopg
 
     with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            [database],
+        return admin.execute(
+            f"SELECT {expression} FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [database]
         ).fetchall()
-    return len(rows)
+
+
+def terminate_backends(database: str) -> int:
+    """pg_terminate_backend on every connection to `database`, as a database restart would."""
+    return len(_on_backends(database, "pg_terminate_backend(pid)"))
 
 
 def worker_backends(database: str) -> set[int]:
     """The PostgreSQL backends serving `database` for anyone but this test process."""
     connection.close()  # ours is not counted: there is none while we look
-    import psycopg
-
-    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
-        rows = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                             [database]).fetchall()
-    return {pid for (pid,) in rows}
+    return {pid for (pid,) in _on_backends(database, "pid")}
 
 
 @pytest.mark.postgresql
