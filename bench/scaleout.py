@@ -3,7 +3,8 @@
 Real worker processes on the configured broker and database rescore a committed pool of
 8-step solutions with a fresh model version each time (so nothing is scored yet); the rate is
 the job's own (solutions and tokens from the done chunks, over started -> finished, model
-loading in each worker included). With --remote the version is a /pooling endpoint: one
+loading in each worker included), how busy the machine's cores were and how long each worker
+waited between one chunk and the next. With --remote the version is a /pooling endpoint: one
 `bench.pooling_server` process with the same tiny model, which all workers share.
 Everything written (pool, versions, scores) is deleted at the end. Other ml workers on the
 same broker would take chunks too: stop them first.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,7 +106,27 @@ def rescore_rate(version: ModelVersion, *, timeout: float) -> dict:
         raise RuntimeError(f"rescore job {job.pk} {job.state}: {job.error}")
     seconds = max((job.finished_at - job.started_at).total_seconds(), 1e-3)
     return {"solutions": job.done, "seconds": round(seconds, 2), "solutions_per_s": round(job.done / seconds, 1),
-            "tokens_per_s": round(job.tokens_done / seconds, 1), "cores_busy": round(busy / total, 2)}
+            "tokens_per_s": round(job.tokens_done / seconds, 1), "cores_busy": round(busy / total, 2),
+            **between_chunks(job)}
+
+
+def between_chunks(job: RescoreJob) -> dict:
+    """How long each worker waited between finishing one chunk and claiming its next, from the
+    chunk rows: the median wait, and the share of the workers' time spent so (what Celery's
+    hand-off and a chunk's own bookkeeping cost, which plain processes do not pay). A chunk's
+    claim time is its `heartbeat_at`, so this holds for chunks shorter than a heartbeat
+    (STEPWISE_JOB_HEARTBEAT_SECONDS): the benchmark's are."""
+    by_worker: dict[str, list[tuple]] = {}
+    for claimed, finished, worker in job.chunks.order_by("heartbeat_at").values_list(
+            "heartbeat_at", "finished_at", "claimed_by"):
+        by_worker.setdefault(worker, []).append((claimed, finished))
+    waits = [(later[0] - earlier[1]).total_seconds()
+             for chunks in by_worker.values() for earlier, later in zip(chunks, chunks[1:])]
+    spans = sum((chunks[-1][1] - chunks[0][0]).total_seconds() for chunks in by_worker.values())
+    if not waits or spans <= 0:
+        return {}
+    return {"wait_between_chunks_ms": round(statistics.median(waits) * 1000, 1),
+            "waiting_between_chunks": round(sum(waits) / spans, 3)}
 
 
 def in_process_rate(version: ModelVersion, pool_ids: list[int], *, processes: int, chunk_size: int,
