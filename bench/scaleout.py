@@ -209,16 +209,18 @@ def measure(*, counts: list[int], pool_ids: list[int], remote: bool, chunk_size:
                                                threads=threads)
                 report(key, results[key])
         for mode in ("local", "remote") if remote else ("local",):
-            first = results[f"{mode}_{counts[0]}_workers"]["tokens_per_s"]
-            for count in counts[1:]:
-                results[f"{mode}_{count}_over_{counts[0]}_workers"] = round(
-                    results[f"{mode}_{count}_workers"]["tokens_per_s"] / first, 2)
+            _add_ratios(results, counts, mode, "workers", rate="tokens_per_s")
         if in_process:
-            first = results[f"in_process_{counts[0]}_processes"]["solutions_per_s"]
-            for count in counts[1:]:
-                results[f"in_process_{count}_over_{counts[0]}_processes"] = round(
-                    results[f"in_process_{count}_processes"]["solutions_per_s"] / first, 2)
+            _add_ratios(results, counts, "in_process", "processes", rate="solutions_per_s")
     return results
+
+
+def _add_ratios(results: dict, counts: list[int], prefix: str, unit: str, *, rate: str) -> None:
+    """"{prefix}_{N}_over_{first}_{unit}": each later count's `rate` over the first count's."""
+    first = results[f"{prefix}_{counts[0]}_{unit}"][rate]
+    for count in counts[1:]:
+        later = results[f"{prefix}_{count}_{unit}"][rate]
+        results[f"{prefix}_{count}_over_{counts[0]}_{unit}"] = round(later / first, 2)
 
 
 @contextmanager
