@@ -27,7 +27,7 @@ from annotate.models import (
     Step,
     StepLabel,
 )
-from annotate.text.answers import strip_calculator_annotations
+from steps.answers import strip_calculator_annotations
 
 
 def _shortened(field: str):

@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 from django.conf import settings
 
-from annotate.text import grading
+from steps import grading
 
 
 class AnnotateConfig(AppConfig):

@@ -229,7 +229,7 @@ class GenerationRun(Job):
     generator_name = models.CharField(max_length=100, blank=True)
     sampling = models.JSONField(default=dict, blank=True, help_text="SamplingParams fields but n")
     prompt_template = models.TextField()
-    split_mode = models.CharField(max_length=20, default="blank_line")  # annotate.text.splitting.SPLIT_MODES
+    split_mode = models.CharField(max_length=20, default="blank_line")  # steps.splitting.SPLIT_MODES
     seed = models.IntegerField(null=True, blank=True)
     chunk_size = models.PositiveIntegerField(default=8, help_text="Problems per chunk")
     # Totals of the done chunks, refreshed from their rows after each one.

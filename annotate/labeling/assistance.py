@@ -28,8 +28,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from annotate.models import Assistance, LabelingConfig
-from annotate.text import steps as step_text
 from infra import statements
+from steps import arithmetic
 
 # ProcessBench's rule for a PRM's first error: the first step below this probability.
 GUESS_THRESHOLD = 0.5
@@ -66,7 +66,7 @@ def suggestion(ps: Sequence[float | None]) -> Suggestion | None:
     """The model's guess from its step scores; None (nothing to show) unless every step is scored."""
     if not ps or any(p is None for p in ps):
         return None
-    return Suggestion(step_text.predicted_first_error([p for p in ps if p is not None], GUESS_THRESHOLD))
+    return Suggestion(arithmetic.predicted_first_error([p for p in ps if p is not None], GUESS_THRESHOLD))
 
 
 def suggestion_for(*, solution_id: int, config: LabelingConfig) -> Suggestion | None:

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # The text core's definition, which labeling and QC also reach as `verdicts.first_error`.
-from annotate.text.steps import first_error
+from steps.arithmetic import first_error
 
 Source = Literal["chosen", "human", "stopped"]
 FOUND_ERROR, SOLUTION, BAD_PROBLEM = "found_error", "solution", "bad_problem"  # annotate.models.FinishReason values

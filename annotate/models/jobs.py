@@ -323,7 +323,7 @@ class ImportJob(Job):
     path = models.CharField(max_length=500)
     original_name = models.CharField(max_length=300, blank=True)
     format = models.CharField(max_length=20, default="auto")
-    split_mode = models.CharField(max_length=20, default="auto")  # annotate.text.splitting.SPLIT_MODES
+    split_mode = models.CharField(max_length=20, default="auto")  # steps.splitting.SPLIT_MODES
     source = models.CharField(max_length=100, blank=True)
     atomic = models.BooleanField(default=False)
     report_path = models.CharField(max_length=500, blank=True)

@@ -3,8 +3,8 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from annotate.labeling import roles
-from annotate.text import rendering
-from annotate.text.answers import strip_calculator_annotations
+from steps import rendering
+from steps.answers import strip_calculator_annotations
 
 register = template.Library()
 

@@ -29,8 +29,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from annotate.pool.importing import formats
-from annotate.text import grading, normalizing
-from annotate.text.answers import extract_answer
+from steps import grading, normalizing
+from steps.answers import extract_answer
 
 
 class Command(BaseCommand):

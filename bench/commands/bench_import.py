@@ -22,7 +22,7 @@ from django.db import transaction
 
 from annotate.models import Solution
 from annotate.pool import importing
-from annotate.text.grading import clear_cache
+from steps.grading import clear_cache
 
 
 class _Rollback(Exception):

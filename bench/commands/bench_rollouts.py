@@ -17,12 +17,12 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.text.answers import strip_calculator_annotations
 from bench.corruption import corrupt, gsm8k_steps
 from scoring.generation import rollouts
 from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import SamplingParams
 from scoring.generation.rollout_labeling import resolve_spec
+from steps.answers import strip_calculator_annotations
 
 DEFAULT_DATA = Path(settings.BASE_DIR).parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 

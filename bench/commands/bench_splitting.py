@@ -1,7 +1,7 @@
 """./stepwise bench bench_splitting [--data-dir ../shared/data] [--modes auto,line,...]
 
 What step splitting makes of real text, before and after the merging rules of
-``annotate.text.splitting``, on three corpora:
+``steps.splitting``, on three corpora:
 
 - ``qwen25-math``: real Qwen2.5-Math chain-of-thought responses
   (``model-responses/math_qwen25_cot_20x8.jsonl``, field ``response``, 8 per line);
@@ -26,7 +26,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.text import scanning, splitting
+from steps import scanning, splitting
 
 CORPORA = {
     "qwen25-math": ("model-responses/math_qwen25_cot_20x8.jsonl", "response"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from annotate.text import steps
+from steps import arithmetic
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,8 @@ def processbench_f1(samples: Sequence[LabeledSample], threshold: float = 0.5) ->
     """
     erroneous = [s for s in samples if s.first_error is not None]
     correct = [s for s in samples if s.first_error is None]
-    acc_err = _mean([steps.predicted_first_error(s.probs, threshold) == s.first_error for s in erroneous])
-    acc_ok = _mean([steps.predicted_first_error(s.probs, threshold) is None for s in correct])
+    acc_err = _mean([arithmetic.predicted_first_error(s.probs, threshold) == s.first_error for s in erroneous])
+    acc_ok = _mean([arithmetic.predicted_first_error(s.probs, threshold) is None for s in correct])
     f1 = None
     if acc_err is not None and acc_ok is not None:
         f1 = 0.0 if acc_err + acc_ok == 0 else 2 * acc_err * acc_ok / (acc_err + acc_ok)
@@ -119,7 +119,7 @@ def _mean(values: Sequence[float | bool]) -> float | None:
 
 def solution_score(mu: Sequence[float], how: str, sigma: Sequence[float] | None = None, lam: float = 1.0) -> float:
     """A candidate's score for best-of-N: the step core's aggregation (risk included); no steps score 0."""
-    return steps.aggregate(mu, how, sigmas=sigma, lam=lam) if len(mu) else 0.0
+    return arithmetic.aggregate(mu, how, sigmas=sigma, lam=lam) if len(mu) else 0.0
 
 
 def best_of_n(
@@ -143,7 +143,7 @@ def best_of_n(
     if ns is None:
         largest = max((len(c) for c in problems), default=0)
         ns = [2**i for i in range(int(math.log2(largest)) + 1)] if largest else []
-    methods = [*steps.AGGREGATIONS_WITH_RISK, "majority", "oracle"]
+    methods = [*arithmetic.AGGREGATIONS_WITH_RISK, "majority", "oracle"]
     table: dict[str, dict[str, float | int]] = {}
     for n in ns:
         eligible = [c for c in problems if len(c) >= n]

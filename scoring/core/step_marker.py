@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from annotate.text.splitting import split_steps
 from scoring.core.model_files import ModelFormatError
 from scoring.core.step_scores import build_input
+from steps.splitting import split_steps
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from annotate.text import steps
 from scoring.core.model_files import DEFAULT_SEPARATOR
+from steps import arithmetic
 
 
 @dataclass(frozen=True)
@@ -39,5 +39,5 @@ def aggregate(probabilities: Sequence[StepProbability]) -> dict[str, float | Non
     if not ps:
         raise ValueError("a solution with no steps has no score")
     sigmas = [s.sigma for s in probabilities if s.sigma is not None]
-    scores: dict[str, float | None] = {how: steps.aggregate(ps, how) for how in steps.AGGREGATIONS}
+    scores: dict[str, float | None] = {how: arithmetic.aggregate(ps, how) for how in arithmetic.AGGREGATIONS}
     return scores | {"sigma": sum(sigmas) / len(sigmas) if sigmas else None}

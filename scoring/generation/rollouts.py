@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from annotate.text.answers import end_of_answer, extract_answer
-from annotate.text.grading import grade
 from scoring.generation.generators import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_STEP_DELIMITER,
@@ -30,6 +28,8 @@ from scoring.generation.generators import (
     SamplingParams,
     render_prompt,
 )
+from steps.answers import end_of_answer, extract_answer
+from steps.grading import grade
 
 METHODS = ("math_shepherd", "omegaprm")
 

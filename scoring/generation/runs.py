@@ -28,8 +28,6 @@ from annotate.models.jobs import JobState
 from annotate.pool.importing import Record, SourceFile, write_batch
 from annotate.pool.importing.formats import check_size
 from annotate.pool.prm800k import LineError
-from annotate.text.answers import extract_answer
-from annotate.text.splitting import check_mode, split_steps
 from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import (
     DEFAULT_PROMPT_TEMPLATE,
@@ -40,6 +38,8 @@ from scoring.generation.generators import (
     render_prompt,
 )
 from scoring.models import GenerationChunk, GenerationRun
+from steps.answers import extract_answer
+from steps.splitting import check_mode, split_steps
 
 SOURCE = "generated"
 FILTER_FIELDS = {"problem_ids", "source", "split", "limit"}

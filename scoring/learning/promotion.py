@@ -26,7 +26,6 @@ from django.conf import settings
 from django.db import transaction
 
 from annotate.models import Solution
-from annotate.text.steps import first_error
 from scoring.core import evaluation
 from scoring.core.model_files import backbone_folder, read_model_config
 from scoring.core.training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
@@ -36,6 +35,7 @@ from scoring.rescoring import label_rows
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
 from scoring.store.remote_scorer import RemotePRM
+from steps.arithmetic import first_error
 
 if TYPE_CHECKING:
     from scoring.core import prm

@@ -33,7 +33,6 @@ from django.conf import settings
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from annotate.text.steps import predicted_first_error
 from scoring.core import prm, training
 from scoring.core.training import regularized, truncated
 from scoring.core.training.losses import StepTensors, step_tensors
@@ -41,6 +40,7 @@ from scoring.core.training_data import TrainConfig, build_examples
 from scoring.models import ModelVersion
 from scoring.rescoring import label_rows, scores
 from scoring.store import registry
+from steps.arithmetic import predicted_first_error
 
 logger = logging.getLogger(__name__)
 

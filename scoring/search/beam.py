@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from annotate.text import steps
 from scoring.generation.generators import Generator, SamplingParams
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
 from scoring.search.paths import Path, SearchResult, StepOptions, best_path, extended
+from steps import arithmetic
 
 
 def next_steps(
@@ -48,7 +48,7 @@ def beam_search(
     expansions: int = 4, aggregation: str = "min", lookahead: int = 0, options: StepOptions | None = None,
 ) -> SearchResult:
     """Beam search over steps (module docstring); the best complete solution, else the best partial."""
-    steps.check_aggregation(aggregation)
+    arithmetic.check_aggregation(aggregation)
     if beam_width < 1 or expansions < 1 or lookahead not in (0, 1):
         raise ValueError(f"beam search needs beam_width >= 1, expansions >= 1, lookahead 0 or 1 "
                          f"(got {beam_width}, {expansions}, {lookahead})")

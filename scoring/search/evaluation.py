@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from annotate.text.grading import grade
 from scoring import search
 from scoring.core import evaluation
 from scoring.generation.generators import Generator, Sample, SamplingParams, Usage
 from scoring.search.paths import whole_solution
+from steps.grading import grade
 
 
 @dataclass(frozen=True)

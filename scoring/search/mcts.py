@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from annotate.text import steps
 from scoring.generation.generators import Generator
 from scoring.search.beam import next_steps, scored
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
 from scoring.search.paths import Path, SearchResult, StepOptions, best_path
+from steps import arithmetic
 
 
 @dataclass(eq=False)
@@ -48,7 +48,7 @@ def mcts(
     expansion_width: int = 3, c_puct: float = 1.0, aggregation: str = "min", options: StepOptions | None = None,
 ) -> SearchResult:
     """MCTS with PUCT (module docstring)."""
-    steps.check_aggregation(aggregation)
+    arithmetic.check_aggregation(aggregation)
     if simulations < 1 or expansion_width < 1 or c_puct < 0:
         raise ValueError(f"MCTS needs simulations >= 1, expansion_width >= 1, c_puct >= 0 "
                          f"(got {simulations}, {expansion_width}, {c_puct})")

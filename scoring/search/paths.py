@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from annotate.text import steps
-from annotate.text.answers import extract_answer
-from annotate.text.splitting import split_steps
 from scoring.core.prm import StepProbability
 from scoring.core.prm import aggregate as aggregate_all
 from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_DELIMITER, render_prompt
+from steps import arithmetic
+from steps.answers import extract_answer
+from steps.splitting import split_steps
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Path:
         """The solution score the methods rank by; a path without scores ranks last."""
         if not self.scores:
             return float("-inf")
-        return steps.aggregate([s.p for s in self.scores], aggregation)
+        return arithmetic.aggregate([s.p for s in self.scores], aggregation)
 
     def sigma(self) -> float | None:
         """Mean step sigma (BetaPRM heads): how unsure the PRM is of this path."""

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, TypedDict
 
-from annotate.text import steps
 from scoring.core.prm import StepProbability
 from scoring.core.prm import aggregate as aggregate_all
 from scoring.generation.generators import Generator, SamplingParams
 from scoring.search.compute import Budget, BudgetExhausted, Compute, Scorer
 from scoring.search.paths import Path, SearchResult, StepOptions, best_path, whole_solution
+from steps import arithmetic
 
 
 class AcaDefaults(TypedDict):
@@ -55,7 +55,7 @@ def best_of_n(
     aggregation: str = "min", max_solution_tokens: int = 512, options: StepOptions | None = None,
 ) -> SearchResult:
     """Sample `n` solutions (fewer if the budget runs out), return the best by `aggregation`."""
-    steps.check_aggregation(aggregation)
+    arithmetic.check_aggregation(aggregation)
     options, compute = options or StepOptions(), Compute(budget or Budget())
     paths: list[Path] = []
     stopped = "done"
@@ -96,7 +96,7 @@ def aca_best_of_n(
     options: StepOptions | None = None,
 ) -> SearchResult:
     """Adaptive best-of-N: n0 samples, then m more at a time until one dominates or n_total."""
-    steps.check_aggregation(aggregation)
+    arithmetic.check_aggregation(aggregation)
     if not 1 <= n0 <= n_total or m < 1:
         raise ValueError(f"ACA needs 1 <= n0 <= n_total and m >= 1 (got n0={n0}, n_total={n_total}, m={m})")
     options, compute = options or StepOptions(), Compute(budget or Budget())

@@ -14,7 +14,6 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling.roles import admin_required as admin_only
-from annotate.text import steps
 from annotate.web.htmx import page_or_partial
 from scoring.core import evaluation
 from scoring.core.training_data import HEAD_TYPES, LABEL_SOURCES, MODES
@@ -22,6 +21,7 @@ from scoring.learning import retraining
 from scoring.learning.options import DEFAULT_GATE_METRIC
 from scoring.models import ModelVersion, TrainingRun
 from scoring.web.charts import best_of_n_chart, dotted, loss_chart, reliability_chart
+from steps import arithmetic
 
 
 class StartRunForm(forms.Form):
@@ -120,4 +120,4 @@ def best_of_n_rows(columns: list[tuple[str, dict | None]]) -> list[tuple[str, st
     return rows
 
 
-BON_METHODS = (*steps.AGGREGATIONS_WITH_RISK, "majority", "oracle")
+BON_METHODS = (*arithmetic.AGGREGATIONS_WITH_RISK, "majority", "oracle")

@@ -1,4 +1,4 @@
-// Math with the vendored KaTeX (no CDN). annotate/text/rendering.py has already found every formula
+// Math with the vendored KaTeX (no CDN). steps/rendering.py has already found every formula
 // on the server and written it, escaped and without its delimiters, into
 // <span class="math" data-display="true|false">; this only hands each span to katex.render.
 // Pages call window.stepwiseRenderMath(element) after swapping content in; htmx swaps are

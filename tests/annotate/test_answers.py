@@ -1,7 +1,7 @@
 """Final-answer extraction, step splitting and calculator annotations."""
 import pytest
 
-from annotate.text.answers import clean_answer, end_of_answer, extract_answer, last_boxed, strip_calculator_annotations
+from steps.answers import clean_answer, end_of_answer, extract_answer, last_boxed, strip_calculator_annotations
 
 EXTRACTION_CASES = [
     # PRM800K: the text after a line "# Answer"

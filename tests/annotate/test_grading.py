@@ -6,9 +6,9 @@ import time
 import pytest
 
 import bench
-from annotate.text.answers import extract_answer
-from annotate.text.grading import NO_ANSWER, NO_TRUTH, as_number, grade, grade_fast, judge
-from annotate.text.normalizing import normalize, time_of_day
+from steps.answers import extract_answer
+from steps.grading import NO_ANSWER, NO_TRUTH, as_number, grade, grade_fast, judge
+from steps.normalizing import normalize, time_of_day
 from tests.conftest import SHARED_DATA
 
 GRADING_CASES = [

@@ -10,7 +10,7 @@ from django.urls import reverse
 from annotate.models import ImportJob, JobState, Problem, Solution, Step
 from annotate.pool import importing
 from annotate.tasks import import_pool_task
-from annotate.text.grading import judge
+from steps.grading import judge
 from tests.conftest import SHARED_DATA
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]

@@ -13,9 +13,9 @@ from django.urls import reverse
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
-from annotate.text import rendering
-from annotate.text.answers import strip_calculator_annotations
-from annotate.text.splitting import split_steps
+from steps import rendering
+from steps.answers import strip_calculator_annotations
+from steps.splitting import split_steps
 from tests.conftest import SHARED_DATA
 from tests.factories import ProblemFactory, SolutionFactory
 

@@ -6,9 +6,9 @@ from io import StringIO
 import pytest
 
 import bench
-from annotate.text import scanning
-from annotate.text.answers import extract_answer
-from annotate.text.splitting import (
+from steps import scanning
+from steps.answers import extract_answer
+from steps.splitting import (
     SPLIT_MODES,
     check_mode,
     is_lead_in,

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from annotate.text import rendering, scanning
-from annotate.text.splitting import SPLIT_MODES, split_steps
+from steps import rendering, scanning
+from steps.splitting import SPLIT_MODES, split_steps
 from tests.conftest import SHARED_DATA
 
 SPLITS = [(mode, merge) for mode in SPLIT_MODES if mode != "explicit" for merge in (True, False)]

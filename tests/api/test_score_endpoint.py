@@ -8,7 +8,6 @@ import shutil
 import pytest
 from rest_framework.test import APIClient
 
-from annotate.text.splitting import split_steps
 from bench import simulation_pool
 from bench.tiny import build_tiny_prm
 from scoring.core.training_data import LabeledRow
@@ -17,6 +16,7 @@ from scoring.rescoring import ensemble, scores
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
 from scoring.web.api.serializers import MAX_ITEMS, MAX_STEPS, MAX_TEXT, MAX_TOTAL_TEXT
+from steps.splitting import split_steps
 from tests.conftest import WorkerProcess
 from tests.factories import ProblemFactory, SolutionFactory
 

@@ -5,8 +5,8 @@ import pytest
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
-from annotate.text import rendering
-from annotate.text.splitting import split_steps
+from steps import rendering
+from steps.splitting import split_steps
 from tests.annotate.test_rendering import real_responses, real_rows
 from tests.browser.test_labeling_browser import log_in, start_labeling
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role

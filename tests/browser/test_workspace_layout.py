@@ -7,7 +7,7 @@ import pytest
 
 from annotate.labeling import queueing
 from annotate.models import Annotation, StepLabel
-from annotate.text import splitting
+from steps import splitting
 from tests.browser.test_labeling_browser import log_in, ratings, start_labeling, wait_rating
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 

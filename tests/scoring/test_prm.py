@@ -77,7 +77,7 @@ def test_a_padded_batch_scores_each_solution_as_it_scores_alone(folders):
 def test_real_model_responses_score_the_same_batched_as_alone(folders):
     # Qwen2.5-Math's responses, split as an import splits them: lengths that differ by hundreds of
     # tokens, so nearly every batch is padded.
-    from annotate.text.splitting import split_steps
+    from steps.splitting import split_steps
     from tests.annotate.test_splitting import _jsonl
 
     lines = _jsonl("model-responses/math_qwen25_cot_20x8.jsonl")[:3]

@@ -5,10 +5,10 @@ import math
 import pytest
 
 import bench
-from annotate.text.grading import grade
 from bench.tiny import build_tiny_generator
 from scoring.generation import rollouts
 from scoring.generation.generators import LocalGenerator, SamplingParams
+from steps.grading import grade
 
 
 @pytest.fixture(scope="module")

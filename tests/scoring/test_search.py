@@ -9,11 +9,11 @@ import io
 import pytest
 import torch
 
-from annotate.text.answers import extract_answer
 from bench.tiny import build_tiny_backbone, build_tiny_prm
 from scoring import search
 from scoring.core.prm import StepProbability, load_prm
 from scoring.generation.generators import LocalGenerator, SamplingParams
+from steps.answers import extract_answer
 
 PROBLEM = "What is 12 + 7?"
 OPTIONS = search.StepOptions(max_step_tokens=6, max_steps=3, seed=0)

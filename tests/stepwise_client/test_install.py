@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from annotate.text.splitting import split_steps
 from scoring.core.prm import StepProbability, aggregate
 from scoring.rescoring.rescore import score_texts
+from steps.splitting import split_steps
 from tests.conftest import REPO_ROOT
 from tests.stepwise_client.conftest import tiny_version
 
@@ -134,7 +134,7 @@ def test_installed_alone_it_scores_completions_as_the_server_scores_their_steps(
 
 def test_the_clients_aggregations_are_the_servers():
     # The client stands alone, so it names the aggregations itself; the server's step core owns them.
-    from annotate.text import steps
+    from steps import arithmetic
     from stepwise_client.rewards import AGGREGATIONS
 
-    assert set(AGGREGATIONS) == set(steps.AGGREGATIONS)
+    assert set(AGGREGATIONS) == set(arithmetic.AGGREGATIONS)

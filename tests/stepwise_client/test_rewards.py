@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from annotate.text.splitting import split_steps
 from bench.loadtest import Server
 from scoring.core.prm import StepProbability, aggregate
 from scoring.rescoring.rescore import score_texts
 from scoring.store import registry
+from steps.splitting import split_steps
 from stepwise_client import (
     AGGREGATIONS,
     EMPTY_REWARD,

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from annotate.labeling import queueing
 from annotate.pool import importing
-from annotate.text import splitting
+from steps import splitting
 
 
 class Command(BaseCommand):

@@ -20,7 +20,7 @@ Formats (``auto`` picks one per file from its first valid line, see ``detect_for
 The last two bring labels of their own, stored as automatic labels (``AutoStepLabel`` in an
 ``AutoLabelRun`` of method ``imported``, never as human labels), see ``ImportedLabels``.
 
-Solution text is split into steps by ``annotate.text.splitting`` in the import's split mode; a
+Solution text is split into steps by ``steps.splitting`` in the import's split mode; a
 line that gives its ``steps`` as a list (any text format) keeps them as given, and split mode
 ``explicit`` requires that of every line.
 
@@ -39,9 +39,9 @@ from django.conf import settings
 from annotate.models import Problem, Solution
 from annotate.pool import prm800k
 from annotate.pool.prm800k import LineError
-from annotate.text import splitting
-from annotate.text.answers import extract_answer
-from annotate.text.splitting import SplitMode
+from steps import splitting
+from steps.answers import extract_answer
+from steps.splitting import SplitMode
 
 FORMATS = ("auto", "prm800k", "gsm8k", "math", "generic", "math_shepherd", "processbench")
 MATH_SHEPHERD_TAG = "ки"

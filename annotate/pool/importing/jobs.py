@@ -27,7 +27,7 @@ from annotate.models import ImportJob
 from annotate.pool.importing.formats import check_format
 from annotate.pool.importing.pipeline import import_pool
 from annotate.pool.importing.report import ImportSummary
-from annotate.text.splitting import check_mode
+from steps.splitting import check_mode
 
 
 def _uploads_folder() -> Path:

@@ -17,7 +17,7 @@ from annotate.pool.importing.reading import BadJson, count_lines, detect_file_fo
 from annotate.pool.importing.report import ImportSummary, Outcome, Report
 from annotate.pool.importing.writing import CONNECTION_FAULTS, GradingBudget, SourceFile, write_batch
 from annotate.pool.prm800k import LineError
-from annotate.text.splitting import check_mode
+from steps.splitting import check_mode
 
 BATCH_SIZE = 1000
 

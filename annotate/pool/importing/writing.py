@@ -44,7 +44,7 @@ from annotate.models import (
 from annotate.pool import prm800k
 from annotate.pool.importing.formats import Record
 from annotate.pool.importing.report import Outcome
-from annotate.text.grading import Grade, judge
+from steps.grading import Grade, judge
 
 
 @dataclass(frozen=True)

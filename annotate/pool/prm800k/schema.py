@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from annotate.text.answers import extract_answer
+from steps.answers import extract_answer
 
 QUESTION_KEYS = (
     "problem",

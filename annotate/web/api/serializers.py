@@ -16,7 +16,7 @@ from annotate.models import (
     StepLabel,
 )
 from annotate.pool import exporting, importing
-from annotate.text import splitting
+from steps import splitting
 
 
 class ProblemSerializer(serializers.ModelSerializer):

@@ -4,10 +4,10 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
-from annotate.text import splitting
-from annotate.text.steps import AGGREGATIONS
 from scoring.core import step_scores
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
+from steps import splitting
+from steps.arithmetic import AGGREGATIONS
 
 # One request may not tie up a worker for long: bounded items, steps and text sizes.
 MAX_ITEMS = 64

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from annotate.text.answers import CALCULATOR_ANNOTATION
+from steps.answers import CALCULATOR_ANNOTATION
 
 SpanKind = Literal["math", "code", "codeblock"]
 

@@ -5,7 +5,7 @@ One marker for "no error": None, never -1 (a rating, and in Python the last inde
 import numpy as np
 import pytest
 
-from annotate.text.steps import (
+from steps.arithmetic import (
     AGGREGATIONS,
     AGGREGATIONS_WITH_RISK,
     RISK,

@@ -1,4 +1,4 @@
-"""Reading solution text: final-answer extraction, calculator annotations (steps: annotate.text.splitting).
+"""Reading solution text: final-answer extraction, calculator annotations (steps: steps.splitting).
 
 Plain string functions with no Django imports, shared by the importer, the workspace and
 the export. Extraction follows the conventions real data uses, most specific first:

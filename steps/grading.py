@@ -15,7 +15,7 @@ Two paths, because grading must keep up with imports of 50k solutions:
   in C code cannot be interrupted any other way). This works on any thread, in web
   processes and in Celery workers alike.
 
-Then a second opinion (``annotate.text.normalizing``) for what math-verify leaves unknown or
+Then a second opinion (``steps.normalizing``) for what math-verify leaves unknown or
 rejects: decorations stripped (``\\text{}``, units, degrees, percents, dollars, thousands
 separators, ``\\dfrac``, ``\\left``/``\\right``), compared as strings, as plain numbers, and by
 math-verify once more. Times of day are compared as clock times before anything else,
@@ -42,7 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from annotate.text import normalizing
+from steps import normalizing
 
 DEFAULT_TIMEOUT = 5.0
 _default_timeout = DEFAULT_TIMEOUT  # set_default_timeout: the one setting read from outside
@@ -198,7 +198,7 @@ class _VerifierProcess:
             root = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
             self._process = subprocess.Popen(
-                [sys.executable, "-c", "from annotate.text.grading import serve; serve()"],
+                [sys.executable, "-c", "from steps.grading import serve; serve()"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True, bufsize=1, env=env, start_new_session=True,
             )

@@ -4,7 +4,7 @@ Plain string functions with no Django imports, used by the importer and the spli
 benchmark. A split has two stages:
 
 1. **Cut** the text into pieces at the boundaries the mode allows, never inside a formula or
-   code (``annotate.text.scanning.spans``, which the renderer asks too, so a step shows the
+   code (``steps.scanning.spans``, which the renderer asks too, so a step shows the
    formulas the whole text shows): ``blank_line`` cuts at blank lines, ``line`` at every line
    break, ``sentence`` also after each sentence; ``auto`` is ``blank_line`` when the text has
    blank-line paragraphs and ``line`` otherwise.
@@ -32,10 +32,10 @@ import re
 from collections.abc import Iterator
 from typing import Literal
 
-from annotate.text import scanning
-from annotate.text.answers import _ANSWER_HEADING as ANSWER_HEADING
-from annotate.text.answers import strip_calculator_annotations
-from annotate.text.scanning import Span
+from steps import scanning
+from steps.answers import _ANSWER_HEADING as ANSWER_HEADING
+from steps.answers import strip_calculator_annotations
+from steps.scanning import Span
 
 SplitMode = Literal["auto", "blank_line", "line", "sentence", "explicit"]
 SPLIT_MODES: tuple[SplitMode, ...] = ("auto", "blank_line", "line", "sentence", "explicit")

@@ -4,7 +4,7 @@ Real model output writes display math over several lines (``\\[`` on one line, t
 the next, ``\\]`` on a third) and bolds its lead-ins (``**Identify the outcomes:**``). Turning
 line breaks into ``<br>`` before the math is found cuts every such formula in pieces that KaTeX
 never sees whole, so the order here is: split the raw text into math, code and text segments
-(``annotate.text.scanning`` finds the formulas and the code, as it does for the step splitter,
+(``steps.scanning`` finds the formulas and the code, as it does for the step splitter,
 so a step shows the formulas the whole text shows); escape everything; apply Markdown
 (emphasis, lists, headings, line breaks) to the text only, with each math or code segment
 standing in as an opaque placeholder; put the segments back as
@@ -19,7 +19,7 @@ import html
 import re
 from dataclasses import dataclass
 
-from annotate.text import scanning
+from steps import scanning
 
 # Placeholders in private-use characters: input has them removed, so they cannot be forged.
 _PH_OPEN, _PH_CLOSE = "\ue000", "\ue001"
