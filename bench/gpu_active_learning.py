@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.data import DATA  # noqa: E402 (after the path above)
 
 SCALE = {"problems": 7473, "heldout": 500, "seeds": list(range(8)),
          "budgets": [50, 100, 200, 400, 700, 1000, 1500, 2000, 3000]}
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--default", action="store_true", help="the SmolLM2-135M default model's backbone")
     which.add_argument("--tiny", action="store_true", help="tiny Llama + synthetic pool: runs on a CPU in a minute")
     parser.add_argument("--layer", type=int, default=None, help="hidden state the head reads (default ~60%% depth)")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=Path("gpu-active-learning"))
     parser.add_argument("--db-loop", action="store_true", help="the per-round database loop, not --scale")
     parser.add_argument("--pool", default=None, help="gsm8k (default) or math500")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.data import DATA  # noqa: E402 (after the path above)
 
 BIG = ["--problems=100", "--ns=1,2,4,8,16", "--aca=4,4,16", "--aca-lams=0.5,1,2", "--max-solution-tokens=512",
        "--beams=2x2,4x4,8x4", "--beam-tokens=4096", "--mcts=8,16,32", "--mcts-width=3", "--mcts-tokens=4096",
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--tiny", action="store_true", help="tiny Llama generator and beta PRM: a CPU smoke test")
     parser.add_argument("--generator", type=Path, help="a causal-LM folder (default: the PRM's backbone)")
     parser.add_argument("--dataset", choices=("gsm8k", "math500"), default="gsm8k")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=Path("gpu-search-eval"))
     parser.add_argument("--chat", action="store_true", help="wrap prompts in SmolLM2's chat format")
     args, extra = parser.parse_known_args(argv)  # anything else goes to eval_search (e.g. --problems=20)

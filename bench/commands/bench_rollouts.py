@@ -14,17 +14,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from bench.corruption import corrupt, gsm8k_steps
+from bench.data import DATA
 from scoring.generation import rollouts
 from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import SamplingParams
 from scoring.generation.rollout_labeling import resolve_spec
 from steps.answers import strip_calculator_annotations
 
-DEFAULT_DATA = Path(settings.BASE_DIR).parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+DEFAULT_DATA = DATA / "gsm8k" / "test.jsonl"
 
 
 def gsm8k_tasks(path: Path, problems: int, seed: int) -> list[tuple[str, rollouts.RolloutTask]]:

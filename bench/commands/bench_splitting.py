@@ -1,4 +1,4 @@
-"""./stepwise bench bench_splitting [--data-dir ../shared/data] [--modes auto,line,...]
+"""./stepwise bench bench_splitting [--data-dir tests/data] [--modes auto,line,...]
 
 What step splitting makes of real text, before and after the merging rules of
 ``steps.splitting``, on three corpora:
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from bench.data import DATA
 from steps import scanning, splitting
 
 CORPORA = {
@@ -97,7 +97,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--data-dir", default=str(Path(settings.BASE_DIR).parent / "shared" / "data"))
+        parser.add_argument("--data-dir", default=str(DATA))
         parser.add_argument("--modes", default="auto,blank_line,line,sentence",
                             help="Comma-separated split modes to measure after 'before'")
 

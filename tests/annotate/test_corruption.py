@@ -6,7 +6,7 @@ import re
 import pytest
 
 from bench.corruption import CALCULATION, corrupt, gsm8k_steps
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
 NATALIA = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
            "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
@@ -50,7 +50,7 @@ def test_wrong_operation_shows_the_swapped_operator_in_the_visible_text():
 
 @pytest.mark.slow
 def test_most_real_gsm8k_solutions_yield_a_wrong_variant_whose_steps_before_the_error_are_untouched():
-    lines = [json.loads(line) for line in open(SHARED_DATA / "gsm8k" / "test.jsonl")]
+    lines = [json.loads(line) for line in open(TEST_DATA / "gsm8k" / "test.jsonl")]
     rng, made = random.Random(7), 0
     for line in lines:
         steps, answer = gsm8k_steps(line["answer"])

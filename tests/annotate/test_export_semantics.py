@@ -20,7 +20,7 @@ from annotate.pool.exporting import ExportOptions, ExportTally
 from scoring.rescoring import label_rows
 from tests.annotate.trl_reference import trl_converter_rows
 from tests.annotations import BLIND, PHASE1_LINE, PHASE2_LINE, annotate, import_lines, without_assistance
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -236,7 +236,7 @@ def test_a_human_step_label_stays_on_the_step_labels_not_the_pool_text(annotator
 # --- real model output ------------------------------------------------------------------------
 
 
-REAL_RESPONSES = SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
+REAL_RESPONSES = TEST_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
 
 
 def test_real_qwen_responses_export_as_processbench_and_trl_read_them(tmp_path, monkeypatch):

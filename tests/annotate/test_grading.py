@@ -9,7 +9,7 @@ import bench
 from steps.answers import extract_answer
 from steps.grading import NO_ANSWER, NO_TRUTH, as_number, grade, grade_fast, judge
 from steps.normalizing import normalize, time_of_day
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
 GRADING_CASES = [
     # numbers with thousands separators, LaTeX thin spaces, dollars
@@ -48,7 +48,7 @@ GRADING_CASES = [
 ]
 
 # Real answer styles: Qwen2.5-Math's extracted answers against MATH's `answer` key, with the
-# published correctness (../shared/data/model-responses), then the decorations the PRM800K
+# published correctness (tests/data/model-responses), then the decorations the PRM800K
 # grader's normalization handles, in the forms MATH and GSM8K answers take.
 REAL_STYLE_CASES = [
     ("\\frac{1}{9}", "\\dfrac{1}{9}", True),
@@ -158,7 +158,7 @@ def test_normalization_strips_decorations_and_keeps_the_mathematics():
 
 def test_real_model_responses_agree_with_their_published_correctness():
     """All 160 Qwen2.5-Math responses, against both keys the publisher gives (answer, gt)."""
-    path = SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
+    path = TEST_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
     disagreements = []
     for problem in map(json.loads, path.open()):
         for response, published in zip(problem["response"], problem["score"], strict=True):
@@ -221,7 +221,7 @@ def test_bench_grading_prints_agreement_on_real_responses_and_references():
 
 
     out = StringIO()
-    bench.call("bench_grading", data=SHARED_DATA, lines=30, stdout=out)
+    bench.call("bench_grading", data=TEST_DATA, lines=30, stdout=out)
     lines = [line for line in out.getvalue().splitlines() if not line.startswith("    ")]
     assert lines[0].startswith("math_qwen25_cot_20x8.jsonl vs answer: 160/160 agree (100.00 %)")
     assert len(lines) == 9 and all(", 0 disagree, 0 unknown," in line for line in lines)

@@ -11,7 +11,7 @@ from annotate.models import ImportJob, JobState, Problem, Solution, Step
 from annotate.pool import importing
 from annotate.tasks import import_pool_task
 from steps.grading import judge
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]
 
@@ -43,7 +43,7 @@ def generic(n: int, **fields) -> dict:
 ])
 def test_real_datasets_import_in_full_with_every_reference_graded_correct(tmp_path, relative, format, lines):
     report_path = tmp_path / "report.jsonl"
-    summary = importing.import_pool(path=SHARED_DATA / relative, report_path=report_path)
+    summary = importing.import_pool(path=TEST_DATA / relative, report_path=report_path)
     assert summary.format == format
     assert (summary.lines, summary.created, summary.errors) == (lines, lines, 0), summary.first_errors
     report = read_report(report_path)
@@ -156,7 +156,7 @@ def test_step_splitting_can_be_chosen_per_import(tmp_path):
 
 
 def _real_response() -> dict:
-    with open(SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl") as handle:
+    with open(TEST_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl") as handle:
         line = json.loads(next(handle))
     return {"problem": line["question"], "ground_truth_answer": line["answer"], "solution": line["response"][0],
             "generator": "qwen2.5-math"}

@@ -16,10 +16,10 @@ from annotate.labeling import queueing
 from steps import rendering
 from steps.answers import strip_calculator_annotations
 from steps.splitting import split_steps
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 from tests.factories import ProblemFactory, SolutionFactory
 
-RESPONSES_FILE = SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
+RESPONSES_FILE = TEST_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
 MATH_SPAN = re.compile(r'<span class="math" data-display="(true|false)">(.*?)</span>', re.S)
 
 
@@ -143,7 +143,7 @@ def test_dollars_that_break_pandocs_rule_are_plain_dollars_even_around_tex(text,
 
 
 def test_gsm8k_prices_never_swallow_words_into_math():
-    for line in (SHARED_DATA / "gsm8k" / "test.jsonl").open():
+    for line in (TEST_DATA / "gsm8k" / "test.jsonl").open():
         record = json.loads(line)
         for text in (record["question"], record["answer"]):
             for segment in rendering.segments(strip_calculator_annotations(text)):

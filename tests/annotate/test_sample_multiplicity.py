@@ -12,11 +12,11 @@ import pytest
 from annotate.models import SampleLine, Solution
 from annotate.pool import importing
 from scoring.core import evaluation
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]
 
-RESPONSES = SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
+RESPONSES = TEST_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
 
 
 def real_lines() -> list[dict]:

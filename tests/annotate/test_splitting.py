@@ -15,7 +15,7 @@ from steps.splitting import (
     is_lone_equation,
     split_steps,
 )
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
 TEXT_MODES = [mode for mode in SPLIT_MODES if mode != "explicit"]
 
@@ -35,7 +35,7 @@ QWEN_STYLE = (
 
 
 def _jsonl(relative: str) -> list[dict]:
-    with open(SHARED_DATA / relative) as handle:
+    with open(TEST_DATA / relative) as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -206,7 +206,7 @@ def test_on_real_responses_no_step_after_the_first_is_a_lone_equation(mode):
 
 def test_the_benchmark_prints_before_and_after_figures_for_each_corpus():
     out = StringIO()
-    bench.call("bench_splitting", "--data-dir", str(SHARED_DATA), "--modes", "auto", stdout=out)
+    bench.call("bench_splitting", "--data-dir", str(TEST_DATA), "--modes", "auto", stdout=out)
     rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.getvalue().splitlines()[1:]}
     assert set(rows) == {(corpus, splitter) for corpus in ("qwen25-math", "math500", "gsm8k")
                          for splitter in ("before", "auto")}

@@ -11,7 +11,7 @@ import pytest
 
 from steps import rendering, scanning
 from steps.splitting import SPLIT_MODES, split_steps
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
 SPLITS = [(mode, merge) for mode in SPLIT_MODES if mode != "explicit" for merge in (True, False)]
 DELIMITER = re.compile(r"```|`|\$\$|\$|\\[\[\]()]|\[/?asy\]|\\(?:begin|end)\{(?:"
@@ -49,7 +49,7 @@ HAND_CASES = {
 
 
 def _jsonl(relative: str) -> list[dict]:
-    with open(SHARED_DATA / relative) as handle:
+    with open(TEST_DATA / relative) as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 

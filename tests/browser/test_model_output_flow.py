@@ -15,12 +15,12 @@ from annotate.labeling import queueing
 from annotate.models import Annotation, StepLabel
 from annotate.pool import importing
 from tests.browser.test_labeling_browser import log_in, start_labeling, wait_rating
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 from tests.factories import user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-RESPONSES = SHARED_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
+RESPONSES = TEST_DATA / "model-responses" / "math_qwen25_cot_20x8.jsonl"
 PROBLEMS = 4  # the first response to each of the file's first problems: one task each
 # LaTeX that KaTeX should have replaced; what is left of a .rendered element outside .katex.
 RAW_LATEX = re.compile(r"\\(frac|dfrac|boxed|times|cdot|sqrt|le|ge|pi|\[|\]|\(|\))|\$")
@@ -28,8 +28,6 @@ RAW_LATEX = re.compile(r"\\(frac|dfrac|boxed|times|cdot|sqrt|le|ge|pi|\[|\]|\(|\
 
 @pytest.fixture
 def real_pool(transactional_db, tmp_path):
-    if not RESPONSES.exists():
-        pytest.skip(f"no {RESPONSES} (../shared/data); under CI=true this fails")
     rows = [json.loads(line) for line in RESPONSES.open()][:PROBLEMS]
     path = tmp_path / "qwen.jsonl"
     path.write_text("".join(

@@ -1,6 +1,6 @@
 """The README's pictures, made by the browser so they stay current (docs/screenshots/).
 
-Real model output (Qwen2.5-Math responses from ../shared/data, imported by the import code) is
+Real model output (Qwen2.5-Math responses from tests/data, imported by the import code) is
 labeled in Chromium as an admin: the labeling screen mid-task, the "write the step as it should
 be" box after a -1, and the home dashboard. The models page (held-out scores) and a training
 run's loss curve are drawn from model versions and a run written here as the training code
@@ -51,8 +51,6 @@ def save(page, name: str) -> None:
 
 @pytest.fixture
 def real_pool(transactional_db, tmp_path):
-    if not RESPONSES.exists():
-        pytest.skip(f"no {RESPONSES} (../shared/data); under CI=true this fails")
     rows = [json.loads(line) for line in RESPONSES.open()]
     path = tmp_path / "qwen.jsonl"
     path.write_text("".join(

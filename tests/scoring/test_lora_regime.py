@@ -13,9 +13,9 @@ from bench.tiny import build_tiny_backbone
 from scoring.core.training import load_backbone
 from scoring.core.training.features import backbone_fingerprint
 from scoring.store.default_model import backbone_separator
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
-TINY = ["--data", str(SHARED_DATA), "--problems", "16", "--heldout", "6", "--candidates", "24",
+TINY = ["--data", str(TEST_DATA), "--problems", "16", "--heldout", "6", "--candidates", "24",
         "--layer", "1", "--max-tokens", "512", "--threads", "1"]
 
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # fits as small as the
 
 
 def test_each_round_adapts_a_fresh_copy_and_convincing_wrong_adds_only_wrong_answers(tiny_backbone):
-    pool, held = make_problems(pool="gsm8k", data=SHARED_DATA, n_pool=16, n_heldout=6)
+    pool, held = make_problems(pool="gsm8k", data=TEST_DATA, n_pool=16, n_heldout=6)
     settings = lora_regime.LoraSettings(budgets=[6, 12], policies=["random", "convincing_wrong"], seeds=[0],
                                         candidates=24, layer=1, max_tokens=512)
     before = backbone_fingerprint(tiny_backbone)
@@ -55,7 +55,7 @@ def test_the_shallow_backbone_reads_what_the_full_one_holds_at_that_layer(tiny_b
 
 
 def test_solutions_longer_than_the_limit_leave_the_pool(tiny_backbone):
-    pool, _ = make_problems(pool="gsm8k", data=SHARED_DATA, n_pool=20, n_heldout=1)
+    pool, _ = make_problems(pool="gsm8k", data=TEST_DATA, n_pool=20, n_heldout=1)
     backbone = load_backbone(tiny_backbone, device="cpu", dtype=torch.float32)
     lengths = sorted(len(backbone.encode(p.statement, s.steps).ids) for p in pool for s in p.solutions)
     limit = lengths[len(lengths) // 2]

@@ -140,11 +140,11 @@ def test_an_unknown_method_or_an_empty_solution_is_refused(silent):
 def test_bench_rollouts_reports_the_rate_and_omegaprms_saving_on_gsm8k_problems():
     import json
 
-    from tests.conftest import SHARED_DATA
+    from tests.conftest import TEST_DATA
 
     out = io.StringIO()
     bench.call("bench_rollouts", "--generator", "tiny", "--problems", "1", "--n", "2", "--max-tokens", "4",
-                 "--data", str(SHARED_DATA / "gsm8k" / "test.jsonl"), "--json", stdout=out)
+                 "--data", str(TEST_DATA / "gsm8k" / "test.jsonl"), "--json", stdout=out)
     report = json.loads(out.getvalue())
     assert report["solutions"] == 2 and [s["kind"] for s in report["per_solution"]] == ["reference", "corrupted"]
     assert report["rollouts"] == sum(s["steps"] for s in report["per_solution"]) * 2

@@ -13,7 +13,7 @@ from bench.tiny import build_tiny_prm
 from scoring.generation.generators import Sample, SamplingParams
 from scoring.search import evaluation as search_eval
 from scoring.web import search_report
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 
 TINY_RUN = ["--problems=2", "--ns=1,2,4", "--aca=2,2,4", "--aca-lams=0,1e6", "--max-solution-tokens=10",
             "--beams=1x2,2x2", "--beam-tokens=30", "--mcts=2,4", "--mcts-tokens=30", "--max-step-tokens=5",
@@ -44,7 +44,7 @@ def data_dir(tmp_path_factory):
     prm = build_tiny_prm(folder / "prm", head_type="beta")
     threads = torch.get_num_threads()
     try:
-        call_command("eval_search", *TINY_RUN, "--prm", str(prm), "--data", str(SHARED_DATA),
+        call_command("eval_search", *TINY_RUN, "--prm", str(prm), "--data", str(TEST_DATA),
                      "--out", str(folder / "reports" / "search-eval.json"))
     finally:
         torch.set_num_threads(threads)
@@ -96,6 +96,6 @@ def test_the_models_page_says_how_to_make_search_curves_when_there_are_none(clie
 def test_problems_are_read_with_their_known_answers_by_the_importers_parsers(dataset, first_truth):
     from scoring.management.commands.eval_search import load_problems
 
-    problems = load_problems(dataset, SHARED_DATA, n=3, shortest=False)
+    problems = load_problems(dataset, TEST_DATA, n=3, shortest=False)
     assert len(problems) == 3 and problems[0].truth == first_truth
     assert all(p.statement.strip() and p.truth for p in problems)
