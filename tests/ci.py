@@ -9,6 +9,11 @@ So, under `CI=true`:
 - a skipped test is a failure, with the skip's reason;
 - the session fails when no browser, no PostgreSQL-only or no real-worker test passed.
 
+Each kind has its marker (`browser`, `postgresql`, `worker`), so the everyday tier
+(`./stepwise test --fast`) can leave them out before they run: tests that take the worker
+fixtures are marked at collection, and a test that used a kind without its marker fails, naming
+the marker to add, so the fast tier never starts a browser or a worker by surprise.
+
 Everywhere, the summary says how many tests of each kind passed. A test counts as a kind
 when it used it: it opened a browser page, it is marked `postgresql` (and ran on
 PostgreSQL), it started a real worker process. The embedded rerun of `./stepwise test`
@@ -22,6 +27,9 @@ from collections import Counter
 import pytest
 
 KINDS = ("browser", "postgresql", "real worker")
+MARKERS = {"browser": "browser", "postgresql": "postgresql", "real worker": "worker"}
+# Fixtures that start a real Celery worker: a test that takes one is marked `worker` at collection.
+WORKER_FIXTURES = {"celery_worker_process", "worker_factory", "worker", "ml_worker", "scoring_app"}
 CHROMIUM = os.environ.get("STEPWISE_CHROMIUM", "/usr/bin/chromium")
 
 _used: dict[str, set[str]] = {}  # test node id -> kinds it used
@@ -104,6 +112,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if WORKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.worker)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     global _current
@@ -119,7 +133,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     if under_ci() and report.skipped and not hasattr(report, "wasxfail"):
         _skip_is_failure(report)
+    if report.when == "call" and (unmarked := _kinds_used_unmarked(item)):
+        report.outcome = "failed"
+        report.longrepr = (f"used {', '.join(unmarked)} without its marker: add "
+                           + ", ".join(f"@pytest.mark.{MARKERS[kind]}" for kind in unmarked)
+                           + " (./stepwise test --fast leaves those tests out)")
     return report
+
+
+def _kinds_used_unmarked(item: pytest.Item) -> list[str]:
+    return [kind for kind in sorted(_used.get(item.nodeid, ())) if not item.get_closest_marker(MARKERS[kind])]
 
 
 @pytest.hookimpl(wrapper=True)

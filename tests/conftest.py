@@ -1,4 +1,5 @@
-"""Shared fixtures: users with roles, and a real Celery worker process."""
+"""Shared fixtures: users with roles, a tiny policy model and its OpenAI-compatible server, and a real
+Celery worker process."""
 import os
 import signal
 import subprocess
@@ -51,6 +52,34 @@ def reviewer(db):
 @pytest.fixture
 def admin_user(db):
     return user_with_role("boss", "admin", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm(tmp_path_factory):
+    """A seeded tiny Llama folder (safetensors): a policy model that writes in milliseconds."""
+    from bench.tiny import build_tiny_backbone  # torch: imported by the tests that need it only
+
+    return build_tiny_backbone(tmp_path_factory.mktemp("tiny-causal-lm") / "tiny-lm")
+
+
+@pytest.fixture(scope="session")
+def openai_server(tiny_causal_lm):
+    """`python -m bench.openai_server` on the tiny model, without injected faults."""
+    from bench.openai_server import ServerProcess
+
+    with ServerProcess(tiny_causal_lm, threads=1) as server:
+        yield server
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test, as before it afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _test_database_url() -> str:

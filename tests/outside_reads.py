@@ -32,7 +32,8 @@ def outside_path(path: object) -> str | None:
 
 def _audit(event: str, args: tuple) -> None:
     if event == "open" and (path := outside_path(args[0])):
-        _reads.append(path)
+        caller = sys._getframe(1)  # the Python line that opened it
+        _reads.append(f"{path} (opened at {caller.f_code.co_filename}:{caller.f_lineno})")
 
 
 sys.addaudithook(_audit)

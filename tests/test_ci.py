@@ -76,7 +76,7 @@ def test_under_ci_the_embedded_database_is_not_enough(tmp_path):
 
 
 def test_the_summary_counts_the_real_worker_tests_that_passed(tmp_path):
-    code, output = run_pytest(tmp_path, "tests/test_worker.py::test_real_worker_process_executes_a_task")
+    code, output = run_pytest(tmp_path, "tests/config/test_worker.py::test_real_worker_process_executes_a_task")
     assert code == 0, output
     assert "browser: 0 passed, postgresql: 0 passed, real worker: 1 passed" in output
 

@@ -33,11 +33,11 @@ from annotate.tasks import reconcile_jobs_task
 from bench.loadtest import free_port
 from scoring.learning import retraining
 from scoring.models import ModelVersion, TrainingRun
+from tests.annotate.models.test_recovery import finished, lose_broker_messages, worker_factory, write_pool_file  # noqa: F401
 from tests.annotations import PHASE2_LINE
 from tests.conftest import wait_for
 from tests.factories import user_with_role
-from tests.scoring.test_retraining import FAST, constant_current, label_everything, lenient_gate, make_pool  # noqa: F401
-from tests.test_recovery import finished, lose_broker_messages, worker_factory, write_pool_file  # noqa: F401
+from tests.scoring.learning.test_retraining import FAST, constant_current, label_everything, lenient_gate, make_pool  # noqa: F401
 
 IMPORT_LINES = 4000
 DOWN_SECONDS = 4  # how long the database is away: several of the task's retries (annotate/tasks.py)

@@ -5,7 +5,7 @@ from django.db import migrations, models
 # Indexes whose column is the first of a unique constraint or an index the table keeps, which
 # serves every lookup they did: each was one more index to write at every insert and at every
 # update that cannot stay on its page (claims, submits, imports, rescoring's scores;
-# tests/test_schema.py). Dropped by name, as they were made: the fields' AlterField would also
+# tests/config/test_schema.py). Dropped by name, as they were made: the fields' AlterField would also
 # drop and re-add (and so re-check over every row) each foreign key, and rebuild each table on
 # SQLite.
 COVERED = {

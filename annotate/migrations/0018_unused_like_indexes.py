@@ -3,7 +3,7 @@ from django.db import migrations
 # PostgreSQL's second index beside each indexed or unique text column, with the pattern operator
 # class that only a LIKE 'prefix%' lookup uses; no Stepwise query makes one, so each was only
 # one more index to write at every insert (imports, claims) and at every update off its page
-# (tests/test_schema.py). Unused, they are not made again going back. SQLite never had them.
+# (tests/config/test_schema.py). Unused, they are not made again going back. SQLite never had them.
 UNUSED = [
     "annotate_annotation_labeler_0d1d1c7d_like",
     "annotate_annotation_status_f9c5064d_like",

@@ -33,7 +33,7 @@ class Annotation(models.Model):
         IN_PROGRESS = "in_progress"
         SUBMITTED = "submitted"
 
-    # Both looked up through an index that starts with them (Meta; tests/test_schema.py).
+    # Both looked up through an index that starts with them (Meta; tests/config/test_schema.py).
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="annotations", db_index=False)
     # Local annotators have a user; labels imported from PRM800K keep only its labeler id.
     annotator = models.ForeignKey(

@@ -110,7 +110,7 @@ class SampleLine(models.Model):
 
 
 class Step(models.Model):
-    # Looked up through unique_step_index, which starts with it (tests/test_schema.py).
+    # Looked up through unique_step_index, which starts with it (tests/config/test_schema.py).
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="steps", db_index=False)
     index = models.PositiveIntegerField()
     text = models.TextField()

@@ -52,7 +52,7 @@ class QueueItem(models.Model):
         DONE = "done"
         RETIRED = "retired"
 
-    # Both looked up through an index that starts with them (Meta; tests/test_schema.py).
+    # Both looked up through an index that starts with them (Meta; tests/config/test_schema.py).
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="queue_items", db_index=False)
     generation = models.IntegerField(db_index=True)
     slot = models.PositiveSmallIntegerField(default=0)

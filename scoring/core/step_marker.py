@@ -28,11 +28,10 @@ if TYPE_CHECKING:
 
 # Stepwise's own marker (SmolLM2 has no single token for `ки` (2) or `<extra_0>` (5)).
 STEP_MARKER = "<|step|>"
-# Real solutions to check a tokenizer on: the shared model responses, when this checkout has them.
-SHARED_TEXTS = Path(__file__).resolve().parents[3] / "shared" / "data" / "model-responses"
 MAX_TEXTS = 48
-# The product must work without shared/: a handful of texts whose steps end in digits, letters,
-# LaTeX, blank lines and list markers, the contexts where a separator merges.
+# What a tokenizer is checked on: a handful of texts whose steps end in digits, letters, LaTeX,
+# blank lines and list markers, the contexts where a separator merges. (Tests add real model
+# responses through `boundary_texts(folder)`; the product reads nothing outside its own files.)
 BUILT_IN_TEXTS: list[tuple[str, list[str]]] = [
     ("What is 12 + 7?", ["First add the ones: 2 + 7 = 9.", "Then the tens: 10.", "So 12 + 7 = 19."]),
     ("Solve 3x = 12.", ["Divide both sides by 3", "x = 4", "# Answer\n\n4"]),
@@ -125,10 +124,11 @@ def describe_failure(separator: str, problems: list[str], *, total: int) -> str:
     )
 
 
-def boundary_texts(folder: Path = SHARED_TEXTS) -> list[tuple[str, list[str]]]:
-    """Real (problem, steps) to check with: the shared model responses split into steps, else the built-in ones."""
+def boundary_texts(folder: Path | None = None) -> list[tuple[str, list[str]]]:
+    """(problem, steps) to check with: the model responses of `folder`'s JSONL files split into
+    steps (at most MAX_TEXTS), else the built-in ones."""
     items: list[tuple[str, list[str]]] = []
-    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+    for path in sorted(folder.glob("*.jsonl")) if folder is not None else []:
         with path.open() as handle:
             for line in handle:
                 items.extend(_responses(json.loads(line)))

@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from annotate.models import Annotation, ImportJob, Solution
 from annotate.pool import importing
-from tests.annotate.test_prm800k import PHASE1, PHASE2, write_lines
+from tests.annotate.pool.test_prm800k import PHASE1, PHASE2, write_lines
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,9 @@ from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
 from steps import rendering
 from steps.splitting import split_steps
-from tests.annotate.test_rendering import real_responses, real_rows
 from tests.browser.test_labeling_browser import log_in, start_labeling
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
+from tests.steps.test_rendering import real_responses, real_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 RAW_DELIMITERS = re.compile(r"\\\[|\\\]|\\\(|\\\)|\$\$")

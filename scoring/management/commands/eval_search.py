@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import cast
 
 import torch
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.pool.importing import formats
@@ -22,7 +21,6 @@ from scoring.search import evaluation as search_eval
 from scoring.store import registry
 from scoring.web import search_report
 
-DEFAULT_DATA = settings.BASE_DIR.parent / "shared" / "data"
 DATASETS = {"gsm8k": ("gsm8k/test.jsonl", formats.parse_gsm8k), "math500": ("math500/test.jsonl", formats.parse_math)}
 # SmolLM2's chat format: an instruct model answers a user turn far better than raw text.
 CHAT_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
@@ -61,7 +59,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dataset", choices=DATASETS, default="gsm8k")
-        parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with gsm8k/ and math500/")
+        parser.add_argument("--data", type=Path, required=True,
+                            help="folder with gsm8k/test.jsonl and math500/test.jsonl (a checkout's tests/data)")
         parser.add_argument("--problems", type=int, default=10)
         parser.add_argument("--shortest", action="store_true", help="the problems with the shortest references")
         parser.add_argument("--model", help="PRM version name (default: the current one)")
