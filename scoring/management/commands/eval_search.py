@@ -14,7 +14,7 @@ import torch
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.pool.importing import formats
+from annotate.pool import importing
 from scoring import search
 from scoring.core import prm
 from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, LocalGenerator
@@ -23,7 +23,8 @@ from scoring.store import registry
 from scoring.web import search_report
 
 DEFAULT_DATA = settings.BASE_DIR.parent / "shared" / "data"
-DATASETS = {"gsm8k": ("gsm8k/test.jsonl", formats.parse_gsm8k), "math500": ("math500/test.jsonl", formats.parse_math)}
+DATASETS = {"gsm8k": ("gsm8k/test.jsonl", importing.FORMATS["gsm8k"].parse),
+            "math500": ("math500/test.jsonl", importing.FORMATS["math"].parse)}
 # SmolLM2's chat format: an instruct model answers a user turn far better than raw text.
 CHAT_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
 
