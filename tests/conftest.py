@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management.base import BaseCommand
 
 from tests import ci
 from tests.factories import user_with_role
@@ -161,3 +162,10 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def option_choices(command: type[BaseCommand], option: str) -> list[str]:
+    """The choices a management command's option offers, read from its own argument parser."""
+    parser = command().create_parser("manage.py", command.__module__.rsplit(".", 1)[-1])
+    (action,) = [action for action in parser._actions if action.dest == option]
+    return list(action.choices or ())

@@ -170,7 +170,7 @@ def _keys_read_by(function) -> set[str]:
 
 
 def test_the_generic_format_table_names_exactly_the_fields_the_importer_reads():
-    from annotate.pool.importing.formats import parse_generic
+    from annotate.pool.importing.formats.generic import parse_generic
 
     generic = _section("Import formats").split("**Generic**")[1].split("**PRM800K**")[0]
     documented = set(re.findall(r"`([a-z_]+)`", generic))

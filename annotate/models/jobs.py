@@ -355,10 +355,13 @@ class ExportJob(Job):
     report = models.JSONField(default=dict, blank=True)
 
     task_name = "annotate.export_task"
+    # What each format's progress counts ("annotations", or "solutions" for a format with a row per
+    # solution): filled by the export format registry (annotate.pool.exporting.formats), above the models.
+    units_by_format: ClassVar[dict[str, str]] = {}
 
     def __str__(self) -> str:
         return f"Export {self.pk} ({self.format})"
 
     @property
     def progress_unit(self) -> str:  # type: ignore[override]
-        return "solutions" if self.format in ("processbench", "soft") else "annotations"
+        return self.units_by_format.get(self.format, "annotations")

@@ -14,7 +14,7 @@ from annotate.web.htmx import page_or_partial
 
 
 class ExportForm(forms.Form):
-    format = forms.ChoiceField(choices=[(f, exporting.FORMAT_HELP[f]) for f in exporting.FORMATS], initial="prm800k")
+    format = forms.ChoiceField(choices=exporting.choices, initial="prm800k")
     generations = forms.CharField(required=False, help_text="Comma-separated, e.g. 1, 2 (empty: all)")
     since = forms.DateTimeField(required=False, help_text="Only labels made on or after (YYYY-MM-DD)")
     include_qc = forms.BooleanField(required=False, label="Include quality-control questions")
@@ -41,8 +41,9 @@ class ExportForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         assert data is not None  # Form.clean returns cleaned_data
-        if data.get("format") == "processbench" and data.get("labels") not in ("", "human", None):
-            self.add_error("labels", "ProcessBench takes human labels only (its label is the annotators' first error)")
+        found = exporting.FORMATS.get(data.get("format") or "")
+        if found and found.human_only and data.get("labels") not in ("", "human", None):
+            self.add_error("labels", f"{found.title} takes human labels only ({found.human_only})")
         return data
 
     def clean_generations(self) -> list[int]:

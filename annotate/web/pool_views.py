@@ -12,15 +12,6 @@ from annotate.models import ImportJob
 from annotate.pool import importing
 from annotate.web.htmx import page_or_partial
 
-FORMAT_CHOICES = [
-    ("auto", "auto: detected from the first line"),
-    ("prm800k", "prm800k: openai/prm800k lines, with their labels"),
-    ("gsm8k", 'gsm8k: {"question", "answer"} with "#### N"'),
-    ("math", 'math: {"problem", "solution"} with \\boxed{}'),
-    ("generic", 'generic: {"problem", "ground_truth_answer", "steps" | "solution", ...}'),
-    ("math_shepherd", 'math_shepherd: Math-Shepherd {"input", "label"} with "ки" step tags (automatic labels)'),
-    ("processbench", 'processbench: ProcessBench {"problem", "steps", "label"} (gold first-error labels)'),
-]
 SPLIT_CHOICES = [
     ("auto", "auto: blank-line paragraphs if the text has them, else lines"),
     ("blank_line", "blank_line: one step per paragraph"),
@@ -34,7 +25,7 @@ class ImportForm(forms.Form):
     file = forms.FileField(help_text=lazy(lambda: (
         f"JSON Lines: one object per line, at most {settings.STEPWISE_MAX_UPLOAD_BYTES / 2**20:,.0f} MiB "
         "(a larger file is refused before it is read)"), str)())
-    format = forms.ChoiceField(choices=FORMAT_CHOICES, initial="auto")
+    format = forms.ChoiceField(choices=importing.choices, initial="auto")
     # Not required: a form posted by an older page or a script without the field means auto.
     split_mode = forms.TypedChoiceField(
         choices=SPLIT_CHOICES, initial="auto", required=False, empty_value="auto", label="Steps",

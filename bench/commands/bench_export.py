@@ -44,7 +44,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--solutions", type=int, default=50_000)
         parser.add_argument("--steps", type=int, default=5, help="Steps per solution, all labeled")
-        parser.add_argument("--format", action="append", choices=exporting.FORMATS, help="Default: all")
+        parser.add_argument("--format", action="append", choices=list(exporting.FORMATS), help="Default: all")
         parser.add_argument("--container", choices=exporting.CONTAINERS, default="jsonl",
                             help="Write JSON Lines (default), a Parquet folder or a datasets folder")
         parser.add_argument("--cleanup", action="store_true", help="Delete the benchmark rows afterwards")

@@ -27,11 +27,13 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from annotate.pool.importing import formats
+from annotate.pool import importing
 from bench.data import DATA
 from steps import grading, normalizing
 from steps.answers import extract_answer
 
+# The import formats' own line parsers: references read exactly as an import reads them.
+parse_gsm8k, parse_math = importing.FORMATS["gsm8k"].parse, importing.FORMATS["math"].parse
 
 class Command(BaseCommand):
     help = "Grading agreement with published correctness on real model responses, and on references."
@@ -47,11 +49,11 @@ class Command(BaseCommand):
             for key in ("answer", "gt"):
                 self._report(f"{path.name} vs {key}", _responses(path, key), show)
         math500 = data / "math500" / "test.jsonl"
-        self._report("MATH-500 references", _references(math500, formats.parse_math, limit=lines), show)
+        self._report("MATH-500 references", _references(math500, parse_math, limit=lines), show)
         self._report("MATH-500 answers restated", _math_variants(math500, lines, wrong=False), show)
         self._report("MATH-500 answers with a digit changed", _math_variants(math500, lines, wrong=True), show)
         for split in ("test", "train"):
-            references = _references(data / "gsm8k" / f"{split}.jsonl", formats.parse_gsm8k, limit=lines)
+            references = _references(data / "gsm8k" / f"{split}.jsonl", parse_gsm8k, limit=lines)
             self._report(f"GSM8K {split} references", references, show)
         test = data / "gsm8k" / "test.jsonl"
         self._report("GSM8K test answers as models state them", _restated(test, lines), show)
@@ -107,7 +109,7 @@ def _references(path: Path, parse, limit: int = 0) -> Iterator[tuple[str | None,
 
 
 def _restated(path: Path, limit: int) -> Iterator[tuple[str | None, str, bool]]:
-    for _, truth, _ in _references(path, formats.parse_gsm8k, limit=limit):
+    for _, truth, _ in _references(path, parse_gsm8k, limit=limit):
         plain = truth.replace(",", "")
         grouped = f"{int(plain):,}" if plain.lstrip("-").isdigit() else plain
         for style in (f"\\boxed{{{grouped}}}", f"\\${plain}", f"{plain} dollars", f"{plain}.00"):
@@ -121,13 +123,13 @@ def _truncated(path: Path, limit: int) -> Iterator[tuple[str | None, str, bool]]
         for line_no, line in enumerate(handle, 1):
             if limit and line_no > limit:
                 return
-            record = formats.parse_gsm8k(json.loads(line), line_no)
+            record = parse_gsm8k(json.loads(line), line_no)
             text = record.ground_truth_solution.rsplit("####", 1)[0]
             yield extract_answer(text[: len(text) * 3 // 4]), record.ground_truth_answer, False
 
 
 def _math_variants(path: Path, limit: int, *, wrong: bool) -> Iterator[tuple[str | None, str, bool]]:
-    for _, truth, _ in _references(path, formats.parse_math, limit=limit):
+    for _, truth, _ in _references(path, parse_math, limit=limit):
         digit = re.search(r"\d", truth)
         if wrong and digit is None:
             continue

@@ -7,14 +7,15 @@ from annotate.pool import exporting
 
 
 class Command(BaseCommand):
-    help = "Export submitted annotations as PRM800K JSONL (or --format trl|processbench|soft)."
+    help = f"Export submitted annotations as PRM800K JSONL (or --format {'|'.join(exporting.FORMATS)})."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "out", help="Destination (written atomically): a .jsonl file, or for parquet / hf_dataset a folder "
                         "(a .zip name zips it)",
         )
-        parser.add_argument("--format", default="prm800k", choices=exporting.FORMATS)
+        parser.add_argument("--format", default="prm800k", choices=list(exporting.FORMATS),
+                            help="; ".join(f"{name}: {f.help}" for name, f in exporting.FORMATS.items()))
         parser.add_argument("--generation", type=int, action="append", default=[], help="Repeatable")
         parser.add_argument("--since", help="Only labels made on or after this date / ISO datetime")
         parser.add_argument("--include-qc", action="store_true", help="Include quality-control questions")

@@ -8,11 +8,11 @@ from steps import splitting
 
 
 class Command(BaseCommand):
-    help = "Import a JSONL file (prm800k, gsm8k, math or generic) into the pool, grading every final answer."
+    help = f"Import a JSONL file ({', '.join(importing.FORMATS)}) into the pool, grading every final answer."
 
     def add_arguments(self, parser):
         parser.add_argument("path")
-        parser.add_argument("--format", default="auto", choices=importing.FORMATS)
+        parser.add_argument("--format", default="auto", choices=importing.names())
         parser.add_argument("--source", default=None, help="Source name stored on problems and solutions")
         parser.add_argument("--atomic", action="store_true", help="Import nothing when any line fails")
         parser.add_argument("--report", default=None, help="Write one JSON line per input line here")

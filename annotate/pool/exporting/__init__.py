@@ -2,9 +2,11 @@
 as JSON Lines, Parquet or a Hugging Face `datasets` folder (`containers`, with a dataset card).
 
 By stage: `options` (which annotations, checked up front), `loading` (keyset chunks of plain
-records, flat memory), `formats` (rows per annotation or solution, every verdict read
-through `annotate.labeling.verdicts`, what is left out counted in an `ExportTally`), `files` (atomic
-files and export jobs). Callers use the names below: `exporting.iter_rows(...)`, `exporting.run_export_job(...)`.
+records, flat memory), `formats` (the registry: one `ExportFormat` per module, its rows per
+annotation or solution, every verdict read through `annotate.labeling.verdicts`, what is left out
+counted in an `ExportTally`), `rows` (a format's human and automatic rows, as JSON Lines),
+`files` (atomic files and export jobs). Callers use the names below: `exporting.iter_rows(...)`,
+`exporting.run_export_job(...)`, `exporting.FORMATS[name].help`.
 """
 from annotate.pool.exporting.files import (
     create_export_job,
@@ -14,18 +16,8 @@ from annotate.pool.exporting.files import (
     run_export_job,
     write_export,
 )
-from annotate.pool.exporting.formats import (
-    FORMAT_HELP,
-    FORMATS,
-    PER_SOLUTION,
-    ExportTally,
-    check_format,
-    check_labels,
-    count_inputs,
-    is_good,
-    iter_jsonl,
-    iter_rows,
-)
+from annotate.pool.exporting.formats import FORMATS, check_format, choices, get_format
+from annotate.pool.exporting.formats.base import ExportFormat, ExportTally, is_good
 from annotate.pool.exporting.loading import annotation_chunks, annotations, load_chunk
 from annotate.pool.exporting.options import (
     CHUNK_SIZE,
@@ -36,12 +28,11 @@ from annotate.pool.exporting.options import (
     parse_since,
     selected_annotations,
 )
+from annotate.pool.exporting.rows import check_labels, count_inputs, iter_jsonl, iter_rows
 
 __all__ = [
-    "CHUNK_SIZE", "CONTAINERS", "FORMATS", "LABEL_SOURCES",
-    "FORMAT_HELP", "PER_SOLUTION", "ExportError", "ExportOptions", "ExportTally",
-    "annotation_chunks", "annotations", "check_format", "check_labels", "count_inputs", "create_export_job",
-    "download_name",
-    "export_path", "finished_file", "is_good", "iter_jsonl", "iter_rows", "load_chunk", "parse_since",
-    "run_export_job", "selected_annotations", "write_export",
+    "CHUNK_SIZE", "CONTAINERS", "FORMATS", "LABEL_SOURCES", "ExportError", "ExportFormat", "ExportOptions",
+    "ExportTally", "annotation_chunks", "annotations", "check_format", "check_labels", "choices", "count_inputs",
+    "create_export_job", "download_name", "export_path", "finished_file", "get_format", "is_good", "iter_jsonl",
+    "iter_rows", "load_chunk", "parse_since", "run_export_job", "selected_annotations", "write_export",
 ]

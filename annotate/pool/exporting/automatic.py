@@ -2,14 +2,10 @@
 
 An automatic label (``AutoStepLabel``) says what rollouts (K of N completions from the step
 reached the known answer) or an imported dataset (a 1.0 / 0.0 verdict, no counts) say of a
-pool step. Exports read them per solution:
-
-- ``soft``: per step, K and N pooled over the automatic runs that labeled it (a label without
-  rollout counts is one vote: 1 of 1 when good, 0 of 1 when bad); ``soft_labels`` = K/N.
-- ``trl``: the solution's steps up to its first unlabeled one, each labeled good when K > 0
-  (Math-Shepherd's hard estimate), as TRL's Math-Shepherd converter keeps every labeled step.
-- ``prm800k``: each step of an annotation gains ``auto_labels`` (one entry per run), a key
-  PRM800K readers ignore; the human fields are unchanged.
+pool step. This module reads them per solution, a keyset page at a time, and pools a step's
+votes (a label without rollout counts is one vote: 1 of 1 when good, 0 of 1 when bad); each
+format says what its automatic rows are (`ExportFormat.automatic_rows`: ``soft`` and ``trl``;
+``prm800k`` adds ``auto_labels`` to each step of its own lines).
 
 With ``both``, the human rows come first, then the automatic ones, each with ``label_source``.
 The annotation filters (generations, date, QC, finish reasons) select human labels; automatic
@@ -92,45 +88,3 @@ def labeled_solution_chunks(chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple
 
 def count_labeled_solutions() -> int:
     return Solution.objects.filter(steps__auto_labels__isnull=False).distinct().count()
-
-
-def soft_rows(*, tally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
-    for chunk in labeled_solution_chunks(chunk_size):
-        for solution, steps, labels in chunk:
-            tally.read += 1
-            votes = [pooled(labels.get(i, [])) for i in range(len(steps))]
-            yield {
-                "id": solution.id, "problem": solution.problem.statement, "steps": steps,
-                "k": [k for k, _ in votes], "n": [n for _, n in votes],
-                "soft_labels": [k / n if n else None for k, n in votes], "annotations": 0,
-                "label_source": "automatic",
-            }
-
-
-def trl_rows(*, tally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
-    for chunk in labeled_solution_chunks(chunk_size):
-        for solution, steps, labels in chunk:
-            tally.read += 1
-            completions, good = [], []
-            for i, text in enumerate(steps):
-                if i not in labels:
-                    break
-                completions.append(text)
-                good.append(pooled(labels[i])[0] > 0)
-            if completions:
-                yield {"prompt": solution.problem.statement, "completions": completions, "labels": good,
-                       "label_source": "automatic"}
-            else:
-                tally.skip("automatic_first_step_unlabeled")
-
-
-def with_prm800k_extras(annotation_chunks, line_for) -> Iterator[dict]:
-    """PRM800K lines, each step with `auto_labels` (its pool step's automatic labels)."""
-    for chunk in annotation_chunks:
-        labels = labels_by_step({a.solution_id for a in chunk})
-        for annotation in chunk:
-            line = line_for(annotation)
-            by_index = labels.get(annotation.solution_id, {})
-            for i, step in enumerate(line["label"]["steps"]):
-                step["auto_labels"] = [label.as_dict() for label in by_index.get(i, [])]
-            yield line

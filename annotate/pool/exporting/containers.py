@@ -1,11 +1,11 @@
 """Datasets out for the Hugging Face stack: every format as Parquet or a `datasets` folder.
 
-The rows are the JSONL export's rows (`formats.iter_rows`), written through a fixed Arrow
-schema per format, so an empty export and a column that is null in one chunk keep their
-types. A `parquet` export is a folder as the Hub lays one out (`README.md`, the dataset
+The rows are the JSONL export's rows (`rows.iter_rows`), written through the fixed Arrow
+schema their format gives (`ExportFormat.features`), so an empty export and a column that is
+null in one chunk keep their types. A `parquet` export is a folder as the Hub lays one out (`README.md`, the dataset
 card, and `data/train.parquet`), loadable with `load_dataset("parquet", data_files=...)`;
 an `hf_dataset` export is `Dataset.save_to_disk`'s folder plus the card, loadable with
-`load_from_disk`. `datasets` is imported only here, in the worker or the command.
+`load_from_disk`. `datasets` is imported only here (and by `ArrowTypes`), in the worker or the command.
 """
 from __future__ import annotations
 
@@ -15,54 +15,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from annotate.pool.exporting.cards import dataset_card
-from annotate.pool.exporting.formats import ExportTally, iter_rows
+from annotate.pool.exporting.formats.base import ArrowTypes, ExportFormat, ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
+from annotate.pool.exporting.rows import check_labels, iter_rows
 
 PARQUET_FILE = Path("data") / "train.parquet"
 
 
-def features(format: str, *, labels: str = "human"):
+def features(format: ExportFormat, *, labels: str = "human"):
     """The `datasets.Features` of a format's rows (extras only when the export asks for them)."""
-    from datasets import Features, List, Value  # datasets: pyarrow and pandas, for export jobs only, never the web
+    from datasets import Features  # datasets: pyarrow and pandas, for export jobs only, never the web
 
-    text, integer, number, boolean = Value("string"), Value("int64"), Value("float64"), Value("bool")
-    # What the row's annotators saw of the model (formats.assistance_of); human rows only.
-    seen = {"assistance": {"mode": text, "second_look": boolean}}
-    auto = {"auto_labels": List({"source": text, "method": text, "kind": text, "n_rollouts": integer,
-                                 "n_correct": integer, "soft": number})}
-    if format == "trl":
-        return Features({"prompt": text, "completions": List(text), "labels": List(boolean), **seen,
-                         **({"label_source": text} if labels != "human" else {})})
-    if format == "processbench":
-        return Features({"id": text, "generator": text, "problem": text, "steps": List(text),
-                         "final_answer_correct": boolean, "label": integer, **seen})
-    if format == "soft":
-        return Features({"id": integer, "problem": text, "steps": List(text), "k": List(integer),
-                         "n": List(integer), "soft_labels": List(number), "annotations": integer, **seen,
-                         **({"label_source": text} if labels != "human" else {})})
-    completion = {"text": text, "rating": integer, "flagged": boolean}
-    human = {"text": text, "rating": integer, "source": text, "flagged": boolean, "corrected_rating": integer}
-    step = {"completions": List(completion), "human_completion": human, "chosen_completion": integer,
-            **(auto if labels != "human" else {})}
-    question = {"problem": text, "ground_truth_solution": text, "ground_truth_answer": text,
-                "pre_generated_steps": List(text), "pre_generated_answer": text,
-                "pre_generated_verifier_score": number}
-    return Features({"labeler": text, "timestamp": text, "generation": integer,
-                     "is_quality_control_question": boolean, "is_initial_screening_question": boolean,
-                     "question": question, "label": {"steps": List(step), "total_time": integer,
-                                                     "finish_reason": text}})
+    return Features(format.features(ArrowTypes.load(), labels != "human"))
 
 
-def arrow_row(format: str, row: dict) -> dict:
-    """A row as the schema holds it: PRM800K allows a human completion given as bare text."""
-    if format == "prm800k":
-        for step in row["label"]["steps"]:
-            if isinstance(step.get("human_completion"), str):
-                step["human_completion"] = {"text": step["human_completion"]}
-    return row
-
-
-def write_parquet(*, path: Path, format: str, rows: Iterable[dict], schema, on_row: Callable[[], None]) -> int:
+def write_parquet(*, path: Path, format: ExportFormat, rows: Iterable[dict], schema, on_row: Callable[[], None]) -> int:
     # pyarrow: datasets' columnar backend, tens of MB; only an export job writes Parquet.
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -71,7 +38,7 @@ def write_parquet(*, path: Path, format: str, rows: Iterable[dict], schema, on_r
     with pq.ParquetWriter(path, schema) as writer:
         batch: list[dict] = []
         for row in rows:
-            batch.append(arrow_row(format, row))
+            batch.append(format.arrow_row(row))
             on_row()
             if len(batch) == CHUNK_SIZE:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
@@ -87,21 +54,22 @@ def write_dataset_folder(
     on_row: Callable[[], None],
 ) -> int:
     """Write the export into the empty `folder`: the card and Parquet or Arrow data. Returns rows."""
-    row_features = features(format, labels=options.labels)
+    found = check_labels(format, options)
+    row_features = features(found, labels=options.labels)
     rows = iter_rows(format=format, options=options, tally=tally)
     if container == "parquet":
         (folder / PARQUET_FILE).parent.mkdir(parents=True)
-        count = write_parquet(path=folder / PARQUET_FILE, format=format, rows=rows,
+        count = write_parquet(path=folder / PARQUET_FILE, format=found, rows=rows,
                               schema=row_features.arrow_schema, on_row=on_row)
     else:
-        count = _write_arrow_folder(folder=folder, format=format, rows=rows, features=row_features, on_row=on_row)
-    card = dataset_card(format=format, container=container, options=options, tally=tally, rows=count,
+        count = _write_arrow_folder(folder=folder, format=found, rows=rows, features=row_features, on_row=on_row)
+    card = dataset_card(format=found, container=container, options=options, tally=tally, rows=count,
                         features=row_features)
     (folder / "README.md").write_text(card, encoding="utf-8")
     return count
 
 
-def _write_arrow_folder(*, folder: Path, format: str, rows: Iterable[dict], features, on_row) -> int:
+def _write_arrow_folder(*, folder: Path, format: ExportFormat, rows: Iterable[dict], features, on_row) -> int:
     """`save_to_disk` of a Dataset read from a Parquet file written a chunk at a time, so the rows
     are never all in memory as Python objects."""
     from datasets import Dataset  # datasets: pyarrow and pandas, for export jobs only, never the web

@@ -19,8 +19,10 @@ from django.utils import timezone
 
 from annotate.models import ExportJob, JobState
 from annotate.pool.exporting import containers
-from annotate.pool.exporting.formats import ExportTally, check_format, count_inputs, iter_jsonl
+from annotate.pool.exporting.formats import check_format
+from annotate.pool.exporting.formats.base import ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
+from annotate.pool.exporting.rows import count_inputs, iter_jsonl
 
 
 def write_export(

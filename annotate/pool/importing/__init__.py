@@ -11,11 +11,12 @@ import, unless ``atomic=True``, when one bad line means nothing is written. Queu
 was imported is the caller's next step (``queueing.enqueue_imported``).
 
 The stages, one module each: ``reading`` (stream, count, detect the file's format),
-``formats`` (one line of each format into a ``Record``), ``writing`` (records into rows),
-``report`` (the per-line report and the summary) and ``jobs`` (the upload page's background
-jobs). This module runs them in order; callers use the names it exports.
+``formats`` (the registry: one ``ImportFormat`` per module, each parsing one line into a
+``Record``), ``writing`` (records into rows), ``report`` (the per-line report and the
+summary) and ``jobs`` (the upload page's background jobs). This module runs them in order;
+callers use the names it exports.
 """
-from annotate.pool.importing.formats import FORMATS, PARSERS, Record, detect_format
+from annotate.pool.importing.formats import FORMATS, ImportFormat, Record, choices, detect_format, names
 from annotate.pool.importing.jobs import (
     create_import_job,
     finished_report,
@@ -29,8 +30,8 @@ from annotate.pool.importing.report import ImportSummary, Outcome
 from annotate.pool.importing.writing import GradingBudget, SourceFile, insert_rows, write_batch
 
 __all__ = [
-    "BATCH_SIZE", "FORMATS", "PARSERS", "GradingBudget", "ImportSummary", "Outcome", "Record", "SourceFile",
-    "count_lines", "create_import_job", "detect_file_format", "detect_format", "file_digest", "finished_report",
-    "import_pool", "insert_rows", "read_jsonl", "remove_expired_uploads", "run_import_job", "save_upload",
-    "write_batch",
+    "BATCH_SIZE", "FORMATS", "GradingBudget", "ImportFormat", "ImportSummary", "Outcome", "Record", "SourceFile",
+    "choices", "count_lines", "create_import_job", "detect_file_format", "detect_format", "file_digest",
+    "finished_report", "import_pool", "insert_rows", "names", "read_jsonl", "remove_expired_uploads",
+    "run_import_job", "save_upload", "write_batch",
 ]

@@ -139,7 +139,7 @@ class ImportRequestSerializer(serializers.Serializer):
     """A JSONL file to import in the background (see annotate.pool.importing for the formats)."""
 
     file = serializers.FileField()
-    format = serializers.ChoiceField(choices=importing.FORMATS, default="auto")
+    format = serializers.ChoiceField(choices=importing.names(), default="auto")
     split_mode = serializers.ChoiceField(choices=splitting.SPLIT_MODES, default="auto")
     # The metaclass takes declared fields out of the class; the stubs see Field.source instead.
     source = serializers.CharField(  # type: ignore[assignment]
@@ -151,7 +151,7 @@ class ImportRequestSerializer(serializers.Serializer):
 class ExportRequestSerializer(serializers.Serializer):
     """What to export; every field optional (default: PRM800K, all generations, no QC)."""
 
-    format = serializers.ChoiceField(choices=exporting.FORMATS, default="prm800k")
+    format = serializers.ChoiceField(choices=list(exporting.FORMATS), default="prm800k")
     generations = serializers.ListField(child=serializers.IntegerField(), required=False, max_length=1000)
     since = serializers.DateTimeField(required=False, allow_null=True)
     include_qc = serializers.BooleanField(default=False)

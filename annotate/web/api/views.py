@@ -174,7 +174,7 @@ class ExportJobViewSet(JobViewSet):
 
 
 EXPORT_QUERY = [
-    OpenApiParameter("export_format", str, OpenApiParameter.PATH, enum=exporting.FORMATS),
+    OpenApiParameter("export_format", str, OpenApiParameter.PATH, enum=list(exporting.FORMATS)),
     OpenApiParameter("generation", int, many=True, description="Repeatable; default all generations"),
     OpenApiParameter("since", OpenApiTypes.DATETIME, description="Only labels made on or after this instant"),
     OpenApiParameter("include_qc", bool, description="Include quality-control questions (default false)"),
@@ -192,7 +192,7 @@ class StreamExportView(APIView):
     @extend_schema(
         parameters=EXPORT_QUERY,
         responses={(200, "application/jsonl"): OpenApiTypes.BINARY},
-        summary="Stream an export (prm800k, trl, processbench or soft) without a job",
+        summary=f"Stream an export ({', '.join(exporting.FORMATS)}) without a job",
         operation_id="exports_stream",
     )
     def get(self, request: Request, export_format: str) -> StreamingHttpResponse:

@@ -13,7 +13,7 @@ from typing import cast
 import torch
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.pool.importing import formats
+from annotate.pool import importing
 from scoring import search
 from scoring.core import prm
 from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, LocalGenerator
@@ -21,7 +21,8 @@ from scoring.search import evaluation as search_eval
 from scoring.store import registry
 from scoring.web import search_report
 
-DATASETS = {"gsm8k": ("gsm8k/test.jsonl", formats.parse_gsm8k), "math500": ("math500/test.jsonl", formats.parse_math)}
+DATASETS = {"gsm8k": ("gsm8k/test.jsonl", importing.FORMATS["gsm8k"].parse),
+            "math500": ("math500/test.jsonl", importing.FORMATS["math"].parse)}
 # SmolLM2's chat format: an instruct model answers a user turn far better than raw text.
 CHAT_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
 

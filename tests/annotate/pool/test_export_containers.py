@@ -1,13 +1,14 @@
 """Every export format as Parquet and as a `datasets` folder, read back with `datasets`: the same
-rows as the JSONL export, in order, with a dataset card that says what they mean."""
+rows as the JSONL export, in order, with a dataset card that says what they mean. A format the
+importer reads too is read back into an empty pool, which then holds what its rows say."""
 import json
 import zipfile
 
 import pytest
 from django.core.management import call_command
 
-from annotate.models import ExportJob, JobState
-from annotate.pool import exporting
+from annotate.models import AutoLabelRun, ExportJob, JobState, Problem, Solution
+from annotate.pool import exporting, importing
 from annotate.pool.exporting import ExportOptions
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
@@ -115,6 +116,42 @@ def test_an_export_job_in_a_dataset_container_downloads_as_one_zip(labels, tmp_p
         zipped.extractall(tmp_path / "unzipped")
     table = datasets.load_from_disk(str(tmp_path / "unzipped" / top))
     assert table.to_list() == jsonl_rows(tmp_path, "soft")
+
+
+def first_gold_error(solution: Solution) -> int:
+    """The first step an imported gold label calls bad; -1 when none is."""
+    bad = solution.steps.filter(auto_labels__soft=0.0).order_by("index").values_list("index", flat=True)
+    return next(iter(bad), -1)
+
+
+def processbench_in_pool() -> list[dict]:
+    return [{"problem": s.problem.statement, "steps": [step.text for step in s.steps.all()],
+             "final_answer_correct": s.is_correct, "label": first_gold_error(s), "generator": s.generator}
+            for s in Solution.objects.select_related("problem").order_by("id")]
+
+
+# What the pool holds after importing an export, in the export's own terms (the rows, or the keys
+# the pool keeps of them): a PRM800K line is an annotation again, a ProcessBench row gold labels.
+READ_BACK = {
+    "prm800k": (lambda tmp_path: jsonl_rows(tmp_path, "prm800k"), None),
+    "processbench": (lambda tmp_path: processbench_in_pool(),
+                     ("problem", "steps", "final_answer_correct", "label", "generator")),
+}
+
+
+def test_every_format_the_importer_reads_has_its_read_back_here():
+    assert set(READ_BACK) == set(exporting.FORMATS) & set(importing.FORMATS)
+
+
+@pytest.mark.parametrize("name", READ_BACK)
+def test_an_export_the_importer_reads_is_read_back_into_an_empty_pool_as_it_was(labels, tmp_path, name):
+    rows = jsonl_rows(tmp_path, name)
+    Problem.objects.all().delete()
+    AutoLabelRun.objects.all().delete()
+    summary = importing.import_pool(path=tmp_path / f"{name}.jsonl")  # the format is detected
+    assert (summary.format, summary.created, summary.errors) == (name, len(rows), 0)
+    read_back, keys = READ_BACK[name]
+    assert read_back(tmp_path / "again") == [{k: row[k] for k in keys} if keys else row for row in rows]
 
 
 def test_a_bad_container_is_refused_naming_the_option():

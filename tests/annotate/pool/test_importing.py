@@ -6,12 +6,16 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
+from django.utils.html import escape
 
+from annotate.management.commands import import_pool
 from annotate.models import ImportJob, JobState, Problem, Solution, Step
 from annotate.pool import importing
 from annotate.tasks import import_pool_task
+from annotate.web.api import serializers
 from steps.grading import judge
-from tests.conftest import TEST_DATA
+from tests.annotations import PHASE2_LINE
+from tests.conftest import TEST_DATA, option_choices
 
 pytestmark = [pytest.mark.embedded, pytest.mark.django_db]
 
@@ -291,6 +295,36 @@ def test_the_format_is_detected_from_the_first_valid_line():
     assert importing.detect_format({"problem": "q", "solution": "\\boxed{3}"}) == "math"
     assert importing.detect_format({"problem": "q", "ground_truth_answer": "3", "steps": []}) == "generic"
     assert importing.detect_format({"question": {"problem": "q"}, "label": {}}) == "prm800k"
+
+
+# One line of every registered import format (a new format adds one here).
+SAMPLE_LINES = {
+    "prm800k": PHASE2_LINE,
+    "gsm8k": {"question": "Tom has 3 apples and buys 4 more. How many?", "answer": "3 + 4 = 7.\n#### 7"},
+    "math": {"problem": "What is $2 + 5$?", "solution": "$2 + 5 = \\boxed{7}$."},
+    "generic": generic(3),
+    "math_shepherd": {"input": "What is 2 + 5? Step 1: 2 + 5 = 7. ки\nStep 2: The answer is: 7 ки",
+                      "label": "What is 2 + 5? Step 1: 2 + 5 = 7. +\nStep 2: The answer is: 7 +", "task": "GSM8K"},
+    "processbench": {"id": "gsm8k-0", "generator": "Qwen2-7B-Instruct", "problem": "What is 10 - 4?",
+                     "steps": ["10 - 4 = 6.", "The answer is \\boxed{6}."], "final_answer_correct": True,
+                     "label": -1},
+}
+
+
+def test_every_registered_import_format_has_a_sample_line_here():
+    assert set(SAMPLE_LINES) == set(importing.FORMATS)
+
+
+@pytest.mark.parametrize("name", SAMPLE_LINES)
+def test_every_registered_import_format_is_offered_detected_and_imported(tmp_path, client, admin_user, name):
+    client.force_login(admin_user)
+    page = client.get(reverse("annotate:import-list")).content.decode()
+    assert f'<option value="{name}"' in page and escape(importing.FORMATS[name].help) in page
+    assert name in option_choices(import_pool.Command, "format")
+    assert name in serializers.ImportRequestSerializer().fields["format"].choices
+    assert importing.detect_format(SAMPLE_LINES[name]) == name
+    summary = importing.import_pool(path=write(tmp_path, [SAMPLE_LINES[name]]))
+    assert (summary.format, summary.created, summary.errors) == (name, 1, 0)
 
 
 def test_the_command_prints_a_summary_and_fails_when_a_line_fails(tmp_path, capsys):

@@ -2,11 +2,15 @@
 import json
 
 import pytest
+from django.utils.html import escape
 
+from annotate.management.commands import export_prm800k
 from annotate.models import ExportJob, JobState
 from annotate.pool import exporting
+from annotate.web.api import serializers
+from bench.commands import bench_export
 from tests.annotations import annotate
-from tests.conftest import wait_for
+from tests.conftest import option_choices, wait_for
 from tests.factories import SolutionFactory
 
 
@@ -20,6 +24,19 @@ def test_only_admins_reach_the_export_pages(client, annotator, reviewer, admin_u
     client.force_login(admin_user)
     page = client.get("/exports/")
     assert page.status_code == 200 and b"Start export" in page.content
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", exporting.FORMATS)
+def test_every_registered_format_is_offered_by_the_page_the_commands_and_the_api(client, admin_user, name):
+    client.force_login(admin_user)
+    page = client.get("/exports/").content.decode()
+    assert f'<option value="{name}"' in page and escape(exporting.FORMATS[name].help) in page
+    assert name in option_choices(export_prm800k.Command, "format")
+    assert name in option_choices(bench_export.Command, "format")
+    assert serializers.ExportRequestSerializer(data={"format": name}).is_valid()
+    streamed = client.get(f"/api/exports/{name}.jsonl")
+    assert streamed.status_code == 200 and streamed["Content-Type"].startswith("application/jsonl")
 
 
 @pytest.mark.django_db
