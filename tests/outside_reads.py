@@ -15,7 +15,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _BESIDE = str(REPO_ROOT.parent) + os.sep
-_INSIDE = str(REPO_ROOT) + os.sep
+# The repository, and the Python environment the tests run in (a virtualenv may sit beside the
+# checkout, as STEPWISE_VENV allows): reads there are not data.
+_INSIDE = tuple({os.path.abspath(p) + os.sep for p in (REPO_ROOT, sys.prefix, sys.base_prefix, sys.exec_prefix)})
 
 _reads: list[str] = []
 
