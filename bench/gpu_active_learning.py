@@ -15,7 +15,7 @@ ensemble strategies. On CUDA the backbone runs in bf16 and featurizing takes min
         --budgets 50 100 200 400 800                            # the second setting
     python bench/gpu_active_learning.py --tiny                # a smoke test: a tiny Llama, synthetic pool, CPU
 
-Writes `<out>/active-learning.json` and `<out>/active-learning.png`.
+Writes `<out>/active-learning.json` and `<out>/active-learning.svg`.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             settings[name] = getattr(args, name)
     args.out.mkdir(parents=True, exist_ok=True)
     command = ["--json", "--output", str(args.out / "active-learning.json"),
-               "--plot", str(args.out / "active-learning.png"),
+               "--plot", str(args.out / "active-learning.svg"),
                "--data", str(args.data), "--seeds", *map(str, settings.pop("seeds"))]
     if not args.db_loop:
         command += ["--scale", "--budgets", *map(str, settings.pop("budgets"))]
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.backbone is not None:
         command += ["--backbone", str(args.backbone.resolve())]
     bench.call("simulate_active_learning", *command, stdout=open(os.devnull, "w"))
-    print(f"wrote {args.out / 'active-learning.json'} and {args.out / 'active-learning.png'}")
+    print(f"wrote {args.out / 'active-learning.json'} and {args.out / 'active-learning.svg'}")
     return 0
 
 

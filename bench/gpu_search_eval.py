@@ -12,7 +12,7 @@ distributional (beta) head; with a point head its curve is left out.
     python bench/gpu_search_eval.py --default --dataset math500   # SmolLM2-135M + a seeded untrained beta head
     python bench/gpu_search_eval.py --tiny                        # smoke test: tiny Llama, CPU, seconds
 
-Writes `<out>/search-eval.json` and `<out>/search-eval.png`.
+Writes `<out>/search-eval.json` and `<out>/search-eval.svg`.
 """
 from __future__ import annotations
 

@@ -391,7 +391,7 @@ def active_learning_stage(run: Run) -> dict:
 
     out = run.work / "active-learning.json"
     sizes = run.sizes
-    command = ["--scale", "--output", str(out), "--plot", str(run.work / "active-learning.png"),
+    command = ["--scale", "--output", str(out), "--plot", str(run.work / "active-learning.svg"),
                "--backbone", str(run.backbone), "--cache-dir", str(run.work / "al-cache"),
                "--problems", str(sizes.al_problems), "--heldout", str(sizes.al_heldout),
                "--budgets", *map(str, sizes.al_budgets), "--seeds", *map(str, sizes.al_seeds),

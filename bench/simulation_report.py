@@ -6,6 +6,8 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from infra import charts
+
 # The curve metrics of a round; higher is better for all.
 METRICS = ("paired_auc", "step_auc", "solution_auc", "processbench_f1", "best_of_n")
 TITLES = {"paired_auc": "paired AUC (vs reference step)", "step_auc": "step AUC",
@@ -107,35 +109,24 @@ def _ratio(labels: Sequence[int], random_runs, runs, metric: str, seeds) -> dict
 
 
 def plot(result: dict, path: Path) -> Path:
-    """Learning curves (mean and +-1 std over seeds) with the baselines, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = (*METRICS, "wrong_share")
-    fig, grid = plt.subplots(2, 3, figsize=(13, 7.5))
-    axes = grid.ravel()
-    for ax, metric in zip(axes, panels):
+    """Learning curves (mean and +-1 std over seeds) with the baselines, one panel per metric, as an SVG
+    file (`path` with the suffix .svg, returned)."""
+    panels = []
+    for metric in (*METRICS, "wrong_share"):
+        series = []
         for strategy, summary in result["strategies"].items():
-            mean, std = summary[metric]["mean"], summary[metric]["std"]
-            xs = [x for x, m in zip(summary["labels"], mean) if m is not None]
-            ms = [m for m in mean if m is not None]
-            ss = [s or 0.0 for m, s in zip(mean, std) if m is not None]
-            ax.plot(xs, ms, marker="o", markersize=3, label=strategy)
-            ax.fill_between(xs, [m - s for m, s in zip(ms, ss)], [m + s for m, s in zip(ms, ss)], alpha=0.15)
-        for (name, values), style in zip(result["baselines"].items(), (":", "--")):
-            if metric in METRICS and values.get(metric) is not None:
-                ax.axhline(values[metric], color="grey", linestyle=style, label=name.replace("_", "-"))
-        ax.set_title(TITLES.get(metric, metric), fontsize=10)
-        ax.set_xlabel("labeled solutions")
-    axes[0].legend(fontsize=7)
+            rows = [(x, m, s or 0.0) for x, m, s in zip(summary["labels"], summary[metric]["mean"],
+                                                          summary[metric]["std"]) if m is not None]
+            series.append(charts.Series(strategy, [(x, m) for x, m, _ in rows],
+                                        band=[(x, m - s, m + s) for x, m, s in rows]))
+        rules = [charts.Rule(name.replace("_", "-"), values[metric], dash=dash)
+                 for (name, values), dash in zip(result["baselines"].items(), ("1 3", "4 3"))
+                 if metric in METRICS and values.get(metric) is not None]
+        panels.append(charts.line_chart(series, rules=rules, x_label="labeled solutions",
+                                        y_label=metric.replace("_", " "), title=TITLES.get(metric, metric),
+                                        width=420, height=260))
     run = result["settings"]
-    fig.suptitle(f"{run.get('pool', 'pool')}: {result['pool']['solutions']} solutions, held-out "
-                 f"{result['held_out']['solutions']}; mean ± std over {len(run['seeds'])} seeds; "
-                 f"backbone {Path(str(run.get('backbone', '?'))).name}, layer {run['layer']}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    title = (f"{run.get('pool', 'pool')}: {result['pool']['solutions']} solutions, held-out "
+             f"{result['held_out']['solutions']}; mean ± std over {len(run['seeds'])} seeds; "
+             f"backbone {Path(str(run.get('backbone', '?'))).name}, layer {run['layer']}")
+    return charts.write_svg(charts.grid(panels, columns=3, title=title), path.with_suffix(".svg"))

@@ -1,5 +1,5 @@
 """./stepwise bench simulate_active_learning --json [--rounds R] [--batch B] [--seeds S ...]
-    [--pool gsm8k|synthetic] [--problems N] [--heldout M] [--data DIR] [--plot PNG]
+    [--pool gsm8k|synthetic] [--problems N] [--heldout M] [--data DIR] [--plot SVG]
 
 The active-learning benchmark (bench/simulation.py): per selection strategy, held-out
 quality versus number of labeled solutions, with spread over seeds, and the data-efficiency
@@ -45,7 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("--lr", type=float, default=1e-3, help="head learning rate (production default 1e-3)")
         parser.add_argument("--cache-dir", type=Path, default=None,
                             help="feature cache (default: the product's, settings.FEATURE_CACHE_DIR)")
-        parser.add_argument("--plot", type=Path, default=None, help="PNG of the curves (default: data dir)")
+        parser.add_argument("--plot", type=Path, default=None, help="SVG of the curves (default: data dir)")
         parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
         parser.add_argument("--scale", action="store_true",
                             help="the pool-scale benchmark (bench/simulation_scale.py): in memory on cached "
@@ -87,7 +87,7 @@ class Command(BaseCommand):
         except ValueError as error:
             raise CommandError(str(error)) from None
         result["settings"] |= described
-        default_plot = "active-learning-scale.png" if options["scale"] else "active-learning.png"
+        default_plot = "active-learning-scale.svg" if options["scale"] else "active-learning.svg"
         result["plot"] = str(simulation_report.plot(result, options["plot"] or settings.DATA_DIR / default_plot))
         text = write_output(result, options)
         self.stdout.write(text if options["json"] else summary_table(result))
@@ -100,7 +100,7 @@ class Command(BaseCommand):
         except (OSError, ValueError) as error:
             raise CommandError(str(error)) from None
         result["plot"] = str(simulation_report.plot(result, options["plot"] or settings.DATA_DIR
-                                                    / "active-learning-scale.png"))
+                                                    / "active-learning-scale.svg"))
         text = write_output(result, options)
         self.stdout.write(text if options["json"] else summary_table(result))
 

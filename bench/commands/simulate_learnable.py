@@ -1,5 +1,5 @@
 """./stepwise bench simulate_learnable [--problems N] [--heldout M] [--budgets B ...] [--seeds S ...]
-    [--policies P ...] [--members M] [--output JSON] [--plot PNG] [--json]
+    [--policies P ...] [--members M] [--output JSON] [--plot SVG] [--json]
 
 Active learning where the scorer can learn the task (bench/learnable_domain.py): generated
 arithmetic chains with one error at a known step, an MLP trained from scratch each round.
@@ -37,7 +37,7 @@ class Command(BaseCommand):
             help=f"of {', '.join(learnable_domain.POLICIES)}")
         parser.add_argument("--members", type=int, default=3, help="ensemble size for the ensemble policies")
         parser.add_argument("--output", type=Path, default=None, help="write the JSON here (after every seed)")
-        parser.add_argument("--plot", type=Path, default=None, help="PNG of the curves")
+        parser.add_argument("--plot", type=Path, default=None, help="SVG of the curves")
         parser.add_argument("--json", action="store_true", help="print the full result as JSON")
         parser.add_argument("--rollout-agreement", action="store_true",
                             help="only label the held-out solutions by Math-Shepherd and OmegaPRM (the product's "

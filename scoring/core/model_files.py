@@ -124,6 +124,26 @@ def weights_sha256(folder: str | Path) -> str:
     return hash_files(identity_files(folder))
 
 
+def backbone_fingerprint(folder: str | Path) -> str:
+    """Identity of a backbone's weights: sha256 over its config.json and safetensors bytes (what the
+    feature cache and the shared backbones are keyed by)."""
+    folder = Path(folder).resolve()
+    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.safetensors"))]
+    return _fingerprint(str(folder), json.dumps(stamp))
+
+
+_FINGERPRINTS: dict[tuple[str, str], str] = {}
+
+
+def _fingerprint(folder: str, stamp: str) -> str:
+    # Hashing 270 MB takes a second; remember it while the files are unchanged.
+    key = (folder, stamp)
+    if key not in _FINGERPRINTS:
+        names = ["config.json", *sorted(p.name for p in Path(folder).glob("*.safetensors"))]
+        _FINGERPRINTS[key] = hash_files(Path(folder) / name for name in names)
+    return _FINGERPRINTS[key]
+
+
 def hash_files(paths: Iterable[Path]) -> str:
     """sha256 over each file's name and bytes, in the given order (missing files skipped)."""
     digest = hashlib.sha256()

@@ -12,8 +12,10 @@ position sees exactly the prefix up to and including the step, so it equals scor
 prefix separately (`score_per_prefix`, the slow reference), only ~n times cheaper. A public
 checkpoint reads its model card's own input instead (`encoding`'s `input_format`), in one pass too.
 
-Qwen2.5-Math-PRM's `Qwen2ForProcessRewardModel` ships as remote code; `load_model` reads it as
-`scoring.core.process_reward.ProcessRewardModel`, so it loads without running any code from the folder.
+How a folder's tokenizer and weights are loaded (safetensors only, no remote code unless asked,
+device and precision, one shared copy of each backbone) is `scoring.core.model_loading`'s;
+Qwen2.5-Math-PRM's `Qwen2ForProcessRewardModel`, which ships as remote code, loads there as
+`scoring.core.process_reward.ProcessRewardModel`, without running any code from the folder.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -47,12 +49,19 @@ from scoring.core.model_files import (
     weights_sha256,
     write_model_config,
 )
-from scoring.core.process_reward import PROCESS_REWARD_ARCHITECTURES, ProcessRewardModel, is_process_reward
+from scoring.core.model_loading import (
+    backbone_class,
+    build_model,
+    choose_device,
+    choose_dtype,
+    load_model,
+    shared_backbone,
+)
+from scoring.core.process_reward import PROCESS_REWARD_ARCHITECTURES, ProcessRewardModel
 from scoring.core.step_scores import StepProbability, aggregate, build_input
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
-    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
     # Re-exported (the format and the step scores are part of prm's API).
@@ -60,9 +69,10 @@ __all__ = [
     "ModelFormatError", "StepProbability", "aggregate", "backbone_folder", "build_input", "check_safetensors_only",
     "hash_files", "identity_files", "read_model_config", "validate_config", "weights_sha256", "write_model_config",
     "PROCESS_REWARD_ARCHITECTURES", "ProcessRewardModel",
+    # Re-exported: how a folder is loaded (scoring.core.model_loading).
+    "backbone_class", "build_model", "choose_device", "choose_dtype", "load_model",
     # Defined here.
-    "LoadedPRM", "StepHead", "backbone_class", "build_model",
-    "choose_device", "choose_dtype", "default_token_budget", "load_model", "load_prm", "save_head_model",
+    "LoadedPRM", "StepHead", "default_token_budget", "load_prm", "save_head_model",
 ]
 
 
@@ -139,56 +149,6 @@ def save_head_model(
     if meta is not None:
         (folder / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
     return folder
-
-
-# --- loading a backbone, Qwen's process reward architecture included ---------------------
-
-
-def build_model(kind: str, config: PretrainedConfig, *, trust_remote_code: bool = False) -> nn.Module:
-    """The model a folder of this kind and config is, with fresh weights (meta device: shapes only)."""
-    if is_process_reward(config):
-        from transformers import AutoModel  # transformers: only a process that builds a model pays its import
-
-        # from_config is untyped in transformers
-        return ProcessRewardModel(cast(Any, AutoModel).from_config(config), config.num_labels or 2)
-    model: nn.Module = cast(Any, backbone_class(kind)).from_config(config, trust_remote_code=trust_remote_code)
-    return model
-
-
-def load_model(
-    folder: Path, kind: str, *, dtype: torch.dtype, trust_remote_code: bool = False
-) -> PreTrainedModel | ProcessRewardModel:
-    """The weights of a backbone folder as the model scoring reads (`build_model`'s class)."""
-    from transformers import AutoConfig  # transformers: only a process that loads a model pays its import
-
-    if is_process_reward(AutoConfig.from_pretrained(folder, trust_remote_code=False)):
-        return ProcessRewardModel.load(folder, dtype=dtype)
-    model: PreTrainedModel = backbone_class(kind).from_pretrained(
-        folder, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-    )
-    return model
-
-
-# --- device and precision ------------------------------------------------------------------
-
-
-def choose_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def choose_dtype(device: torch.device) -> torch.dtype:
-    """Stepwise's one precision rule (unless STEPWISE_SCORING_DTYPE names one): float32 on a CPU,
-    so that /api/score, rescoring, an export and its card's snippet agree to 1e-5 (bf16 moved a
-    SmolLM2 head by up to 0.1, docs/checkpoints.md); bf16 on CUDA (fp16 where it has none)."""
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.type == "mps":
-        return torch.float16
-    return torch.float32
 
 
 # --- the loaded model ----------------------------------------------------------------------
@@ -344,28 +304,15 @@ class LoadedPRM:
         return results
 
 
-def backbone_class(kind: str) -> type[_BaseAutoModelClass]:
-    """The transformers Auto class a model of this kind is loaded with."""
-    import transformers  # transformers: seconds to import, and a head trained on stored features never needs it
-
-    if kind == "head":
-        return transformers.AutoModel
-    if kind == "step_token":
-        return transformers.AutoModelForCausalLM
-    return transformers.AutoModelForTokenClassification
-
-
 def load_prm(
     folder: str | Path, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-    trust_remote_code: bool = False, max_tokens: int | None = None, shared: LoadedPRM | None = None,
+    trust_remote_code: bool = False, max_tokens: int | None = None,
 ) -> LoadedPRM:
     """Load a model folder (see the module docstring). Safetensors only; no remote code unless asked.
 
-    `shared`: an already loaded model of the same kind on the same backbone files, device and
-    dtype; its backbone and tokenizer are reused, so a head-only version costs a head.
+    The backbone and tokenizer are the process's shared ones (`model_loading.shared_backbone`):
+    a version on a backbone already loaded for the same device and dtype costs its head only.
     """
-    from transformers import AutoTokenizer  # transformers: only a process that loads a model pays its import
-
     folder = Path(folder).resolve()
     config = read_model_config(folder)
     input_format(config, where=str(folder / CONFIG_NAME))
@@ -373,12 +320,8 @@ def load_prm(
     check_safetensors_only(backbone)
     device = torch.device(device) if device is not None else choose_device()
     dtype = dtype or choose_dtype(device)
-    if shared is not None:
-        model, tokenizer = shared.model, shared.tokenizer
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-        model = load_model(backbone, config["kind"], dtype=dtype, trust_remote_code=trust_remote_code)
-        nn.Module.to(model, device).eval()
+    model, tokenizer = shared_backbone(backbone, config["kind"], device=device, dtype=dtype,
+                                       trust_remote_code=trust_remote_code)
     head = None
     if config["kind"] == "head":
         head = StepHead.load(folder, config["head"]).to(device).eval()

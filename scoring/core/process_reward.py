@@ -44,19 +44,17 @@ class ProcessRewardModel(nn.Module):
         return TokenLogits(logits=self.score(states))
 
     @classmethod
-    def load(cls, folder: Path, *, dtype: torch.dtype) -> ProcessRewardModel:
-        """The base model through transformers (no remote code: `model_type` names a stock class), the
-        `score.*` tensors from the checkpoint's safetensors; a missing one is refused, never initialised."""
-        from transformers import AutoModel  # transformers: only a process that loads a model pays its import
-
-        backbone = AutoModel.from_pretrained(folder, dtype=dtype, use_safetensors=True, trust_remote_code=False)
-        model = cls(backbone, int(backbone.config.num_labels))
+    def from_backbone(cls, backbone: PreTrainedModel, folder: Path) -> ProcessRewardModel:
+        """The base model (loaded by `scoring.core.model_loading`, no remote code: `model_type` names
+        a stock class) with the `score.*` tensors from the checkpoint's safetensors; a missing one is
+        refused, never initialised."""
+        model = cls(backbone, int(backbone.config.num_labels or 2))
         state = _checkpoint_tensors(folder, prefix="score.")
         missing = sorted(f"score.{name}" for name in set(model.score.state_dict()) - set(state))
         if missing:
             raise ModelFormatError(f"{folder}: the checkpoint has no {', '.join(missing)} (the process reward head)")
         model.score.load_state_dict(state)
-        return model.to(dtype)
+        return model.to(backbone.dtype)
 
 
 def _checkpoint_tensors(folder: Path, *, prefix: str) -> dict[str, torch.Tensor]:

@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from infra import outbound
-from scoring.core.model_files import check_safetensors_only
 
 DEFAULT_STEP_DELIMITER = "\n\n"
 # The prompt template stored with every generation run; {problem} is the only field.
@@ -118,21 +117,19 @@ class LocalGenerator:
 
     def __init__(self, folder: str | Path, *, device: str | None = None, dtype=None, batch_size: int = 8,
                  name: str | None = None, trust_remote_code: bool = False):
-        # torch, transformers (and scoring.core.prm, which imports torch): the web process builds no generator.
+        # torch, transformers (and scoring.core.model_loading, which imports them): the web process builds no generator.
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
-        from scoring.core.prm import choose_device, choose_dtype
+        from scoring.core import model_loading
 
         folder = Path(folder).resolve()
-        check_safetensors_only(folder)
-        self.device = torch.device(device) if device else choose_device()
-        self.dtype = dtype or choose_dtype(self.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
-        # (ignore: transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to), which mypy reads unbound.)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=self.dtype, use_safetensors=True, trust_remote_code=trust_remote_code
-        ).to(self.device).eval()  # type: ignore[arg-type]
+        self.device = torch.device(device) if device else model_loading.choose_device()
+        self.dtype = dtype or model_loading.choose_dtype(self.device)
+        # A model of its own, not a shared backbone: sampling needs the LM head, which scoring never loads.
+        self.model: Any = model_loading.load_weights(folder, AutoModelForCausalLM, dtype=self.dtype,
+                                                     device=self.device, trust_remote_code=trust_remote_code)
+        self.tokenizer = model_loading.load_tokenizer(folder, trust_remote_code=trust_remote_code)
         self.batch_size = batch_size
         self.name = name or f"local:{folder.name}"
         self.usage = Usage()

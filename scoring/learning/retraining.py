@@ -166,9 +166,9 @@ def _training_backbone(parent: ModelVersion, folder: Path, separator: str, confi
     """The backbone a run trains on.
 
     Head mode reads frozen features in the scoring dtype (what the head sees when scoring)
-    from the parent as the worker already holds it (`registry.load`), so a retrain loads no
-    second backbone. A trained backbone starts from a fresh fp32 copy (bf16 autocast on GPU):
-    training changes its weights.
+    from the parent as the worker already holds it (`registry.load`), or from the backbone the
+    process shares (`frozen=True`), so a retrain loads no second backbone. A trained backbone
+    starts from a fresh fp32 copy (bf16 autocast on GPU): training changes its weights.
     """
     # torch (and scoring.core.prm, training, which import it): never imported by the web process.
     import torch
@@ -179,8 +179,9 @@ def _training_backbone(parent: ModelVersion, folder: Path, separator: str, confi
         loaded = registry.load(parent)
         assert isinstance(loaded, prm.LoadedPRM)  # a head version is loaded here (only remote ones are not)
         return loaded
-    dtype = registry._dtype_setting() if config.mode == "head" else torch.float32
-    return training.load_backbone(folder, separator=separator, dtype=dtype)
+    if config.mode == "head":
+        return training.load_backbone(folder, separator=separator, dtype=registry._dtype_setting(), frozen=True)
+    return training.load_backbone(folder, separator=separator, dtype=torch.float32)
 
 
 def version_name(run: TrainingRun) -> str:

@@ -9,15 +9,18 @@ best-of-N are compared on the very same samples. Beam search and MCTS generate t
 steps within their token budgets. Tokens are generated tokens per problem, averaged.
 
 ACA's saving is read at equal accuracy: the tokens best-of-N needs to reach ACA's accuracy
-(linear between the measured N) against the tokens ACA spent.
+(linear between the measured N) against the tokens ACA spent. `plot` draws the curves as an SVG
+file through the one chart owner, `infra.charts`.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from infra import charts
 from scoring import search
 from scoring.core import evaluation
 from scoring.generation.generators import Generator, Sample, SamplingParams, Usage
@@ -225,32 +228,20 @@ def aca_savings(curves: dict, config: EvalConfig) -> list[dict]:
 
 # --- the plot ------------------------------------------------------------------------------------
 
-STYLES = {"majority vote": ("grey", "--"), "oracle (any correct)": ("silver", ":"), "aca": ("C3", "-"),
-          "beam": ("C2", "-"), "mcts": ("C4", "-")}
+# (color, dash) per series; the search methods solid, the references dashed and dotted.
+STYLES = {"majority vote": ("#888", "4 3"), "oracle (any correct)": ("#aaa", "1 3"), "aca": ("#c0392b", None),
+          "beam": ("#1e8e3e", None), "mcts": ("#7d3cb5", None)}
 
 
-def plot(report: dict, path) -> None:
-    """Accuracy against generated tokens per problem, one line per method, as a PNG."""
-    import matplotlib  # matplotlib: only a search evaluation draws a plot
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display backend on a server
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for series, points in report["curves"].items():
-        color, style = STYLES.get(series, ("C0", "-"))
-        xs, ys = [p["tokens"] for p in points], [p["accuracy"] for p in points]
-        ax.plot(xs, ys, linestyle=style, color=color, marker="o", markersize=4, label=series)
-        for point in points:
-            ax.annotate(point["label"], (point["tokens"], point["accuracy"]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points", color=color)
-    ax.set_xscale("log")
-    ax.set_xlabel("generated tokens per problem (log)")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{report.get('dataset', 'problems')}: {report['problems']} problems, "
-                 f"generator {report['generator']}, PRM {report.get('model', '?')}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def plot(report: dict, path: Path) -> Path:
+    """Accuracy against generated tokens per problem (log scale), one line per method, as an SVG file."""
+    series = []
+    for name, points in report["curves"].items():
+        color, dash = STYLES.get(name, ("#2f5bd3", None))
+        series.append(charts.Series(name, [(p["tokens"], p["accuracy"]) for p in points], color=color, dash=dash,
+                                    labels=[p["label"] for p in points]))
+    title = (f"{report.get('dataset', 'problems')}: {report['problems']} problems, "
+             f"generator {report['generator']}, PRM {report.get('model', '?')}")
+    svg = charts.line_chart(series, x_label="generated tokens per problem (log)", y_label="accuracy",
+                            y_range=(-0.02, 1.02), log_x=True, title=title, width=720, height=400)
+    return charts.write_svg(svg, path)

@@ -36,14 +36,12 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    AutoModel,
     AutoModelForCausalLM,
     AutoModelForTokenClassification,
-    AutoTokenizer,
     LlamaConfig,
 )
 
-from scoring.core import prm, step_marker
+from scoring.core import model_loading, prm, step_marker
 from scoring.core.model_files import EXPORT_KINDS, ModelFormatError, write_model_config
 from scoring.store.model_card import write_model_card
 
@@ -82,8 +80,9 @@ def export_checkpoint(
     backbone = prm.backbone_folder(folder, config)
     _check_plain_weights(backbone)
     head = prm.StepHead.load(folder, config["head"])
-    base = AutoModel.from_pretrained(backbone, dtype=torch.float32, use_safetensors=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    # A copy of its own in float32 (the construction changes it), not the backbone scoring shares.
+    base = model_loading.load_weights(backbone, dtype=torch.float32)
+    tokenizer = model_loading.load_tokenizer(backbone)
     separator = config.get("separator", prm.DEFAULT_SEPARATOR)
     step_marker.require_step_marker(tokenizer, separator, where=str(folder))
     readout = HeadReadout.of(head, layer=config["head"].get("layer"), num_layers=base.config.num_hidden_layers)

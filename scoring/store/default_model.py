@@ -37,17 +37,17 @@ def gguf_path() -> Path:
 
 def convert_gguf(gguf: Path, folder: Path) -> Path:
     """Write a safetensors transformers folder from a GGUF file (float32; skipped if present)."""
-    # torch, transformers: this module is imported by the web process, which never converts a model.
+    # torch, transformers (and scoring.core.model_loading, which imports them): this module is
+    # imported by the web process, which never converts a model.
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from scoring.core import model_loading
 
     if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
         return folder
     partial = folder.with_name(folder.name + ".partial")
-    source, name = str(gguf.parent), gguf.name
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(source, gguf_file=name)
+    tokenizer, loaded, config = model_loading.load_gguf(gguf, dtype=torch.float32)
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict())
     add_step_marker(fresh, tokenizer)
@@ -76,9 +76,9 @@ def add_step_marker(model, tokenizer) -> None:
 
 def backbone_separator(backbone: Path) -> str:
     """The separator a head on this backbone uses: the step marker when its tokenizer has one."""
-    from transformers import AutoTokenizer  # transformers: the web process never loads it
+    from scoring.core import model_loading  # torch, transformers: the web process never loads them
 
-    has_marker = marker_id(AutoTokenizer.from_pretrained(backbone), STEP_MARKER) is not None
+    has_marker = marker_id(model_loading.load_tokenizer(backbone), STEP_MARKER) is not None
     return STEP_MARKER if has_marker else DEFAULT_SEPARATOR
 
 

@@ -44,7 +44,7 @@ def describe_checkpoint(
     good_token: str | None = None, bad_token: str | None = None, trust_remote_code: bool = False,
 ) -> dict:
     """The stepwise.json for a public checkpoint folder, checked against its tokenizer and its weights."""
-    from transformers import AutoTokenizer  # transformers: the web process never loads it
+    from scoring.core import model_loading  # torch, transformers: the web process never loads them
 
     if style not in STYLES:
         raise ModelFormatError(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
@@ -53,7 +53,7 @@ def describe_checkpoint(
     defaults, found = STYLES[style], _ids_in_folder(folder)
     _check_architecture(folder, defaults["kind"], style)
     check_buildable(folder, defaults["kind"], trust_remote_code=trust_remote_code)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = model_loading.load_tokenizer(folder)
     input_format = defaults.get("input_format", "stepwise")
     if input_format != "stepwise" and separator is not None:
         raise ModelFormatError(f"--separator: a {style} checkpoint reads its model card's input, which has its own tag")
@@ -110,14 +110,14 @@ def check_buildable(folder: Path, kind: str, *, trust_remote_code: bool = False)
     a folder transformers cannot build or whose checkpoint lacks weights that model needs (loading
     would initialise them at random: e.g. Qwen2.5-Math-PRM's `Qwen2ForProcessRewardModel` head read
     as a stock `Qwen2ForTokenClassification`). Refused here, not at the first rescore."""
-    # torch, transformers (and scoring.core.prm, which imports torch): the web process never loads them.
+    # torch, transformers (and scoring.core.model_loading, which imports them): the web process never loads them.
     import torch
-    from transformers import AutoConfig
 
-    from scoring.core.prm import PROCESS_REWARD_ARCHITECTURES, backbone_class, build_model
+    from scoring.core.model_loading import backbone_class, build_model, load_config
+    from scoring.core.process_reward import PROCESS_REWARD_ARCHITECTURES
 
     try:
-        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        config = load_config(folder, trust_remote_code=trust_remote_code)
         with torch.device("meta"):
             model = build_model(kind, config, trust_remote_code=trust_remote_code)
     except Exception as error:  # transformers raises many kinds here; each means "cannot build"

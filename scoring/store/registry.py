@@ -7,8 +7,9 @@ producing different scores under the old name.
 Loaded models are cached per process (lazily, on first use inside the worker child: the
 parent never touches CUDA) by weight fingerprint, in a small LRU of
 `STEPWISE_MODEL_CACHE_SIZE` entries. Every head-only retrain is a new version on the same
-backbone: a version loaded while another on the same backbone files is cached reuses that
-backbone, so the cache holds at most its size in backbones, however many versions exist.
+backbone: a version loaded while another on the same backbone files is held reuses that
+backbone (`scoring.core.model_loading.shared_backbone`, which a retrain's frozen features read
+too), so the cache holds at most its size in backbones, however many versions exist.
 """
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ class ModelIntegrityError(RuntimeError):
 @dataclass
 class _Cached:
     model: LoadedPRM
-    backbone: tuple  # (kind, backbone fingerprint, options): versions with equal keys share weights
     # (name, size, mtime) of the identity files when last verified: a cheap stat on every use
     # notices files changed under a loaded model, and only then is everything hashed again.
     stamp: tuple
@@ -170,12 +170,10 @@ def load(version: ModelVersion, **options) -> LoadedPRM | RemotePRM:
 
         verify(version)
         stamp = _files_stamp(version)
-        backbone = _backbone_key(version, options)
-        shared = next((c.model for c in _loaded.values() if c.backbone == backbone), None)
         trust = version.trust_remote_code and settings.STEPWISE_ALLOW_TRUST_REMOTE_CODE
         model = prm.load_prm(version.path, trust_remote_code=trust, dtype=_dtype_setting(),
-                             max_tokens=settings.STEPWISE_SCORING_MAX_TOKENS, shared=shared, **options)
-        _loaded[key] = _Cached(model, backbone, stamp)
+                             max_tokens=settings.STEPWISE_SCORING_MAX_TOKENS, **options)
+        _loaded[key] = _Cached(model, stamp)
         while len(_loaded) > max(1, settings.STEPWISE_MODEL_CACHE_SIZE):
             _loaded.popitem(last=False)  # the least recently used; its backbone goes when no one shares it
         return model
@@ -192,14 +190,6 @@ def _remote_client(version: ModelVersion) -> RemotePRM:
             "register the new endpoint as a new version"
         )
     return RemotePRM(remote)
-
-
-def _backbone_key(version: ModelVersion, options: dict) -> tuple:
-    from scoring.core.training import backbone_fingerprint  # torch: loaded by the worker, never the web process
-
-    folder = model_files.backbone_folder(version.path, model_files.read_model_config(version.path))
-    return (version.kind, backbone_fingerprint(folder), settings.STEPWISE_SCORING_DTYPE, version.trust_remote_code,
-            sorted(options.items()))
 
 
 def cached_fingerprints() -> list[str]:

@@ -1,5 +1,6 @@
 """The active-learning benchmark: simulated annotators, strategies and the end-to-end result."""
 import json
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -105,7 +106,8 @@ def test_end_to_end_result_has_curves_ratios_and_baselines(db, backbone, problem
     assert result["baselines"]["rule_based"]["paired_auc"] > 0.9  # synthetic errors are all arithmetic
     # Every run was rolled back: the pool is as unlabeled as it was.
     assert not Annotation.objects.exists() and not ModelVersion.objects.exists()
-    assert simulation_report.plot(result, tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    drawn = ElementTree.parse(simulation_report.plot(result, tmp_path / "curves.svg")).getroot()
+    assert drawn.tag == "{http://www.w3.org/2000/svg}svg"
 
 
 def test_known_ratings_stop_at_the_first_error():

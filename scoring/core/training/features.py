@@ -20,8 +20,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from scoring.core import prm
+from scoring.core import model_loading, prm
 from scoring.core.encoding import Item
+from scoring.core.model_files import backbone_fingerprint
+
+__all__ = ["FeatureCache", "backbone_fingerprint", "decoder_layers_owner", "default_layer", "load_backbone",
+           "step_probabilities", "truncated"]
 
 
 def load_backbone(
@@ -30,16 +34,22 @@ def load_backbone(
     separator: str = prm.DEFAULT_SEPARATOR,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
+    frozen: bool = False,
 ) -> prm.LoadedPRM:
-    """A bare backbone (no head) wrapped as a LoadedPRM, to extract step features or train."""
-    from transformers import AutoModel, AutoTokenizer  # transformers: only loading a backbone pays its import
+    """A bare backbone (no head) wrapped as a LoadedPRM, to extract step features or train.
 
-    folder = Path(folder).resolve()
-    prm.check_safetensors_only(folder)
-    device = torch.device(device) if device is not None else prm.choose_device()
-    dtype = dtype or prm.choose_dtype(device)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModel.from_pretrained(folder, dtype=dtype, use_safetensors=True).to(device).eval()
+    `frozen`: the caller only reads it (features for a head), so it is the backbone this process
+    already holds for the same weights, device and dtype (`model_loading.shared_backbone`: a
+    version the registry has loaded, say), else loaded into that cache. Otherwise a fresh copy
+    of its own, which training may change.
+    """
+    device = torch.device(device) if device is not None else model_loading.choose_device()
+    dtype = dtype or model_loading.choose_dtype(device)
+    if frozen:
+        model, tokenizer = model_loading.shared_backbone(folder, "head", device=device, dtype=dtype)
+    else:
+        tokenizer = model_loading.load_tokenizer(folder)
+        model = model_loading.load_weights(folder, dtype=dtype, device=device)
     config = {
         "kind": "head",
         "backbone": ".",
@@ -86,25 +96,6 @@ def truncated(model: nn.Module, layer: int | None) -> Iterator[int | None]:
         yield None
     finally:
         owner.layers, owner.norm = layers, norm
-
-
-def backbone_fingerprint(folder: str | Path) -> str:
-    """Identity of a backbone's weights: sha256 over its config and safetensors bytes."""
-    folder = Path(folder).resolve()
-    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.glob("*.safetensors"))]
-    return _fingerprint(str(folder), json.dumps(stamp))
-
-
-_FINGERPRINTS: dict[tuple[str, str], str] = {}
-
-
-def _fingerprint(folder: str, stamp: str) -> str:
-    # Hashing 270 MB takes a second; remember it while the files are unchanged.
-    key = (folder, stamp)
-    if key not in _FINGERPRINTS:
-        names = ["config.json", *sorted(p.name for p in Path(folder).glob("*.safetensors"))]
-        _FINGERPRINTS[key] = prm.hash_files(Path(folder) / name for name in names)
-    return _FINGERPRINTS[key]
 
 
 class FeatureCache:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from scoring.core import prm
+from scoring.core import model_loading, prm
 from scoring.core.encoding import Encoded
 from scoring.core.training import regularized
 from scoring.core.training.features import FeatureCache, decoder_layers_owner, default_layer, truncated
@@ -103,6 +103,10 @@ def train(
     config.validate()
     if config.mode == "head" and cache is None:
         raise ValueError("head-only training needs a feature cache: pass cache=FeatureCache(root)")
+    if config.mode != "head" and model_loading.is_shared(backbone.model):
+        # A shared backbone is what scoring reads: training it would change scores under their version's name.
+        raise ValueError(f"mode {config.mode!r} changes the backbone's weights, and this one is shared: "
+                         "train a copy of its own (training.load_backbone without frozen)")
     seed_everything(config.seed)
     examples = build_examples(rows, neutral=config.neutral)
     if not examples:

@@ -2,7 +2,7 @@
 
 Accuracy against generated tokens for best-of-N, majority vote, ACA, beam search and MCTS
 on problems with known answers (`scoring.search.evaluation`). Writes the JSON report and a PNG
-to --out (default DATA_DIR/reports/search-eval.{json,png}); the models page shows the
+to --out (default DATA_DIR/reports/search-eval.{json,svg}); the models page shows the
 report at the default place. The problems are read with the importer's own parsers.
 """
 import json
@@ -82,7 +82,7 @@ class Command(BaseCommand):
         parser.add_argument("--max-steps", type=int, default=8)
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest on a busy machine)")
-        parser.add_argument("--out", type=Path, help="report path (.json; the .png goes beside it)")
+        parser.add_argument("--out", type=Path, help="report path (.json; the plot, .svg, goes beside it)")
 
     def handle(self, *args, **options):
         if options["threads"]:
@@ -107,7 +107,7 @@ class Command(BaseCommand):
         def save(report: dict) -> Path:
             report |= extra | {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             out = search_report.write(report, options["out"])
-            search_eval.plot(report, out.with_suffix(".png"))
+            search_eval.plot(report, out.with_suffix(".svg"))
             return out
 
         report = search_eval.evaluate(problems, generator=generator, scorer=search.prm_scorer(prm), config=config,
@@ -128,7 +128,7 @@ class Command(BaseCommand):
 
     def _summary(self, report: dict, out: Path) -> None:
         self.stdout.write(f"{report['problems']} {report['dataset']} problems in {report['seconds']} s; "
-                          f"report {out}, plot {out.with_suffix('.png')}")
+                          f"report {out}, plot {out.with_suffix('.svg')}")
         for series, points in report["curves"].items():
             cells = ", ".join(f"{p['label']}: {p['accuracy']:.2f} @ {p['tokens']:.0f}" for p in points)
             self.stdout.write(f"  {series:24} {cells}")

@@ -252,21 +252,21 @@ def test_scale_command_shares_the_setup_writes_every_finished_seed_and_merges_ru
     output = tmp_path / "al.json"
     common = ["--scale", "--pool", "synthetic", "--problems", "20", "--heldout", "5", "--budgets", "6", "12",
               "--members", "2", "--strategies", "random", "disagreement", "--backbone", str(tiny_folder),
-              "--cache-dir", str(tmp_path / "cache"), "--plot", str(tmp_path / "al.png")]
+              "--cache-dir", str(tmp_path / "cache"), "--plot", str(tmp_path / "al.svg")]
     bench.call("simulate_active_learning", *common, "--seeds", "0", "1", "--output", str(output),
                  stdout=io.StringIO())
     result = json.loads(output.read_text())
     assert result["settings"]["seeds"] == [0, 1] and result["settings"]["pool"] == "synthetic"
-    assert result["settings"]["layer"] >= 1 and (tmp_path / "al.png").exists()
+    assert result["settings"]["layer"] >= 1 and (tmp_path / "al.svg").exists()
     assert result["timing"]["featurized_tokens"] > 0
     # A second run over another seed (side by side on an idle core) merges into one result.
     bench.call("simulate_active_learning", *common, "--seeds", "2", "--output", str(tmp_path / "al2.json"),
                  stdout=io.StringIO())
     bench.call("simulate_active_learning", "--merge", str(output), str(tmp_path / "al2.json"),
-                 "--output", str(tmp_path / "all.json"), "--plot", str(tmp_path / "all.png"), stdout=io.StringIO())
+                 "--output", str(tmp_path / "all.json"), "--plot", str(tmp_path / "all.svg"), stdout=io.StringIO())
     merged = json.loads((tmp_path / "all.json").read_text())
     assert merged["settings"]["seeds"] == [0, 1, 2] and merged["strategies"]["random"]["seeds"] == 3
-    assert merged["settings"]["pool"] == "synthetic" and (tmp_path / "all.png").exists()
+    assert merged["settings"]["pool"] == "synthetic" and (tmp_path / "all.svg").exists()
     # Bad settings are refused by the same checks as the database loop, before any backbone loads.
     with pytest.raises(CommandError, match="--budgets"):
         bench.call("simulate_active_learning", "--scale", "--budgets", "50", "20", "--backbone", "/nonexistent")
@@ -284,8 +284,7 @@ def test_what_a_scale_run_writes_after_a_seed_names_its_setup_and_plots_like_the
                       described=described)
     checkpoint = json.loads((tmp_path / "seed0.json").read_text())  # run_scale alone writes only checkpoints
     assert checkpoint["settings"].items() >= described.items()
-    simulation_report.plot(checkpoint, tmp_path / "seed0.png")
-    assert (tmp_path / "seed0.png").exists()
+    assert simulation_report.plot(checkpoint, tmp_path / "seed0.svg").exists()
 
 
 def test_digit_swap_of_a_negative_result_keeps_the_sign_so_the_whole_gsm8k_pool_builds():

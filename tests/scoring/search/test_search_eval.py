@@ -4,6 +4,7 @@ The curve arithmetic is checked on its own (tokens at equal accuracy); the comma
 end to end on two real GSM8K test problems, and the models page shows what it wrote.
 """
 import json
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from scoring.search import evaluation as search_eval
 from scoring.web import search_report
 from tests.conftest import TEST_DATA
 
+SVG = "{http://www.w3.org/2000/svg}"
 TINY_RUN = ["--problems=2", "--ns=1,2,4", "--aca=2,2,4", "--aca-lams=0,1e6", "--max-solution-tokens=10",
             "--beams=1x2,2x2", "--beam-tokens=30", "--mcts=2,4", "--mcts-tokens=30", "--max-step-tokens=5",
             "--max-steps=3", "--threads=1"]
@@ -68,7 +70,9 @@ def test_eval_search_reports_every_method_on_the_problems_and_draws_the_plot(tin
         for run in record["runs"]:
             if run["method"] in ("beam", "mcts"):
                 assert run["tokens"] <= 30  # within each run's budget
-    assert search_report.report_path().with_suffix(".png").stat().st_size > 1000
+    plot = ElementTree.parse(search_report.report_path().with_suffix(".svg")).getroot()
+    assert plot.tag == "{http://www.w3.org/2000/svg}svg"
+    assert {line.findtext(f"{SVG}title") for line in plot.iter(f"{SVG}polyline")} == set(curves)
 
 
 def test_aca_that_never_stops_early_spends_exactly_fixed_best_of_n_tokens(tiny_report):
