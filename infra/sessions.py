@@ -13,6 +13,7 @@ of every web process can still leave such a copy, until its session's expiry.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from django.contrib.sessions.backends import cached_db
 from django.contrib.sessions.backends.db import SessionStore as DBStore
@@ -21,6 +22,8 @@ _missed = threading.Event()  # this process changed a session that the cache cou
 
 
 class SessionStore(cached_db.SessionStore):
+    _cache: Any  # django-redis' RedisCache (set by cached_db's __init__)
+
     def load(self):
         if _missed.is_set() and self._cache.delete_pattern("*") is not None:  # Redis answers again
             _missed.clear()
@@ -28,7 +31,7 @@ class SessionStore(cached_db.SessionStore):
 
     def save(self, must_create: bool = False) -> None:
         DBStore.save(self, must_create)
-        if self._cache.set(self.cache_key, self._session, self.get_expiry_age()) is None:
+        if self._cache.set(self.cache_key, dict(self.items()), self.get_expiry_age()) is None:
             _missed.set()
 
     def delete(self, session_key: str | None = None) -> None:

@@ -37,3 +37,4 @@ def test_an_outage_lets_labeling_rates_on_and_refuses_what_guards_credentials(re
     assert all(throttling.check("heartbeat", user, (1, 60), fail_open=True).allowed for _ in range(5))
     refused = throttling.check("bad-token", user, (100, 600), fail_open=False)
     assert not refused.allowed and refused.retry_after == throttling.OUTAGE_RETRY_SECONDS
+

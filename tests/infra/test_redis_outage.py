@@ -5,7 +5,8 @@ the jobs finish with no step by hand.
 
 The Redis that stops is this test's own (tests/test_faults.py's PrivateRedis on a free port);
 the web process (bench/loadtest.py's Server: the script's web_server) and the worker use it
-for everything: broker, sessions, memo stamps, rate counts.
+for everything: broker, sessions, memo stamps, rate counts. Below, in one process: a logout made
+while Redis is away is not undone by Redis' old copy of the session, and /api/score answers 503.
 """
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import time
 
 import pytest
 import requests
+from django.core.cache import caches
+from django.test import Client
+from django.urls import reverse
 from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from annotate.labeling import queueing
 from annotate.models import ExportJob, LabelingConfig
@@ -128,3 +133,43 @@ def test_labeling_answers_every_request_while_redis_is_stopped_and_jobs_finish_o
     rescore.refresh_from_db()
     assert rescore.state == "succeeded" and SolutionScore.objects.filter(model_version=tiny_current).count() == POOL
     assert ExportJob.objects.get(pk=export.json()["id"]).state == "succeeded"
+
+
+@pytest.mark.django_db
+def test_scoring_over_the_api_answers_503_not_500_while_redis_is_away(redis_stopped):
+    client = APIClient()
+    client.force_authenticate(user_with_role("boss", "admin", is_staff=True, is_superuser=True))
+    answer = client.post("/api/score", {"problem": "What is 2 + 3?", "steps": ["2 + 3 = 5."]}, format="json")
+    assert answer.status_code == 503 and "Redis cannot be reached" in answer.json()["detail"]
+
+
+class Silent:
+    """A cache as django-redis' IGNORE_EXCEPTIONS leaves it while Redis is away: every read a miss,
+    every write nothing, each answering None."""
+
+    def __contains__(self, key) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+@pytest.mark.django_db
+def test_a_logout_while_redis_is_away_stays_a_logout_once_it_is_back(client, monkeypatch, settings):
+    if settings.SESSION_ENGINE != "infra.sessions":
+        pytest.skip("sessions are cached in Redis only with REDIS_URL")
+    client.force_login(user_with_role("kim", "annotator"))
+    assert client.get("/").status_code == 200  # the session is cached in Redis now
+    stolen = client.cookies[settings.SESSION_COOKIE_NAME].value
+    with monkeypatch.context() as away:
+        away.setattr(caches._connections, "sessions", Silent(), raising=False)
+        assert client.post(reverse("logout")).status_code == 302  # from the database only
+        thief = Client()
+        thief.cookies[settings.SESSION_COOKIE_NAME] = stolen
+        assert thief.get("/").status_code == 302  # to the login page: read from the database
+    # Redis is back with its copy of the session; the logout still holds.
+    thief = Client()
+    thief.cookies[settings.SESSION_COOKIE_NAME] = stolen
+    assert thief.get("/").status_code == 302
+    client.force_login(user_with_role("lee", "annotator"))
+    assert client.get("/").status_code == 200
