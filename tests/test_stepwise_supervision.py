@@ -119,6 +119,8 @@ def test_a_rescore_whose_worker_group_is_killed_finishes_with_the_worker_started
         job.refresh_from_db()
         assert job.state == JobState.SUCCEEDED and job.chunks_done == job.chunks_total == 30, job.error
         assert SolutionScore.objects.filter(model_version=tiny_current).count() == 120
+        print(f"rescore taken over {taken_over:.1f} s after kill -9 of the worker group; "
+              f"finished {time.monotonic() - killed:.1f} s after it")
         assert taken_over < 60, f"taken over {taken_over:.0f} s after the kill"
         stop(process, output)
     finally:
