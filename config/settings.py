@@ -169,6 +169,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_HANDLER = "infra.login_lockout.LoginLockoutHandler"
 AXES_LOCKOUT_CALLABLE = "infra.login_lockout.lockout_response"  # the 429, with Retry-After
 STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("STEPWISE_LOGIN_ADDRESS_FAILURE_LIMIT", 30, minimum=1)
+# Checked wrong passwords per username per hour over all addresses; then refused to all but known devices.
+STEPWISE_LOGIN_ACCOUNT_FAILURES_PER_HOUR = env_int("STEPWISE_LOGIN_ACCOUNT_FAILURES_PER_HOUR", 20, minimum=1)
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 # Behind a TLS-terminating proxy, the proxy's X-Forwarded-Proto says the request was https
@@ -270,32 +272,37 @@ CELERY_TASK_ROUTES = {
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
-# Shared by every web process, so a per-user request rate holds across gunicorn workers:
-# Redis when there is one, else files in the data dir (the embedded default).
+
+
+def shared_cache(name: str, *, ignore_outage: bool) -> dict:
+    """A cache every process shares: Redis when there is one (django-redis, which keeps one client
+    per server, where Django's own backend builds one per operation), else files in the data dir.
+    Redis is optional at run time: an operation gives up within a second on a Redis that is down
+    or unreachable, and with `ignore_outage` reads as a miss and writes as nothing (django-redis'
+    IGNORE_EXCEPTIONS); without it, raises, for the caller to fail open or closed (infra/counter.py)."""
+    if not REDIS_URL:
+        return {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / name)}
+    return {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": name,
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1, "IGNORE_EXCEPTIONS": ignore_outage}}
+
+
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    "throttle": (
-        {"BACKEND": "infra.redis_cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "throttle"}
-        if REDIS_URL else
-        {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "throttle")}
-    ),
+    # Per-user request rates and known devices' wrong passwords (infra/counter.py), across web processes.
+    "throttle": shared_cache("throttle", ignore_outage=False),
     # The stamp every process's memos are checked against at each request (infra/memo.py).
-    "memo": (
-        {"BACKEND": "infra.redis_cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "memo"}
-        if REDIS_URL else
-        {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "memo")}
-    ),
+    "memo": shared_cache("memo", ignore_outage=False),
 }
 # The models whose rows process memos keep (the user, their groups, the labeling settings): a save
 # or delete of one renews that stamp, so every process reads them again at its next request.
 STEPWISE_MEMOIZED_MODELS = ["auth.User", "auth.Group", "auth.User_groups", "annotate.LabelingConfig"]
 # Sessions are read on every request. With Redis they are read from it (`cached_db`: written
-# through to the database too, so a Redis restart logs nobody out); without it, from the
-# database, since a per-process cache would not see a logout in another gunicorn worker.
+# through to the database too, so a Redis restart or outage logs nobody out: a miss reads the
+# database); without it, from the database, since a per-process cache would not see a logout in
+# another web process.
 if REDIS_URL:
-    CACHES["sessions"] = {"BACKEND": "infra.redis_cache.RedisCache", "LOCATION": REDIS_URL,
-                          "KEY_PREFIX": "sessions"}
-    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+    CACHES["sessions"] = shared_cache("sessions", ignore_outage=True)
+    SESSION_ENGINE = "infra.sessions"
     SESSION_CACHE_ALIAS = "sessions"
 
 # --- REST framework ------------------------------------------------------------------

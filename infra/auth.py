@@ -43,7 +43,8 @@ class LimitedTokenAuthentication(TokenAuthentication):
             return super().authenticate(request)
         except AuthenticationFailed:
             rate = (settings.STEPWISE_BAD_TOKEN_LIMIT, BAD_TOKEN_SECONDS)
-            verdict = throttling.check("bad-token", client_address(request), rate)
+            # Closed: while wrong tokens cannot be counted, each one is refused (good tokens never are).
+            verdict = throttling.check("bad-token", client_address(request), rate, fail_open=False)
             if not verdict.allowed:
                 raise Throttled(wait=verdict.retry_after) from None
             raise

@@ -12,6 +12,11 @@ changes made where no signal is sent (QuerySet.update(), SQL). The signals are c
 this module is imported, which the models that keep a memo do (annotate.models.project), so
 every process started by Django, a shell's or a worker's too, tells the others of its changes.
 
+While that cache cannot be reached (Redis down or unreachable), no
+process can tell the others of a change, so memos answer nothing from memory: each request loads
+what it reads, and a process that saw the outage empties its memos. A change made during the
+outage renews the stamp at the first request after Redis is back.
+
 What a memo hands out is the caller's own: a model instance is a new copy at each call (its
 lists and dicts too), anything else must be immutable (a tuple, a frozenset, a NamedTuple) and is
 refused otherwise, so no caller can change what the next one gets.
@@ -33,8 +38,10 @@ from django.db import connection, transaction
 from django.db.models import Model
 from django.db.models.base import ModelState
 from django.db.models.signals import m2m_changed, post_delete, post_save
+from redis.exceptions import RedisError
 
 T = TypeVar("T")
+_UNREACHABLE = (RedisError, OSError)  # Redis down or slow; the file-based cache's folder unwritable
 _MEMOS: list[ProcessMemo] = []
 _PACERS: list[Pacer] = []
 
@@ -47,22 +54,38 @@ class _SharedStamp:
 
     def __init__(self):
         self._local = threading.local()
+        self._missed = threading.Event()  # a renewal the cache could not take
 
     def current(self) -> str:
         seen = getattr(self._local, "seen", None)
         if seen is not None:
             return seen
-        cache = caches["memo"]
-        stamp = cache.get(self.KEY)
-        if stamp is None:  # A new or emptied cache: a stamp no entry was made under.
-            cache.add(self.KEY, secrets.token_hex(8), timeout=None)
-            stamp = cache.get(self.KEY)
+        try:
+            stamp = self._read()
+        except _UNREACHABLE:  # a stamp no entry is made under or matches
+            stamp = f"unreachable:{secrets.token_hex(8)}"
+            for memo in _MEMOS:
+                memo.forget_here()
         if getattr(self._local, "in_request", False):
             self._local.seen = stamp
         return stamp
 
+    def _read(self) -> str:
+        cache = caches["memo"]
+        if self._missed.is_set():  # back after an outage that a change in this process could not tell of
+            cache.set(self.KEY, secrets.token_hex(8), timeout=None)
+            self._missed.clear()
+        stamp = cache.get(self.KEY)
+        if stamp is None:  # A new or emptied cache: a stamp no entry was made under.
+            cache.add(self.KEY, secrets.token_hex(8), timeout=None)
+            stamp = cache.get(self.KEY)
+        return stamp
+
     def renew(self) -> None:
-        caches["memo"].set(self.KEY, secrets.token_hex(8), timeout=None)
+        try:
+            caches["memo"].set(self.KEY, secrets.token_hex(8), timeout=None)
+        except _UNREACHABLE:
+            self._missed.set()
 
     def request_started(self, **kwargs) -> None:
         self._local.in_request, self._local.seen = True, None

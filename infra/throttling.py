@@ -1,20 +1,19 @@
-"""Per-user request rates: one counting rule for every limit (the API's throttles, heartbeats).
+"""Per-user request rates: one counting rule for every limit (the API's throttles, heartbeats,
+wrong API tokens).
 
-Requests are counted per fixed window of the rate's period ("20/minute": per clock minute) in
-`caches["throttle"]`, which every web process shares (Redis, or files without it), so a limit
-holds for the whole site, not per gunicorn worker. With Redis the count is an atomic add and
-increment, so concurrent requests are never lost from it; the file-based fallback of the
-embedded default increments by read-then-write, so a burst of concurrent requests may be
-counted short there.
+Requests are counted per fixed window of the rate's period ("20/minute": per clock minute) by
+infra/counter.py, in the cache every web process shares, so a limit holds for the whole site, not
+per web process. Each limit says what an outage of that cache means: `fail_open` lets requests
+on uncounted (labeling must go on while Redis is away), else each is refused until it is back.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from django.core.cache import caches
 from rest_framework.throttling import BaseThrottle
 
+from infra import counter
 from infra.client_address import client_address
 from infra.env import Rate, parse_rate
 
@@ -25,19 +24,19 @@ class Verdict:
     retry_after: float  # seconds until the window ends
 
 
-def check(scope: str, ident: object, rate: Rate | tuple[int, int]) -> Verdict:
-    """Count one request of `ident` (a user id) in `scope` against `rate` (count, seconds)."""
+OUTAGE_RETRY_SECONDS = 5.0  # what a request refused because counts cannot be kept is told to wait
+
+
+def check(scope: str, ident: object, rate: Rate | tuple[int, int], *, fail_open: bool) -> Verdict:
+    """Count one request of `ident` (a user id) in `scope` against `rate` (count, seconds); when
+    counts cannot be kept, allowed if `fail_open`, else refused."""
     limit, period = rate
     now = time.time()
     window = int(now // period)
-    key = f"stepwise:{scope}:{ident}:{window}"
-    cache = caches["throttle"]
-    cache.add(key, 0, timeout=2 * period)
     try:
-        count = cache.incr(key)
-    except ValueError:  # Expired between add and incr: this one is the window's first.
-        cache.set(key, 1, timeout=2 * period)
-        count = 1
+        count = counter.add_one(f"stepwise:{scope}:{ident}:{window}", seconds=2 * period, fail_open=fail_open)
+    except counter.CounterUnavailable:
+        return Verdict(False, OUTAGE_RETRY_SECONDS)
     return Verdict(count <= limit, (window + 1) * period - now)
 
 
@@ -46,13 +45,14 @@ class UserRate(BaseThrottle):
     as infra/client_address.py decides it, not DRF's `get_ident`, which believes any X-Forwarded-For)."""
 
     scope = ""
+    fail_open = True  # a rate of use, not a defence of credentials: an outage lets requests on
 
     def rate(self) -> str:
         raise NotImplementedError
 
     def allow_request(self, request, view) -> bool:
         ident = request.user.pk if request.user and request.user.is_authenticated else client_address(request)
-        self.verdict = check(self.scope, ident, parse_rate(self.rate()))
+        self.verdict = check(self.scope, ident, parse_rate(self.rate()), fail_open=self.fail_open)
         return self.verdict.allowed
 
     def wait(self) -> float | None:

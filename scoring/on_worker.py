@@ -26,6 +26,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 from django.core.cache import caches
 
+from annotate.models.jobs import BROKER_UNREACHABLE
 from scoring.models import ModelVersion
 from scoring.tasks import score_texts_task, search_task
 
@@ -86,13 +87,19 @@ def in_flight(*, user_id: int | None, hold_seconds: float) -> Iterator[None]:
     """
     cache, mine = caches["throttle"], uuid.uuid4().hex
     keys = [f"score-in-flight:{user_id}:{place}" for place in range(settings.STEPWISE_SCORE_IN_FLIGHT)]
-    key = next((key for key in keys if cache.add(key, mine, timeout=hold_seconds)), None)
+    try:
+        key = next((key for key in keys if cache.add(key, mine, timeout=hold_seconds)), None)
+    except BROKER_UNREACHABLE as error:  # Redis away: so is the score worker's broker
+        raise ScoringUnavailable(f"Redis cannot be reached ({type(error).__name__}); try again shortly") from None
     if key is None:
         raise WorkerBusy(f"{len(keys)} requests of this user are already in flight (STEPWISE_SCORE_IN_FLIGHT)")
     try:
         yield
     finally:
-        cache.delete(key)
+        try:
+            cache.delete(key)
+        except BROKER_UNREACHABLE:
+            pass  # it expires after hold_seconds
 
 
 @contextmanager
@@ -130,9 +137,15 @@ def answer_from_worker(task, args: tuple, *, timeout: float, what: str) -> dict:
     message expired before a worker took it (revoked), or a time limit ended it outside its own
     handling (a soft limit's signal can land between two tasks of one worker process).
     """
-    result = send_with_deadline(task, args, deadline=time.time() + timeout)
+    try:
+        result = send_with_deadline(task, args, deadline=time.time() + timeout)
+    except (*BROKER_UNREACHABLE, RuntimeError) as error:  # RuntimeError: Celery's, for a result store it lost
+        raise ScoringUnavailable(f"the {what} worker's broker cannot be reached ({type(error).__name__})") from None
     try:
         answer = result.get(timeout=timeout, interval=0.02, propagate=False)
+    except BROKER_UNREACHABLE as error:
+        raise ScoringUnavailable(f"the {what} worker's result store cannot be reached ({type(error).__name__})") \
+            from None
     except CeleryTimeout:
         revoke(result)
         raise ScoringUnavailable(

@@ -27,8 +27,13 @@ from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, connection, models
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
+# What sending a task raises while the broker is unreachable: kombu's error for a connection it
+# gave up on (Celery retries a publish a few times first), and the transport's own.
+BROKER_UNREACHABLE = (KombuOperationalError, RedisError, OSError)
 
 
 class JobState(models.TextChoices):
@@ -204,8 +209,17 @@ class Job(models.Model):
         By name, so the stage that records a job never imports the tasks modules (which import
         every stage); the task's route and options still apply (a signature finds the task when
         this process has registered it, and sends its name otherwise).
+
+        A broker that cannot be reached (Redis away) fails nothing: the job stays pending in its
+        row, and the reconciler (annotate.pool.recovery, on beat and at each worker's start) sends
+        its task once the broker is back, as it does for a message the broker lost.
         """
-        current_app.signature(self.task_name, args=(self.pk,)).apply_async()
+        try:
+            # No result to wait for (the row is the job's state): nothing subscribes to one either.
+            current_app.signature(self.task_name, args=(self.pk,)).apply_async(ignore_result=True)
+        except BROKER_UNREACHABLE as error:
+            logger.warning("%s %s: its task waits for the broker (%s: %s); the reconciler sends it again",
+                           type(self).__name__, self.pk, type(error).__name__, error)
 
     def succeed(self, **fields) -> bool:
         """End an active job as succeeded; False if it had already ended."""

@@ -1,5 +1,5 @@
 """The home page: an annotator's progress, the open task and what is left to label; for an
-admin, the button that takes the demo pool away."""
+admin, the button that takes the demo pool away and the processes `./stepwise run` gave up on."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -9,14 +9,17 @@ from django.views.decorators.http import require_GET, require_POST
 from annotate.labeling import queueing, reviewing, roles
 from annotate.labeling.roles import admin_required
 from annotate.pool import demo
+from infra import processes
 
 
 @require_GET
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
+    stopped = processes.given_up() if roles.is_admin(request.user) else []
     if not roles.is_annotator(request.user):
-        return render(request, "annotate/home.html", {"no_role": True})
+        return render(request, "annotate/home.html", {"no_role": True, "stopped_processes": stopped})
     return render(request, "annotate/home.html", {
+        "stopped_processes": stopped,
         "progress": reviewing.progress(annotator=request.user),
         "open_task": queueing.current_task(annotator=request.user),
         "available": queueing.available_count(),

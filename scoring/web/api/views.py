@@ -6,7 +6,7 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers as drf_serializers
 from rest_framework import status, viewsets
-from rest_framework.exceptions import Throttled
+from rest_framework.exceptions import APIException, Throttled
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -171,6 +171,11 @@ class ScoreView(APIView):
             raise drf_serializers.ValidationError({"model": str(error)}) from None
 
 
+class Unavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "Scoring is unavailable; try again shortly."
+
+
 @contextmanager
 def waiting_place(request: Request, *, what: str, timeout: float) -> Iterator[None]:
     """on_worker.place_to_wait for the request's user, taken before its body is read; 429 without one."""
@@ -179,6 +184,8 @@ def waiting_place(request: Request, *, what: str, timeout: float) -> Iterator[No
             place.enter_context(on_worker.place_to_wait(user_id=request.user.pk, what=what, timeout=timeout))
         except on_worker.WorkerBusy as busy:
             raise Throttled(wait=busy.retry_after, detail=str(busy)) from None
+        except on_worker.ScoringUnavailable as error:
+            raise Unavailable(detail=str(error)) from None
         yield
 
 
