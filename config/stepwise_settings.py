@@ -30,7 +30,8 @@ STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 64, minimum
 # Solutions with open work in one generation of the queue, restarts included.
 STEPWISE_QUEUE_SIZE = env_int("STEPWISE_QUEUE_SIZE", 500, minimum=1)
 STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2, minimum=1)
-# Shares of the rebuilt queue, "reason=share,...", parsed into {reason: share} summing to 1.
+# Shares of the rebuilt queue, "reason=share,...", parsed into {reason: share} summing to 1
+# (the reasons are the scoring app's, checked when it is ready: scoring/rescoring/selection.py).
 # The default follows the mission and PRM800K: convincing wrong answers (high PRM score, wrong
 # final answer) in front of annotators, with random exploration beside them so the labels keep
 # the pool's base rate. docs/active-learning.md: with a frozen SmolLM2-135M head no policy was
