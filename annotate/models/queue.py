@@ -57,10 +57,11 @@ class QueueItem(models.Model):
 
         Two sides write reasons: the labeling side (the order before any model, fresh imports,
         the screening set) and selection in scoring (after each rescore). The list lives on the
-        column because annotate may never import scoring and both must read one definition;
-        scoring owns what its reasons mean (their tie-breaking order, which need an ensemble,
-        the shares that mix them: scoring/rescoring/selection.py), and settings name them only
-        through it. The labeling side's values are sentences, as stored before the choices were.
+        column because the labeling app may not depend on the scoring app and both must read one
+        definition; scoring owns what its reasons mean (their tie-breaking order, which need an
+        ensemble, the shares that mix them: scoring/rescoring/selection.py), and the shares
+        setting is checked against it. The labeling side's values are sentences, as stored
+        before the choices were.
         """
 
         # Selection, after a rescore (scoring/rescoring/selection.py says what each ranks).
