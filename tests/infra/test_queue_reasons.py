@@ -64,7 +64,7 @@ def test_the_shares_setting_names_only_selections_reasons():
 @pytest.mark.django_db
 def test_the_choices_migration_changes_no_table():
     before = MigrationExecutor(connection).loader.project_state(("annotate", "0019_step_model_view_read_from_scores"))
-    migration = importlib.import_module("annotate.migrations.0020_queue_reason_choices").Migration
+    migration = importlib.import_module("annotate.migrations.0020_reason_and_rating_choices").Migration
     with connection.schema_editor(collect_sql=True) as editor:
-        migration("0020_queue_reason_choices", "annotate").apply(before, editor, collect_sql=True)
+        migration("0020_reason_and_rating_choices", "annotate").apply(before, editor, collect_sql=True)
     assert [sql for sql in editor.collected_sql if not sql.startswith("--")] == []

@@ -22,6 +22,7 @@ from annotate.pool import prm800k  # the import side owns the schema, both ways
 from annotate.pool.exporting import automatic, loading
 from annotate.pool.exporting.loading import AnnotationRecord, annotation_chunks, solution_groups
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
+from steps.ratings import is_error, is_good  # is_good: the exporter's public name too
 
 FORMATS = ("prm800k", "trl", "processbench", "soft")
 FORMAT_HELP = {
@@ -49,10 +50,6 @@ class ExportTally:
     def report(self) -> dict:
         """What the export says of its lines beyond what it left out (ExportJob.report)."""
         return {"total_time": dict(sorted(self.total_time.items()))} if self.total_time else {}
-
-
-def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
-    return rating == 1 or (rating == 0 and neutral_is_good)
 
 
 def assistance_of(annotations: list[AnnotationRecord]) -> dict:
@@ -116,7 +113,7 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
                 break
             texts.append(step.text)
             labels.append(good(step.rating))
-            if step.rating == -1:
+            if is_error(step.rating):
                 break
         if texts:
             yield {"prompt": prompt, "completions": texts, "labels": labels, "assistance": seen}
