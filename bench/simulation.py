@@ -53,6 +53,7 @@ from scoring.core import evaluation
 from scoring.core.training_data import TrainConfig
 from scoring.models import ModelVersion
 from scoring.rescoring import label_rows, scores, selection
+from steps.ratings import is_error
 
 if TYPE_CHECKING:
     from scoring.core import prm, training
@@ -307,7 +308,7 @@ def measure_round(ctx: Context, head: prm.StepHead, rows) -> dict:
     probs = [[s.p for s in steps] for steps in results]
     sigmas = [[s.sigma or 0.0 for s in steps] for steps in results]
     point = curve_point(evaluate_probs(ctx.held_out, probs, sigmas))
-    wrong = sum(1 for r in rows if any(-1 in ratings for ratings in r.ratings))
+    wrong = sum(1 for r in rows if any(any(map(is_error, ratings)) for ratings in r.ratings))
     return point | {"labels": len(rows), "labeled_steps": sum(sum(x is not None for x in r.ratings[0]) for r in rows),
                     "wrong_share": wrong / len(rows) if rows else None}
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 from annotate.labeling import assistance
 from annotate.models import Assistance
+from steps.ratings import Rating
 
 MODES = tuple(Assistance.values)
 
@@ -64,15 +65,20 @@ class Outcome:
     looks: int
 
 
-def _first_ratings(task: GoldTask, draws: Sequence[float], person: Annotator) -> list[int]:
-    """What the annotator would rate each step unaided."""
+def _first_ratings(task: GoldTask, draws: Sequence[float], person: Annotator) -> list[Rating]:
+    """What the annotator would rate each step unaided (right or wrong: this annotator never says 0)."""
     out = []
     for i, u in enumerate(draws):
         if i == task.first_error:
-            out.append(1 if u < person.miss else -1)
+            out.append(Rating.POSITIVE if u < person.miss else Rating.NEGATIVE)
         else:
-            out.append(-1 if u < person.false_alarm else 1)
+            out.append(Rating.NEGATIVE if u < person.false_alarm else Rating.POSITIVE)
     return out
+
+
+def _other(rating: Rating) -> Rating:
+    """The annotator's other answer, after a second look changed their mind."""
+    return Rating.POSITIVE if rating.is_error else Rating.NEGATIVE
 
 
 def label(task: GoldTask, mode: str, person: Annotator, *, margin: float, rng: random.Random) -> Outcome:
@@ -84,15 +90,15 @@ def label(task: GoldTask, mode: str, person: Annotator, *, margin: float, rng: r
     seconds, looks = (person.seconds_per_suggestion if guess is not None else 0.0), 0
     for i in range(n):
         seconds += person.seconds_per_step
-        right = -1 if i == task.first_error else 1
+        right = Rating.NEGATIVE if i == task.first_error else Rating.POSITIVE
         rating = ratings[i]
         if mode == Assistance.SECOND_LOOK and assistance.doubts(rating, task.ps[i], margin):
             seconds, looks = seconds + person.seconds_per_look, looks + 1
             change = person.recover if rating != right else person.talked_out
-            rating = -rating if second[i] < change else rating
-        elif guess is not None and guess.first_error == i and rating == 1:
-            rating = -1 if second[i] < (person.recover if right == -1 else person.anchor) else 1
-        if rating == -1:
+            rating = _other(rating) if second[i] < change else rating
+        elif guess is not None and guess.first_error == i and not rating.is_error:
+            rating = Rating.NEGATIVE if second[i] < (person.recover if right.is_error else person.anchor) else rating
+        if rating.is_error:
             return Outcome(i, seconds, looks)
     return Outcome(None, seconds, looks)
 

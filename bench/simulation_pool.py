@@ -20,6 +20,7 @@ from pathlib import Path
 from annotate.models import Problem, Solution, Step
 from annotate.pool import synthetic
 from bench import corruption
+from steps.ratings import Rating
 
 POOLS = ("gsm8k", "math500", "synthetic")
 CALCULATION_NOTE = re.compile(r"<<[^<>]*>>")
@@ -175,11 +176,11 @@ def write_problems(problems: Sequence[PoolProblem], *, split: str, source: str) 
     return [solution.pk for _, solution in rows]
 
 
-def known_ratings(n_steps: int, first_error: int | None) -> list[int]:
+def known_ratings(n_steps: int, first_error: int | None) -> list[Rating]:
     """What the simulated annotator answers: +1 up to the first error, -1 there, then stop."""
     if first_error is None:
-        return [1] * n_steps
-    return [1] * first_error + [-1]
+        return [Rating.POSITIVE] * n_steps
+    return [Rating.POSITIVE] * first_error + [Rating.NEGATIVE]
 
 
 def describe(problems: Sequence[PoolProblem]) -> dict:
@@ -202,7 +203,7 @@ def position_probabilities(pool: Sequence[PoolProblem]) -> dict[int, float]:
         for s in problem.solutions:
             for i, rating in enumerate(known_ratings(len(s.steps), s.first_error)):
                 seen[i] += 1
-                good[i] += rating == 1
+                good[i] += rating == Rating.POSITIVE
     return {i: good[i] / seen[i] for i in seen}
 
 

@@ -335,7 +335,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # One name for a choice set used by several fields (else drf-spectacular warns).
-    "ENUM_NAME_OVERRIDES": {"FinishReasonEnum": "annotate.models.labels.FinishReason"},
+    "ENUM_NAME_OVERRIDES": {
+        "FinishReasonEnum": "annotate.models.labels.FinishReason",
+        "RatingEnum": "steps.ratings.CHOICES",
+    },
 }
 
 # --- Stepwise ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ them in whole. Those of the web server and storage stay beside Django's there.
 from django.core.exceptions import ImproperlyConfigured
 
 from infra.env import env_bool, env_choice, env_float, env_int, env_list, env_rate, env_shares
+from steps import limits
 
 # Seconds a solution stays leased to an annotator without activity.
 STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600, minimum=1)
@@ -29,7 +30,8 @@ STEPWISE_RESCORE_CHUNK_SIZE = env_int("STEPWISE_RESCORE_CHUNK_SIZE", 64, minimum
 # Solutions with open work in one generation of the queue, restarts included.
 STEPWISE_QUEUE_SIZE = env_int("STEPWISE_QUEUE_SIZE", 500, minimum=1)
 STEPWISE_QUEUE_PER_PROBLEM = env_int("STEPWISE_QUEUE_PER_PROBLEM", 2, minimum=1)
-# Shares of the rebuilt queue, "reason=share,...", parsed into {reason: share} summing to 1.
+# Shares of the rebuilt queue, "reason=share,...", parsed into {reason: share} summing to 1
+# (the reasons are the scoring app's, checked when it is ready: scoring/rescoring/selection.py).
 # The default follows the mission and PRM800K: convincing wrong answers (high PRM score, wrong
 # final answer) in front of annotators, with random exploration beside them so the labels keep
 # the pool's base rate. docs/active-learning.md: with a frozen SmolLM2-135M head no policy was
@@ -66,13 +68,13 @@ STEPWISE_SEARCH_MAX_TOKENS = env_int("STEPWISE_SEARCH_MAX_TOKENS", 8192, minimum
 STEPWISE_SEARCH_RATE = env_rate("STEPWISE_SEARCH_RATE", "20/minute")
 # Loaded PRMs a worker keeps, by weight fingerprint (head-only versions share one backbone).
 STEPWISE_MODEL_CACHE_SIZE = env_int("STEPWISE_MODEL_CACHE_SIZE", 2, minimum=1)
-# Bounded input: JSON nesting (request bodies and import lines), and per import line its
-# bytes, its solution's steps and the characters of each step (longer ones are refused
-# with a per-line error; an 80k-character step took minutes to score).
+# Bounded input: JSON nesting (request bodies and import lines), the bytes of an import line,
+# and a solution's steps and the characters of each step (steps/limits.py: imports and
+# /api/score alike; longer ones are refused naming the line and field).
 STEPWISE_MAX_JSON_DEPTH = env_int("STEPWISE_MAX_JSON_DEPTH", 64, minimum=2)
 STEPWISE_IMPORT_MAX_LINE_BYTES = env_int("STEPWISE_IMPORT_MAX_LINE_BYTES", 1024 * 1024, minimum=1024)
-STEPWISE_IMPORT_MAX_STEPS = env_int("STEPWISE_IMPORT_MAX_STEPS", 200, minimum=1)
-STEPWISE_IMPORT_MAX_STEP_CHARS = env_int("STEPWISE_IMPORT_MAX_STEP_CHARS", 10_000, minimum=100)
+STEPWISE_IMPORT_MAX_STEPS = env_int("STEPWISE_IMPORT_MAX_STEPS", limits.MAX_STEPS, minimum=1)
+STEPWISE_IMPORT_MAX_STEP_CHARS = env_int("STEPWISE_IMPORT_MAX_STEP_CHARS", limits.MAX_STEP_CHARS, minimum=100)
 # Requests per user to POST /api/score (DRF throttle; counted in Redis when REDIS_URL is set).
 STEPWISE_SCORE_RATE = env_rate("STEPWISE_SCORE_RATE", "120/minute")
 # Days uploaded import files and their reports are kept once their job has finished (0: forever).

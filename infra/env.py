@@ -14,12 +14,6 @@ from typing import NamedTuple, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
-# The reasons selection can give for queueing a solution, in tie-breaking order.
-# disagreement, first_error_disagreement and uncertain_convincing_wrong need an ensemble's
-# uncertainty (scoring/rescoring/ensemble.py); rollout_disagreement needs rollout labels.
-SELECTION_REASONS = ("convincing_wrong", "convincing", "uncertain", "random", "disagreement",
-                     "first_error_disagreement", "uncertain_convincing_wrong", "rollout_disagreement")
-
 
 @overload
 def env_str(name: str, default: str) -> str: ...
@@ -110,15 +104,17 @@ def env_rate(name: str, default: str) -> str:
     return value
 
 
-def parse_shares(text: str) -> dict[str, float]:
-    """'convincing_wrong=0.4,random=0.6' -> shares normalised to sum 1; names the bad part."""
+def parse_shares(text: str, reasons: Collection[str] | None = None) -> dict[str, float]:
+    """'convincing_wrong=0.4,random=0.6' -> shares normalised to sum 1; names the bad part.
+
+    The names are the caller's (selection's reasons are scoring's, scoring/rescoring/selection.py):
+    with `reasons`, a name outside them is refused; without, only the numbers are checked.
+    """
     shares: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = (s.strip() for s in part.partition("="))
-        if name not in SELECTION_REASONS:
-            raise ValueError(
-                f"selection share {part!r}: unknown reason {name!r} (use {', '.join(SELECTION_REASONS)})"
-            )
+        if reasons is not None and name not in reasons:
+            raise ValueError(f"selection share {part!r}: unknown reason {name!r} (use {', '.join(reasons)})")
         try:
             shares[name] = float(value)
         except ValueError:
@@ -131,9 +127,10 @@ def parse_shares(text: str) -> dict[str, float]:
     return {name: value / total for name, value in shares.items()}
 
 
-def env_shares(name: str, default: str) -> dict[str, float]:
-    """Selection shares from the environment, parsed and normalised now."""
+def env_shares(name: str, default: str, reasons: Collection[str] | None = None) -> dict[str, float]:
+    """Selection shares from the environment, parsed and normalised now (the names against
+    `reasons` when given; the settings leave them to the app that owns them)."""
     try:
-        return parse_shares(env_str(name, default) or "")
+        return parse_shares(env_str(name, default) or "", reasons)
     except ValueError as error:
         raise ImproperlyConfigured(f"{name}: {error}") from None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from steps.ratings import is_error
+
 # How a solution's step scores make its score, by what each asks of the solution: every step
 # right (product), as good as its weakest step (min), the PRM's verdict after the last step
 # (last), the average step (mean).
@@ -22,8 +24,9 @@ AGGREGATIONS_WITH_RISK = (*AGGREGATIONS, RISK)
 
 
 def first_error(ratings: Iterable[int | None]) -> int | None:
-    """Index of the first step rated -1; None when no step is. Unrated steps (None) are passed over."""
-    return next((index for index, rating in enumerate(ratings) if rating == -1), None)
+    """Index of the first step rated as an error (-1, `ratings.is_error`); None when no step is.
+    Unrated steps (None) are passed over."""
+    return next((index for index, rating in enumerate(ratings) if is_error(rating)), None)
 
 
 def predicted_first_error(probabilities: Iterable[float], threshold: float) -> int | None:

@@ -18,14 +18,23 @@ from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, Change, act, 
 from annotate.labeling.tasks import Task
 from annotate.labeling.timing import ActiveTime, store_times
 from annotate.models import Annotation, Assistance, Completion, FinishReason, LabelingConfig, StepLabel
+from steps import ratings as rating_values
+from steps.ratings import Rating
 
-RATINGS = (-1, 0, 1)
 MAX_COMPLETION_CHARS = 5000
 # A reason given on submit (give up, bad problem) or with a reviewer's override; the page
 # says the same, but only the server's check binds (9 MB notes were stored before it).
 MAX_NOTE_CHARS = 2000
 # What the annotator writes after a -1, in PRM800K's human_completion shape.
 _HUMAN = {"rating": None, "flagged": False, "source": "human", "corrected_rating": None}
+
+def parse_rating(value: object) -> Rating:
+    """A rating sent by a page (`steps.ratings`), or LabelingError saying what is allowed."""
+    try:
+        return rating_values.parse(value)
+    except rating_values.InvalidRating as error:
+        raise LabelingError(f"rating {error}") from None
+
 
 def rate(*, annotation: AnnotationOrRef, index: int, rating: int, times: ActiveTime | None = None) -> Task:
     """Rate step `index` -1, 0 or +1 (a rated step may be corrected in place); returns the task now.
@@ -36,18 +45,18 @@ def rate(*, annotation: AnnotationOrRef, index: int, rating: int, times: ActiveT
     config = LabelingConfig.get()
 
     def rate_step(read: Change) -> Task:
-        if rating not in RATINGS:
-            raise LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
+        given = parse_rating(rating)
         _check_reachable(read.ratings, index, config)
         _check_second_look(read, index)
-        read.writes.update(Completion, read.completion_ids[index], rating=rating)
+        read.writes.update(Completion, read.completion_ids[index], rating=given)
         # A corrected step is not wrong any more, so its rewrite no longer applies.
-        clear_rewrite = rating != -1 and config.allow_human_completion and read.rows[index].human_completion is not None
+        rewritten = read.rows[index].human_completion is not None
+        clear_rewrite = not given.is_error and config.allow_human_completion and rewritten
         if clear_rewrite:
             read.writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
-        seen, suggestion = _assisted(read, config, index, rating)
+        seen, suggestion = _assisted(read, config, index, given)
         stored = store_times(read, times)
-        return _rated(read, config, index, rating, clear_rewrite, stored, seen, suggestion)
+        return _rated(read, config, index, given, clear_rewrite, stored, seen, suggestion)
 
     return act(annotation, config, rate_step)
 
@@ -134,7 +143,7 @@ def write_completion(*, annotation: AnnotationOrRef, index: int, text: str, time
         if not text or len(text) > MAX_COMPLETION_CHARS:
             raise LabelingError(f"text: write the corrected step (1 to {MAX_COMPLETION_CHARS} characters)")
         ratings = read.ratings
-        if not 0 <= index < len(ratings) or ratings[index] != -1:
+        if not 0 <= index < len(ratings) or not rating_values.is_error(ratings[index]):
             raise LabelingError(f"step {index + 1} is not rated -1: only a wrong step can be rewritten")
         read.writes.update(StepLabel, read.step_label_ids[index], human_completion={"text": text, **_HUMAN})
         store_times(read, times)
@@ -240,7 +249,7 @@ def _decide(ratings: list[int | None], config: LabelingConfig, finish_reason: st
 def _keep_steps(annotation: AnnotationRow, ratings: list[int | None], reason: str, config: LabelingConfig) -> int:
     """Drop the steps a submitted line does not hold; returns how many steps remain."""
     if reason == FinishReason.FOUND_ERROR and config.stop_at_first_error:
-        keep = ratings.index(-1) + 1
+        keep = ratings.index(Rating.NEGATIVE) + 1
     elif reason in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM):
         keep = next((i for i, r in enumerate(ratings) if r is None), len(ratings))
     else:

@@ -30,6 +30,7 @@ from django.db.models import QuerySet
 from annotate.models import Assistance, LabelingConfig
 from infra import statements
 from steps import arithmetic
+from steps.ratings import is_good
 
 # ProcessBench's rule for a PRM's first error: the first step below this probability.
 GUESS_THRESHOLD = 0.5
@@ -79,7 +80,7 @@ def suggestion_for(*, solution_id: int, config: LabelingConfig) -> Suggestion | 
 def doubts(rating: int, p: float | None, margin: float) -> bool:
     """Whether the model disagrees with a rating by more than `margin`. A rating reads as a
     probability the way training reads it by default (neutral="positive"): +1 and 0 as 1, -1 as 0."""
-    return p is not None and abs((0.0 if rating == -1 else 1.0) - p) > margin
+    return p is not None and abs((1.0 if is_good(rating, neutral_is_good=True) else 0.0) - p) > margin
 
 
 def is_waiting(record: dict | None, rating: int | None) -> bool:

@@ -30,11 +30,11 @@ from annotate.labeling.queue_items import withdraw
 from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, Solution, Step
 from infra import memo, statements
 
-DEFAULT_REASON = "default order"
-IMPORTED_REASON = "imported, not scored yet"
-IMPORTED_WRONG_REASON = "imported, wrong answer, not scored yet"
-QC_REASON = "quality control"
-SCREENING_REASON = "screening"
+# The reasons this side gives queue items (QueueItem.Reason holds every one).
+DEFAULT_REASON = QueueItem.Reason.DEFAULT
+IMPORTED_REASON = QueueItem.Reason.IMPORTED
+IMPORTED_WRONG_REASON = QueueItem.Reason.IMPORTED_WRONG
+SCREENING_REASON = QueueItem.Reason.SCREENING
 # Taken off a demo solution's priority: more than any span of real priorities (selection's run
 # from the queue size down to 1, imports' from 0 down by one per solution), so demo items wait
 # behind every other item, in their own order among themselves.
@@ -82,7 +82,7 @@ def current_generation() -> Generation:
 
 
 # (solution id, priority, reason, score the selection saw or None)
-Pick = tuple[int, float, str, float | None]
+Pick = tuple[int, float, str, float | None]  # the reason: a QueueItem.Reason (enqueue checks)
 
 
 def enqueue(*, generation: Generation, picks: Iterable[Pick], model_version_name: str = "",
@@ -93,7 +93,8 @@ def enqueue(*, generation: Generation, picks: Iterable[Pick], model_version_name
     every generation. Waiting items of older generations are retired (leased and done ones
     belong to people). The generation holds at most `size` solutions with open work
     (default STEPWISE_QUEUE_SIZE), counting what it already holds, so calling this again
-    (a restart, seed_demo) never queues past the cap. Picks already queued are skipped.
+    (a restart, seed_demo) never queues past the cap. Picks already queued are skipped. A
+    reason that is not a QueueItem.Reason is refused (ValueError) and nothing is written.
     """
     size = settings.STEPWISE_QUEUE_SIZE if size is None else size
     slots = max(1, LabelingConfig.get().overlap_k)
@@ -121,7 +122,8 @@ def enqueue(*, generation: Generation, picks: Iterable[Pick], model_version_name
                 priority -= DEMO_DEMOTION
             batch.extend(
                 QueueItem(solution_id=solution_id, generation=generation.number, slot=slot, priority=priority,
-                          reason=reason, model_version_name=model_version_name, score_at_selection=score)
+                          reason=QueueItem.Reason(reason), model_version_name=model_version_name,
+                          score_at_selection=score)
                 for slot in range(slots)
             )
         QueueItem.objects.bulk_create(batch, batch_size=2000)

@@ -101,8 +101,7 @@ def override_rating(
     An override after which the ratings say neither (the only -1 raised while the steps after
     it were never rated) is refused, and nothing is saved: the message says why.
     """
-    if rating not in (*labeling.RATINGS, None):
-        raise labeling.LabelingError(f"rating must be one of -1, 0, 1, not {rating!r}")
+    rating = None if rating is None else labeling.parse_rating(rating)
     if not annotation.is_submitted:
         raise labeling.LabelingError("only submitted annotations are reviewed")
     note = labeling.check_note(note)

@@ -16,6 +16,7 @@ from annotate.labeling.assistance import Suggestion
 from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, StepValues
 from annotate.models import Annotation, FinishReason, LabelingConfig, Problem
 from infra import statements
+from steps.ratings import is_error
 
 
 class StepState(enum.StrEnum):
@@ -141,7 +142,7 @@ def next_index(ratings: list[int | None], config: LabelingConfig) -> int | None:
     for index, rating in enumerate(ratings):
         if rating is None:
             return index
-        if rating == -1 and config.stop_at_first_error:
+        if is_error(rating) and config.stop_at_first_error:
             return None
     return None
 

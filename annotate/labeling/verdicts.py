@@ -59,6 +59,7 @@ from typing import Any, Literal
 
 # The text core's definition, which labeling and QC also reach as `verdicts.first_error`.
 from steps.arithmetic import first_error
+from steps.ratings import Rating, is_error, is_rating
 
 Source = Literal["chosen", "human", "stopped"]
 FOUND_ERROR, SOLUTION, BAD_PROBLEM = "found_error", "solution", "bad_problem"  # annotate.models.FinishReason values
@@ -150,7 +151,7 @@ class Verdicts:
             if rating is None:
                 break
             walked.append(rating)
-            if rating == -1:
+            if is_error(rating):
                 break
         return (*walked, *[None] * (len(self.pool_steps) - len(walked)))
 
@@ -162,7 +163,7 @@ class Verdicts:
     @property
     def has_error(self) -> bool:
         """Some step is wrong: a pool step rated -1, or a -1 verdict on the path."""
-        return -1 in self.pool_ratings or -1 in self.ratings
+        return any(map(is_error, self.pool_ratings)) or any(map(is_error, self.ratings))
 
     def is_after_first_error(self, index: int) -> bool:
         error = self.first_error
@@ -177,7 +178,7 @@ class Verdicts:
             if step.rating is None:
                 break
             walked.append(step)
-            if step.rating == -1:
+            if is_error(step.rating):
                 break
         return tuple(walked)
 
@@ -246,7 +247,7 @@ def chosen_at_submit(ratings: Sequence[int | None], rewritten: Sequence[bool], f
     everywhere else, the steps rated after a rewrite included, as PRM800K's phase-1 lines have them.
     """
     last = len(ratings) - 1
-    return [None if wrote or (i == last and finish_reason == FOUND_ERROR and rating == -1) else 0
+    return [None if wrote or (i == last and finish_reason == FOUND_ERROR and is_error(rating)) else 0
             for i, (rating, wrote) in enumerate(zip(ratings, rewritten, strict=True))]
 
 
@@ -261,9 +262,9 @@ def step_verdict(step_label: Any) -> StepVerdict:
     human = step_label.human_completion
     if human is not None:
         text, rating, flagged = _human(human)
-        return StepVerdict(step_label.index, text, 1 if rating is None else rating, flagged, "human", None,
-                           _others(completions, None))
-    stopped = next((c for c in completions if c.rating == -1), completions[0] if completions else None)
+        return StepVerdict(step_label.index, text, Rating.POSITIVE if rating is None else rating, flagged, "human",
+                           None, _others(completions, None))
+    stopped = next((c for c in completions if is_error(c.rating)), completions[0] if completions else None)
     if stopped is None:
         return StepVerdict(step_label.index, "", None, False, "stopped", None)
     return _from_completion(step_label.index, stopped, "stopped", completions)
@@ -298,5 +299,5 @@ def _others(completions: Sequence[Any], carrier: int | None) -> tuple[Shown, ...
 def _human(human: object) -> tuple[str, int | None, bool]:
     if isinstance(human, dict):
         rating = human.get("rating")
-        return str(human.get("text") or ""), rating if rating in (-1, 0, 1) else None, bool(human.get("flagged"))
+        return str(human.get("text") or ""), rating if is_rating(rating) else None, bool(human.get("flagged"))
     return str(human), None, False

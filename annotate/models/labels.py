@@ -3,6 +3,7 @@ from django.conf import settings
 from django.db import models
 
 from annotate.models.pool import Solution
+from steps import ratings
 
 
 class FinishReason(models.TextChoices):
@@ -124,13 +125,13 @@ class StepLabel(models.Model):
 
 
 class Completion(models.Model):
-    """One candidate text for a step with its rating (-1, 0, +1) and flag."""
+    """One candidate text for a step with its rating (steps.ratings: -1, 0, +1; None unrated) and flag."""
 
     step_label = models.ForeignKey(StepLabel, on_delete=models.CASCADE, related_name="completions",
                                    db_index=False)  # unique_completion starts with it
     index = models.PositiveIntegerField()
     text = models.TextField()
-    rating = models.SmallIntegerField(null=True, blank=True)
+    rating = models.SmallIntegerField(null=True, blank=True, choices=ratings.CHOICES)
     flagged = models.BooleanField(null=True, blank=True)
     extra = models.JSONField(default=dict, blank=True, help_text="Unknown keys kept for round trips")
 
@@ -139,7 +140,8 @@ class Completion(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["step_label", "index"], name="unique_completion"),
             models.CheckConstraint(
-                condition=models.Q(rating__in=[-1, 0, 1]) | models.Q(rating__isnull=True), name="rating_in_range"
+                condition=models.Q(rating__in=[int(r) for r in ratings.Rating]) | models.Q(rating__isnull=True),
+                name="rating_in_range",
             ),
         ]
 

@@ -4,6 +4,8 @@ import json
 
 from django.db import models
 
+from steps import ratings
+
 # The `source` of the demo pool that `seed_demo` makes: it is served after the user's own work.
 DEMO_SOURCE = "demo"
 
@@ -114,8 +116,8 @@ class Step(models.Model):
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="steps", db_index=False)
     index = models.PositiveIntegerField()
     text = models.TextField()
-    # Gold label for quality control: -1, 0, +1 (None when not gold).
-    gold_rating = models.SmallIntegerField(null=True, blank=True)
+    # Gold label for quality control: a rating (None when not gold).
+    gold_rating = models.SmallIntegerField(null=True, blank=True, choices=ratings.CHOICES)
 
     class Meta:
         ordering = ["solution", "index"]

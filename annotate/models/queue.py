@@ -52,12 +52,39 @@ class QueueItem(models.Model):
         DONE = "done"
         RETIRED = "retired"
 
+    class Reason(models.TextChoices):
+        """Why an item is in the queue: the one list of reasons, for the column's choices and every writer.
+
+        Two sides write reasons: the labeling side (the order before any model, fresh imports,
+        the screening set) and selection in scoring (after each rescore). The list lives on the
+        column because the labeling app may not depend on the scoring app and both must read one
+        definition; scoring owns what its reasons mean (their tie-breaking order, which need an
+        ensemble, the shares that mix them: scoring/rescoring/selection.py), and the shares
+        setting is checked against it. The labeling side's values are sentences, as stored
+        before the choices were.
+        """
+
+        # Selection, after a rescore (scoring/rescoring/selection.py says what each ranks).
+        CONVINCING_WRONG = "convincing_wrong", "convincing wrong answer"
+        CONVINCING = "convincing", "convincing"
+        UNCERTAIN = "uncertain", "uncertain"
+        RANDOM = "random", "random"
+        DISAGREEMENT = "disagreement", "the ensemble disagrees on a step"
+        FIRST_ERROR_DISAGREEMENT = "first_error_disagreement", "the ensemble disagrees on the first error"
+        UNCERTAIN_CONVINCING_WRONG = "uncertain_convincing_wrong", "wrong answer some plausible head finds convincing"
+        ROLLOUT_DISAGREEMENT = "rollout_disagreement", "rollouts and the model disagree"
+        # The labeling side: before any model, imported since the last rescore, the screening set.
+        DEFAULT = "default order", "default order"
+        IMPORTED = "imported, not scored yet", "imported, not scored yet"
+        IMPORTED_WRONG = "imported, wrong answer, not scored yet", "imported, wrong answer, not scored yet"
+        SCREENING = "screening", "screening"
+
     # Both looked up through an index that starts with them (Meta; tests/config/test_schema.py).
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="queue_items", db_index=False)
     generation = models.IntegerField(db_index=True)
     slot = models.PositiveSmallIntegerField(default=0)
     priority = models.FloatField(default=0.0, db_index=True)
-    reason = models.CharField(max_length=100, blank=True)
+    reason = models.CharField(max_length=100, blank=True, choices=Reason.choices)
     model_version_name = models.CharField(max_length=200, blank=True)
     score_at_selection = models.FloatField(null=True, blank=True)
     is_quality_control = models.BooleanField(default=False)

@@ -3,6 +3,7 @@ from django.conf import settings
 from django.db import models
 
 from annotate.models.labels import Completion, StepLabel
+from steps import ratings
 
 
 class RatingOverride(models.Model):
@@ -18,8 +19,8 @@ class RatingOverride(models.Model):
         help_text="The completion whose rating changed; empty for the step's human completion",
     )
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    previous_rating = models.SmallIntegerField(null=True, blank=True)
-    new_rating = models.SmallIntegerField(null=True, blank=True)
+    previous_rating = models.SmallIntegerField(null=True, blank=True, choices=ratings.CHOICES)
+    new_rating = models.SmallIntegerField(null=True, blank=True, choices=ratings.CHOICES)
     note = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

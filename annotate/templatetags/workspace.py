@@ -1,16 +1,46 @@
-"""Template filters of the labeling pages."""
+"""Template filters of the labeling pages, and how the labeling page offers the ratings."""
+import json
+from dataclasses import dataclass
+
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from annotate.labeling import roles
 from steps import rendering
 from steps.answers import strip_calculator_annotations
+from steps.ratings import Rating
 
 register = template.Library()
 
+
+@dataclass(frozen=True)
+class RatingButton:
+    """How the labeling page offers one rating: its button, and the keys that press it."""
+
+    rating: Rating
+    name: str  # the button's class and what a screen reader hears: bad, neutral, good
+    face: str
+    sign: str  # as the page writes the value: −1, 0, +1
+    meaning: str
+    keys: tuple[str, ...]  # the first is the one the button's title names
+
+    @property
+    def value(self) -> int:
+        return int(self.rating)
+
+
+# Every rating, worst first. The page's script reads the keys and signs from the task's data
+# attributes (RATING_KEYS, RATING_SIGNS), so a rating is added here, not in static/js/label.js.
+RATING_BUTTONS = (
+    RatingButton(Rating.NEGATIVE, "bad", "😞", "−1", "wrong or misleading", ("1", "-")),
+    RatingButton(Rating.NEUTRAL, "neutral", "😐", "0", "fine but does not move forward", ("2", "0")),
+    RatingButton(Rating.POSITIVE, "good", "😎", "+1", "correct and useful", ("3", "+", "=")),
+)
+RATING_KEYS = json.dumps({key: str(button.value) for button in RATING_BUTTONS for key in button.keys})
+RATING_SIGNS = json.dumps({str(button.value): button.sign for button in RATING_BUTTONS})
 # Keyed by rating; an unrated step (None) finds no entry and gets the default.
-RATING_FACES: dict[int | None, str] = {-1: "😞", 0: "😐", 1: "😎"}
-RATING_WORDS: dict[int | None, str] = {-1: "wrong", 0: "neutral", 1: "good"}
+RATING_FACES: dict[int | None, str] = {button.rating: button.face for button in RATING_BUTTONS}
+RATING_WORDS: dict[int | None, str] = {rating: rating.word for rating in Rating}
 
 
 @register.filter

@@ -24,6 +24,7 @@ from jinja2 import Environment, FileSystemBytecodeCache
 from annotate.labeling.tasks import StepState
 from annotate.models import FinishReason
 from annotate.templatetags import workspace
+from steps.ratings import Rating
 
 
 def url(name: str, *args) -> str:
@@ -66,7 +67,9 @@ def environment(**options) -> Environment:
     cache.mkdir(parents=True, exist_ok=True)
     env = Environment(bytecode_cache=FileSystemBytecodeCache(str(cache)), **options)
     env.globals.update(url=url, static=static_url, messages=get_messages, django_htmx_script=django_htmx_script,
-                       FinishReason=FinishReason, StepState=StepState)
+                       FinishReason=FinishReason, StepState=StepState, Rating=Rating,
+                       rating_buttons=workspace.RATING_BUTTONS, rating_keys=workspace.RATING_KEYS,
+                       rating_signs=workspace.RATING_SIGNS)
     env.filters.update(rendered=workspace.rendered, answer_math=workspace.answer_math,
                        rating_word=workspace.rating_word, has_role=workspace.has_role)
     return env

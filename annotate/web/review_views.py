@@ -12,6 +12,7 @@ from annotate.labeling import quality, queueing, reviewing, roles
 from annotate.labeling.refusals import LabelingError
 from annotate.labeling.roles import admin_required, reviewer_required
 from annotate.models import Annotation
+from annotate.templatetags import workspace
 from annotate.web.params import int_param, plain_text
 
 
@@ -61,7 +62,7 @@ def _detail_page(request: HttpRequest, pk: int, *, status: int = 200) -> HttpRes
         "annotation": annotation, "others": others, "problem": annotation.solution.problem, "rows": rows,
         "review_reasons": [reviewing.REVIEW_REASONS[r] for r in reviewing.review_reasons(annotation)],
         "flagged_steps": [row.index + 1 for row in rows if row.cells and row.cells[0].flagged],
-        "is_admin": roles.is_admin(request.user),
+        "is_admin": roles.is_admin(request.user), "rating_buttons": workspace.RATING_BUTTONS,
     }, status=status)
 
 

@@ -9,6 +9,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from steps.ratings import ALLOWED, Rating, is_error, is_good, is_rating
+
 NEUTRAL_MODES = ("positive", "negative", "ignore")
 HEAD_TYPES = ("point", "beta")
 MODES = ("head", "topk", "lora", "full")
@@ -125,14 +127,14 @@ def step_counts(
     k, n = [0] * n_steps, [0] * n_steps
     for annotator in ratings:
         for index, rating in enumerate(annotator[:n_steps]):
-            if rating is None or (rating == 0 and neutral == "ignore"):
+            if rating is None or (rating == Rating.NEUTRAL and neutral == "ignore"):
                 continue
-            if rating not in (-1, 0, 1):
-                raise ValueError(f"rating {rating!r} at step {index}; expected -1, 0 or 1")
+            if not is_rating(rating):
+                raise ValueError(f"rating {rating!r} at step {index}; expected one of {ALLOWED}")
             n[index] += 1
-            if rating == -1:
+            if is_error(rating):
                 break  # PRM800K: supervise up to the first error only
-            k[index] += int(rating == 1 or neutral == "positive")
+            k[index] += int(is_good(rating, neutral_is_good=neutral == "positive"))
     return k, n
 
 

@@ -35,23 +35,46 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from annotate.labeling import queueing
 from annotate.models import AutoLabelRun, AutoStepLabel, Generation, QueueItem, Solution
-from infra.env import SELECTION_REASONS, parse_shares  # noqa: F401 (parse_shares: public here)
+from infra import env
 from scoring.models import ModelVersion, SolutionScore, StepScore
 
 if TYPE_CHECKING:
     from scoring.rescoring.ensemble import SolutionUncertainty
 
-# The share parser lives beside the settings helpers so settings.py can parse the shares at
-# start-up; both names stay importable from here.
-REASONS = SELECTION_REASONS
-ENSEMBLE_REASONS = {"disagreement", "first_error_disagreement", "uncertain_convincing_wrong"}
+# The reasons are QueueItem.Reason, the queue column's choices (annotate may not import this
+# app, and both sides write reasons); which of them selection gives, in tie-breaking order, is
+# decided here, and only these may have a share (STEPWISE_SELECTION_SHARES).
+Reason = QueueItem.Reason
+REASONS: tuple[Reason, ...] = (
+    Reason.CONVINCING_WRONG, Reason.CONVINCING, Reason.UNCERTAIN, Reason.RANDOM, Reason.DISAGREEMENT,
+    Reason.FIRST_ERROR_DISAGREEMENT, Reason.UNCERTAIN_CONVINCING_WRONG, Reason.ROLLOUT_DISAGREEMENT,
+)
+# Those that need an ensemble's uncertainty (scoring/rescoring/ensemble.py).
+ENSEMBLE_REASONS = {Reason.DISAGREEMENT, Reason.FIRST_ERROR_DISAGREEMENT, Reason.UNCERTAIN_CONVINCING_WRONG}
+SHARES_SETTING = "STEPWISE_SELECTION_SHARES"
 # Runs whose soft labels are shares of rollouts; imported verdicts are not compared with the model.
 ROLLOUT_METHODS = (AutoLabelRun.Method.MATH_SHEPHERD, AutoLabelRun.Method.OMEGAPRM)
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    """'convincing_wrong=0.4,random=0.6' -> shares of selection's reasons, normalised to sum 1;
+    ValueError naming the bad part (an unknown reason among them)."""
+    return env.parse_shares(text, REASONS)
+
+
+def check_shares_setting(shares: Mapping[str, float]) -> None:
+    """ImproperlyConfigured naming STEPWISE_SELECTION_SHARES when a share names no selection
+    reason. The settings parse the numbers at start-up without knowing the reasons (they are
+    this app's); the app checks the names when it is ready, still before any process serves."""
+    unknown = [name for name in shares if name not in REASONS]
+    if unknown:
+        raise ImproperlyConfigured(f"{SHARES_SETTING}: unknown reason {unknown[0]!r} (use {', '.join(REASONS)})")
 
 
 @dataclass
@@ -82,7 +105,7 @@ class Candidate:
 @dataclass
 class Pick:
     candidate: Candidate
-    reason: str
+    reason: Reason
 
 
 def candidates(*, model_version: ModelVersion, score: str = "product",
@@ -162,24 +185,24 @@ def _by_score(candidate: Candidate) -> tuple:
     return (candidate.score is None, -(candidate.score or 0.0), candidate.solution_id)
 
 
-def ranked(pool: list[Candidate], reason: str, rng: random.Random) -> list[Candidate]:
-    if reason == "convincing_wrong":
+def ranked(pool: list[Candidate], reason: Reason, rng: random.Random) -> list[Candidate]:
+    if reason == Reason.CONVINCING_WRONG:
         return sorted((c for c in pool if c.is_correct is False), key=_by_score)
-    if reason == "convincing":
+    if reason == Reason.CONVINCING:
         # "Convincing" needs a score: unscored solutions reach the queue through the other reasons.
         return sorted((c for c in pool if c.is_correct is not False and c.score is not None), key=_by_score)
     # Below, `or 0.0` only tells the type checker: the filter leaves no None.
-    if reason == "uncertain":
+    if reason == Reason.UNCERTAIN:
         return sorted((c for c in pool if c.sigma is not None), key=lambda c: (-(c.sigma or 0.0), c.solution_id))
-    if reason == "disagreement":
+    if reason == Reason.DISAGREEMENT:
         return sorted((c for c in pool if c.spread is not None), key=lambda c: (-(c.spread or 0.0), c.solution_id))
-    if reason == "first_error_disagreement":
+    if reason == Reason.FIRST_ERROR_DISAGREEMENT:
         return sorted((c for c in pool if c.first_error_disagreement is not None),
                       key=lambda c: (-(c.first_error_disagreement or 0.0), -(c.spread or 0.0), c.solution_id))
-    if reason == "rollout_disagreement":
+    if reason == Reason.ROLLOUT_DISAGREEMENT:
         return sorted((c for c in pool if c.rollout_disagreement is not None),
                       key=lambda c: (-(c.rollout_disagreement or 0.0), c.solution_id))
-    if reason == "uncertain_convincing_wrong":
+    if reason == Reason.UNCERTAIN_CONVINCING_WRONG:
         return sorted((c for c in pool if c.is_correct is False and c.upper_score is not None),
                       key=lambda c: (-(c.upper_score or 0.0), c.solution_id))
     shuffled = list(pool)
@@ -200,7 +223,7 @@ def select(pool: list[Candidate], policy: Policy) -> list[Pick]:
     chosen: dict[int, str] = {}
     per_problem: dict[int, int] = {}
 
-    def take(candidate: Candidate, reason: str) -> bool:
+    def take(candidate: Candidate, reason: Reason) -> bool:
         if len(chosen) >= size or candidate.solution_id in chosen:
             return False
         if per_problem.get(candidate.problem_id, 0) >= policy.per_problem:
@@ -209,7 +232,7 @@ def select(pool: list[Candidate], policy: Policy) -> list[Pick]:
         per_problem[candidate.problem_id] = per_problem.get(candidate.problem_id, 0) + 1
         return True
 
-    lists: dict[str, list[Candidate]] = {reason: [] for reason in quotas}
+    lists: dict[Reason, list[Candidate]] = {reason: [] for reason in quotas}
     for reason, quota in quotas.items():
         for candidate in ranked(pool, reason, rng):
             if len(lists[reason]) >= quota:
@@ -217,16 +240,16 @@ def select(pool: list[Candidate], policy: Policy) -> list[Pick]:
             if take(candidate, reason):
                 lists[reason].append(candidate)
     # Quotas a reason could not fill (no sigma, few wrong answers) go to random picks.
-    lists.setdefault("random", [])
-    for candidate in ranked(pool, "random", rng):
+    lists.setdefault(Reason.RANDOM, [])
+    for candidate in ranked(pool, Reason.RANDOM, rng):
         if len(chosen) >= size:
             break
-        if take(candidate, "random"):
-            lists["random"].append(candidate)
+        if take(candidate, Reason.RANDOM):
+            lists[Reason.RANDOM].append(candidate)
     return interleave(lists)
 
 
-def interleave(lists: dict[str, list[Candidate]]) -> list[Pick]:
+def interleave(lists: dict[Reason, list[Candidate]]) -> list[Pick]:
     """Merge the reasons so each is spread through the queue in proportion to its size.
 
     The i-th of n items of a reason sits at i/n; ties go in REASONS order, so the strongest

@@ -6,15 +6,13 @@
 (function () {
   "use strict";
 
+  // The rating keys, the way each rating is written, and which one is an error come from the
+  // task's data attributes (the server's list of ratings: annotate/templatetags/workspace.py).
   const KEYS = {
-    "1": ["rate", "-1"], "-": ["rate", "-1"],
-    "2": ["rate", "0"], "0": ["rate", "0"],
-    "3": ["rate", "1"], "+": ["rate", "1"], "=": ["rate", "1"],
     f: ["flag"], j: ["move", 1], ArrowDown: ["move", 1], k: ["move", -1], ArrowUp: ["move", -1],
     u: ["undo"], Enter: ["submit"], "?": ["help"], g: ["stop", "give_up"], b: ["stop", "bad_problem"],
     w: ["rewrite"],
   };
-  const RATING_WORDS = { "-1": "−1", "0": "0", "1": "+1" };
   const HEARTBEAT_MS = 30000;
 
   let cursor = null;       // index of the step the keys act on
@@ -148,7 +146,7 @@
       const next = state().next;
       const stop = t.dataset.stop === "1";
       // A second look the model asked for (next is that step) holds the cursor there too.
-      if (!(pendingMove.rating === "-1" && stop) && next !== "") cursor = Number(next);
+      if (!(pendingMove.rating === errorRating() && stop) && next !== "") cursor = Number(next);
       else cursor = pendingMove.index;
       pendingMove = null;
     }
@@ -238,8 +236,8 @@
     if (target.matches && target.matches("textarea, input, select, [contenteditable]")) return;
     if (dialogOpen()) return;
     if (event.key === "Enter" && target.matches && target.matches("button, a, summary")) return; // native activation
-    const action = KEYS[event.key];
-    if (!action || !task()) return;
+    const action = task() && (KEYS[event.key] || ratingKey(event.key));
+    if (!action) return;
     event.preventDefault();
     if (task().classList.contains("lost")) { // only Enter acts: it goes on to the next task
       if (event.key === "Enter") document.querySelector("#task-lost button").click();
@@ -249,6 +247,15 @@
     waiting.push(action);
     drain();
   });
+
+  function ratingKey(key) {
+    const value = JSON.parse(task().dataset.ratingKeys)[key];
+    return value === undefined ? null : ["rate", value];
+  }
+
+  function errorRating() {
+    return task().dataset.errorRating;
+  }
 
   function drain() {
     while (waiting.length && !busy()) run(waiting.shift());
@@ -310,7 +317,7 @@
     const submitter = event.detail.triggeringEvent && event.detail.triggeringEvent.submitter;
     if (!form.classList || !form.classList.contains("rate") || !submitter) return;
     const li = form.closest(".step");
-    if (li.dataset.rating !== "-1" || submitter.value === "-1") return;
+    if (li.dataset.rating !== errorRating() || submitter.value === errorRating()) return;
     if (confirmedChange === submitter) { confirmedChange = null; return; }
     event.preventDefault();
     askToChangeError(li, submitter);
@@ -323,7 +330,7 @@
     waiting.length = 0; // keys typed after the stray one must not act on the question
     const number = Number(li.dataset.index) + 1;
     dialog.querySelector("[data-step]").textContent = String(number);
-    dialog.querySelector("[data-new-rating]").textContent = RATING_WORDS[button.value];
+    dialog.querySelector("[data-new-rating]").textContent = JSON.parse(task().dataset.ratingSigns)[button.value];
     dialog.querySelector("[data-unlocks]").hidden = !(task().dataset.stop === "1" && li.nextElementSibling);
     dialog.returnValue = "";
     dialog.changeButton = button;

@@ -17,7 +17,7 @@ from annotate.pool.exporting.files import (
     write_export,
 )
 from annotate.pool.exporting.formats import FORMATS, check_format, choices, get_format
-from annotate.pool.exporting.formats.base import ExportFormat, ExportTally, is_good
+from annotate.pool.exporting.formats.base import ExportFormat, ExportTally
 from annotate.pool.exporting.loading import annotation_chunks, annotations, load_chunk
 from annotate.pool.exporting.options import (
     CHUNK_SIZE,
@@ -29,6 +29,7 @@ from annotate.pool.exporting.options import (
     selected_annotations,
 )
 from annotate.pool.exporting.rows import check_labels, count_inputs, iter_jsonl, iter_rows
+from steps.ratings import is_good
 
 __all__ = [
     "CHUNK_SIZE", "CONTAINERS", "FORMATS", "LABEL_SOURCES", "ExportError", "ExportFormat", "ExportOptions",

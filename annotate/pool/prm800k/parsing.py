@@ -30,6 +30,7 @@ from annotate.pool.prm800k.schema import (
     type_name,
     unknown_keys,
 )
+from steps import ratings
 
 
 def parse_line(obj: Any, line_no: int) -> ParsedLine:
@@ -115,8 +116,8 @@ def _parse_completion(completion: Any, where: str) -> ParsedCompletion:
     if "text" not in completion:
         raise LineError(f"{where}.text", "is missing")
     rating = completion.get("rating")
-    if rating is not None and (isinstance(rating, bool) or rating not in (-1, 0, 1)):
-        raise LineError(f"{where}.rating", f"must be -1, 0, 1 or null, got {rating!r}")
+    if rating is not None and not ratings.is_rating(rating):
+        raise LineError(f"{where}.rating", f"must be {ratings.ALLOWED} or null, got {rating!r}")
     flagged = completion.get("flagged")
     if flagged is not None and not isinstance(flagged, bool):
         raise LineError(f"{where}.flagged", f"must be true, false or null, got {type_name(flagged)}")

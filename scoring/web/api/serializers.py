@@ -8,11 +8,12 @@ from scoring.core import step_scores
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 from steps import splitting
 from steps.arithmetic import AGGREGATIONS
+from steps.limits import STEP_CHARS_SETTING, STEPS_SETTING, SolutionLimits, TooBig
 
-# One request may not tie up a worker for long: bounded items, steps and text sizes.
+# One request may not tie up a worker for long: bounded items, problem and text sizes. A
+# solution's steps are held to the limits imports have (steps/limits.py), checked in `validate`.
 MAX_ITEMS = 64
-MAX_STEPS = 128
-MAX_TEXT = 20_000
+MAX_PROBLEM_TEXT = 20_000
 MAX_TOTAL_TEXT = 400_000
 
 
@@ -77,11 +78,12 @@ def not_blank(value: str) -> None:
 
 def text(**kwargs) -> serializers.CharField:
     # Whitespace is kept (the model sees the text as sent) but a blank text is refused.
-    return serializers.CharField(max_length=MAX_TEXT, trim_whitespace=False, validators=[not_blank], **kwargs)
+    return serializers.CharField(trim_whitespace=False, validators=[not_blank], **kwargs)
 
 
 def step_texts(*, required: bool = True) -> serializers.ListField:
-    return serializers.ListField(required=required, child=text(), min_length=1, max_length=MAX_STEPS)
+    # How many steps and how long each: `check_solution`, by the rule imports follow.
+    return serializers.ListField(required=required, child=text(), min_length=1)
 
 
 # What `split` takes: the splitter's modes that cut a text (`explicit` never does) and the old
@@ -90,7 +92,7 @@ SPLIT_CHOICES = (*(mode for mode in splitting.SPLIT_MODES if mode != "explicit")
 
 
 def completion_text() -> serializers.CharField:
-    # Bounded whole by the request's total; once split, each step is held to MAX_TEXT as sent steps are.
+    # Bounded whole by the request's total; once split, its steps are held to the limits sent steps are.
     return serializers.CharField(
         required=False, max_length=MAX_TOTAL_TEXT, trim_whitespace=False, validators=[not_blank],
         help_text="The solution as one text, instead of `steps`: the server cuts it into steps with the splitter "
@@ -110,6 +112,11 @@ def check_solution(data: dict) -> dict:
         raise serializers.ValidationError({"steps": "This field is required (or send `completion`)."})
     if "split" in data and "completion" not in data:
         raise serializers.ValidationError({"split": "Only a `completion` is split; `steps` are scored as sent."})
+    if "steps" in data:
+        try:
+            SolutionLimits.of(settings).check(data["steps"])
+        except TooBig as error:
+            raise serializers.ValidationError({"steps": f"{error.field} {error.message}"}) from None
     return data
 
 
@@ -123,13 +130,15 @@ def split_completion(item: dict) -> None:
     if "completion" not in item:
         return
     steps = splitting.split_steps(item["completion"], item.get("split", "auto"))
-    if not 1 <= len(steps) <= MAX_STEPS:
-        raise serializers.ValidationError(
-            {"completion": f"The completion splits into {len(steps)} steps; 1 to {MAX_STEPS} are scored."})
-    too_long = next((index for index, step in enumerate(steps) if len(step) > MAX_TEXT), None)
+    limits = SolutionLimits.of(settings)
+    if not steps or limits.steps_message(len(steps)):
+        raise serializers.ValidationError({"completion": (
+            f"The completion splits into {len(steps)} steps; 1 to {limits.max_steps} are scored ({STEPS_SETTING}).")})
+    too_long = next((index for index, step in enumerate(steps) if limits.chars_message(step)), None)
     if too_long is not None:
         raise serializers.ValidationError({"completion": (
-            f"Step {too_long + 1} of the completion holds {len(steps[too_long])} characters; at most {MAX_TEXT}.")})
+            f"Step {too_long + 1} of the completion holds {len(steps[too_long])} characters; "
+            f"at most {limits.max_step_chars} ({STEP_CHARS_SETTING}).")})
     item["steps"] = steps
 
 
@@ -164,7 +173,7 @@ def split_each(items: list[dict]) -> None:
 class ScoreItemSerializer(serializers.Serializer):
     """One solution: its `steps`, or a `completion` the server cuts into steps by `split`."""
 
-    problem = text()
+    problem = text(max_length=MAX_PROBLEM_TEXT)
     steps = step_texts(required=False)
     completion = completion_text()
     split = split_mode()
@@ -176,7 +185,7 @@ class ScoreItemSerializer(serializers.Serializer):
 class ScoreRequestSerializer(serializers.Serializer):
     """Either one solution (`problem`, and `steps` or `completion`) or a batch (`items`), and optionally a model."""
 
-    problem = text(required=False)
+    problem = text(required=False, max_length=MAX_PROBLEM_TEXT)
     steps = step_texts(required=False)
     completion = completion_text()
     split = split_mode()

@@ -17,6 +17,7 @@ from scoring import on_worker
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 from scoring.store import registry
 from scoring.web.api import serializers
+from steps import limits
 
 
 class ModelVersionViewSet(viewsets.ReadOnlyModelViewSet):
@@ -70,7 +71,8 @@ it); one not answered within STEPWISE_SCORE_API_TIMEOUT gets 503 and is not comp
 of `steps`, a solution may be one text, `"completion": "..."`, with an optional `"split"` mode
 ({", ".join(serializers.SPLIT_CHOICES)}; default auto): the server cuts it into steps with the
 splitter its imports and generation use, holds them to the limits sent steps have
-({serializers.MAX_STEPS} steps of at most {serializers.MAX_TEXT} characters), and answers each
+(STEPWISE_IMPORT_MAX_STEPS steps of at most STEPWISE_IMPORT_MAX_STEP_CHARS characters, as imports; by
+default {limits.MAX_STEPS} of {limits.MAX_STEP_CHARS:,}), and answers each
 step's `text` beside its scores. Distributional models also return each step's `mean` and
 `sigma`. `spread` is the standard deviation of the step's probability across the model's
 bootstrap ensemble of heads (epistemic: how much more labels could change it), once the version

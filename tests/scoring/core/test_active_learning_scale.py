@@ -12,7 +12,6 @@ import bench
 from annotate.models import QueueItem, Solution
 from bench import simulation, simulation_pool, simulation_report, simulation_scale
 from bench.tiny import build_tiny_backbone, build_tiny_prm
-from infra.env import SELECTION_REASONS, parse_shares
 from scoring.core import evaluation
 from scoring.core.training import regularized
 from scoring.core.training.losses import StepTensors
@@ -183,10 +182,10 @@ def test_rebuild_queue_fits_the_ensemble_itself_when_the_shares_ask_for_it(db, t
 
 def test_default_shares_parse_and_name_only_known_reasons():
     shares = settings.STEPWISE_SELECTION_SHARES
-    assert set(shares) <= set(SELECTION_REASONS) and abs(sum(shares.values()) - 1) < 1e-9
-    assert parse_shares("disagreement=1,random=1") == {"disagreement": 0.5, "random": 0.5}
+    assert set(shares) <= set(selection.REASONS) and abs(sum(shares.values()) - 1) < 1e-9
+    assert selection.parse_shares("disagreement=1,random=1") == {"disagreement": 0.5, "random": 0.5}
     with pytest.raises(ValueError, match="unknown reason 'ensemble'"):
-        parse_shares("ensemble=1")
+        selection.parse_shares("ensemble=1")
 
 
 def test_scale_loop_runs_every_strategy_and_reports_ratios(tiny):

@@ -108,4 +108,4 @@ def test_the_shares_setting_takes_the_reason_and_names_an_unknown_one(monkeypatc
     assert env_shares("STEPWISE_SELECTION_SHARES", "random=1") == {"rollout_disagreement": 0.5, "random": 0.5}
     monkeypatch.setenv("STEPWISE_SELECTION_SHARES", "rollout_disagrement=1")
     with pytest.raises(ImproperlyConfigured, match="STEPWISE_SELECTION_SHARES: .*unknown reason 'rollout_disagrement'"):
-        env_shares("STEPWISE_SELECTION_SHARES", "random=1")
+        selection.check_shares_setting(env_shares("STEPWISE_SELECTION_SHARES", "random=1"))

@@ -21,7 +21,8 @@ from bench.tiny import build_tiny_prm
 from scoring.models import ModelVersion
 from scoring.store import registry
 from scoring.tasks import score_texts_task
-from scoring.web.api.serializers import MAX_ITEMS, MAX_STEPS, ScoreRequestSerializer, token_count
+from scoring.web.api.serializers import MAX_ITEMS, ScoreRequestSerializer, token_count
+from steps.limits import MAX_STEPS
 from tests.conftest import WorkerProcess, _test_database_url, wait_for
 from tests.factories import user_with_role
 from tests.load import page_bound_under_load

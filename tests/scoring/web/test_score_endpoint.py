@@ -15,7 +15,8 @@ from scoring.models import SolutionScore
 from scoring.rescoring import ensemble, scores
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
-from scoring.web.api.serializers import MAX_ITEMS, MAX_STEPS, MAX_TEXT, MAX_TOTAL_TEXT
+from scoring.web.api.serializers import MAX_ITEMS, MAX_TOTAL_TEXT
+from steps.limits import MAX_STEP_CHARS, MAX_STEPS
 from steps.splitting import split_steps
 from tests.conftest import WorkerProcess
 from tests.factories import ProblemFactory, SolutionFactory
@@ -157,7 +158,7 @@ def test_a_batch_beyond_the_limit_is_refused_with_a_clear_400(client, tiny_model
 
 
 def test_too_much_text_in_one_call_is_refused(client, tiny_models):
-    items = [{"problem": PROBLEM, "steps": ["x" * MAX_TEXT] * 10}] * (MAX_TOTAL_TEXT // (10 * MAX_TEXT) + 1)
+    items = [{"problem": PROBLEM, "steps": ["x" * MAX_STEP_CHARS] * 10}] * (MAX_TOTAL_TEXT // (10 * MAX_STEP_CHARS) + 1)
     response = client.post("/api/score", {"items": items}, format="json")
     assert response.status_code == 400 and f"at most {MAX_TOTAL_TEXT}" in str(response.json())
 
@@ -205,11 +206,12 @@ def test_a_completion_is_held_to_the_limits_of_sent_steps(client, tiny_models):
     response = client.post("/api/score", {"problem": PROBLEM, "completion": too_many}, format="json")
     assert response.status_code == 400 and f"1 to {MAX_STEPS}" in str(response.json()["completion"])
 
-    too_long = "Start.\n\n" + "x" * (MAX_TEXT + 1)
+    too_long = "Start.\n\n" + "x" * (MAX_STEP_CHARS + 1)
     items = [{"problem": PROBLEM, "completion": COMPLETION}, {"problem": PROBLEM, "completion": too_long}]
     response = client.post("/api/score", {"items": items}, format="json")
     assert response.status_code == 400
-    assert response.json()["items"][0] == {} and f"at most {MAX_TEXT}" in str(response.json()["items"][1]["completion"])
+    assert response.json()["items"][0] == {}
+    assert f"at most {MAX_STEP_CHARS}" in str(response.json()["items"][1]["completion"])
 
     # A completion counts whole against the request's total, before any splitting.
     items = [{"problem": PROBLEM, "completion": "x" * (MAX_TOTAL_TEXT // 2)}] * 2

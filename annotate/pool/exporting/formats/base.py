@@ -114,8 +114,6 @@ class ExportFormat:
         return self.unit == "solutions"
 
 
-def is_good(rating: int | None, *, neutral_is_good: bool) -> bool:
-    return rating == 1 or (rating == 0 and neutral_is_good)
 
 
 def assistance_of(annotations: list[AnnotationRecord]) -> dict:

@@ -12,11 +12,11 @@ from annotate.pool.exporting.formats.base import (
     ExportFormat,
     ExportTally,
     assistance_of,
-    is_good,
     labeled,
 )
 from annotate.pool.exporting.loading import solution_groups
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
+from steps.ratings import is_good
 
 
 def soft_label_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:

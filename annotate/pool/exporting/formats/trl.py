@@ -12,10 +12,10 @@ from annotate.pool.exporting.formats.base import (
     ExportFormat,
     ExportTally,
     assistance_of,
-    is_good,
     labeled,
 )
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
+from steps.ratings import is_error, is_good
 
 
 def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
@@ -49,7 +49,7 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
                 break
             texts.append(step.text)
             labels.append(good(step.rating))
-            if step.rating == -1:
+            if is_error(step.rating):
                 break
         if texts:
             yield {"prompt": prompt, "completions": texts, "labels": labels, "assistance": seen}

@@ -22,6 +22,7 @@ from django.conf import settings
 from annotate.pool.importing.formats import generic, gsm8k, math, math_shepherd, prm800k, processbench
 from annotate.pool.importing.formats.base import ImportedLabels, ImportFormat, Record
 from annotate.pool.prm800k import LineError, type_name
+from steps.limits import SolutionLimits, TooBig
 from steps.splitting import SplitMode
 
 FORMATS: dict[str, ImportFormat] = {f.name: f for f in (
@@ -75,23 +76,16 @@ def parser_for(format: str, *, source: str | None, split: str, split_mode: Split
 
 
 def check_size(record: Record) -> None:
-    """Refuse a solution of more steps, or a step (or PRM800K alternative) of more text, than allowed.
-
-    Every step is rendered on each labeling click and scored as one sequence: a
-    10,000-step solution made 18 MB per click, an 80k-character step minutes to score.
-    """
-    max_steps, max_chars = settings.STEPWISE_IMPORT_MAX_STEPS, settings.STEPWISE_IMPORT_MAX_STEP_CHARS
-    if len(record.steps) > max_steps:
-        raise LineError("steps", f"has {len(record.steps):,} steps; the limit is {max_steps:,} "
-                                 "(STEPWISE_IMPORT_MAX_STEPS)")
-    texts = [(f"steps[{i}]", text) for i, text in enumerate(record.steps)]
+    """Refuse a solution of more steps, or a step (or PRM800K alternative) of more text, than
+    Stepwise takes (`steps.limits`, the rule /api/score holds solutions to as well)."""
+    others: list[tuple[str, str]] = []
     if record.labels is not None:
-        texts += [(f"label.steps[{i}].completions[{j}].text", c.text)
+        others = [(f"label.steps[{i}].completions[{j}].text", c.text)
                   for i, step in enumerate(record.labels.steps) for j, c in enumerate(step.completions)]
-    for where, text in texts:
-        if len(text) > max_chars:
-            raise LineError(where, f"has {len(text):,} characters; the limit is {max_chars:,} "
-                                   "(STEPWISE_IMPORT_MAX_STEP_CHARS)")
+    try:
+        SolutionLimits.of(settings).check(record.steps, others=others)
+    except TooBig as error:
+        raise LineError(error.field, error.message) from None
 
 
 def _listed(names) -> str:
