@@ -67,6 +67,7 @@ class Parser(HTTPRequestParser):
 
     _per_cap: dict[int, Any] = {}  # the server's adjustments with one body cap, by cap
     _limit: tuple[int, str] = (0, "")
+    error: Any
 
     def parse_header(self, header_plus: bytes) -> None:
         super().parse_header(header_plus)
@@ -132,7 +133,7 @@ def serve(sock: socket.socket) -> None:
 
     django.setup(set_prefix=False)
     server = create_server(access_logged(get_wsgi_application()), sockets=[sock], **adjustments(settings))
-    server.channel_class = Channel  # type: ignore[union-attr]
+    server.channel_class = Channel
     # waitress's run() closes the server on SystemExit, waiting for its threads.
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda *_: sys.exit(0))
@@ -147,7 +148,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (compose: 0.0.0.0)")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    return _serve_in(socket.create_server((args.host, args.port), backlog=1024), args.processes)
+    sock = socket.create_server((args.host, args.port), backlog=1024)
+    # What waitress sets on a socket it opens itself; accepted connections inherit it. Without it
+    # an answer written in two pieces waited for the client's delayed ACK: next task p50 34.6 ms
+    # against 19.2 ms at 1 client, 297 tasks labeled in 20 s at 10 clients against 811.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return _serve_in(sock, args.processes)
 
 
 def _serve_in(sock: socket.socket, processes: int) -> int:

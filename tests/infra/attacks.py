@@ -32,7 +32,7 @@ class Target:
     port: int
     pids: Callable[[], list[int]]  # the processes whose memory and temporary files count
     temp_dirs: list[Path]  # where those processes put temporary files
-    behind_nginx: bool = False
+    idle_timeout: float  # seconds after which it closes a connection that sends nothing
     host: str = "127.0.0.1"
 
     @property
@@ -262,16 +262,16 @@ def oversize_body(target: Target, stop: threading.Event) -> dict:
     return {"statuses": [status for status, _ in answers], "most_taken_mib": max(sent for _, sent in answers) / MIB}
 
 
-def idle_and_half_headers(target: Target, stop: threading.Event, close_within: float) -> dict:
+def idle_and_half_headers(target: Target, stop: threading.Event) -> dict:
     """100 sockets that send nothing and 100 that send half a request's headers, then nothing:
-    how many are still open `close_within` seconds after they opened."""
+    how many are still open 6 s after the target's idle timeout."""
     opened = time.monotonic()
     idle = [target.connect() for _ in range(100)]
     half = [target.connect() for _ in range(100)]
     for sock in half:
         sock.sendall(b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ")
     stop.wait(120)
-    deadline = opened + close_within
+    deadline = opened + target.idle_timeout + 6
     while time.monotonic() < deadline and not all(map(closed_by_server, idle + half)):
         time.sleep(0.2)
     seen = {"idle_open": sum(not closed_by_server(s) for s in idle),
@@ -348,13 +348,12 @@ def form_login(target: Target, username: str, password: str, headers: dict[str, 
         sock.close()
 
 
-def forged_addresses(target: Target, stop: threading.Event, username: str, control: str | None) -> dict:
+def forged_addresses(target: Target, stop: threading.Event, username: str, control: str | None, limit: int) -> dict:
     """Wrong passwords for `username`, each from another forged address in an underscore header
-    (`X_Forwarded_For`), then the right one: with STEPWISE_LOGIN_FAILURE_LIMIT wrong passwords
+    (`X_Forwarded_For`), then the right one: with `limit` (STEPWISE_LOGIN_FAILURE_LIMIT) wrong passwords
     counted against one address, the right one is refused (429). `control`: another user, whose
     wrong passwords come with well-formed X-Forwarded-For headers from a trusted proxy, and are
     counted against the forged addresses (so the right password is let in)."""
-    limit = int(os.environ.get("STEPWISE_LOGIN_FAILURE_LIMIT", "3"))
     seen = {}
     for who, header in [(username, "X_Forwarded_For"), (control, "X-Forwarded-For")]:
         if who is None:

@@ -12,19 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from annotate.labeling import queueing
-from annotate.models import LabelingConfig
-from bench.loadtest import Server, percentile
-from tests.conftest import _test_database_url
-from tests.factories import SolutionFactory, user_with_role
+from bench.loadtest import percentile
 from tests.infra import attacks
 from tests.infra.attacks import MIB, PASSWORD, Target, timed_logins_and_claims
+from tests.infra.conftest import BODY_LIMIT, CLIENT_TIMEOUT, LOGIN_FAILURE_LIMIT
 from tests.load import page_bound_under_load
 
 HOSTILE = 64
-CLIENT_TIMEOUT = 4  # STEPWISE_CLIENT_TIMEOUT_SECONDS for the server under attack
-LOGIN_FAILURE_LIMIT = 3
-BODY_LIMIT = 10 * MIB  # STEPWISE_MAX_BODY_BYTES, the login page's limit
 
 
 class SlowSockets:
@@ -55,43 +49,6 @@ class SlowSockets:
         self.thread.join(timeout=5)
         for sock in self.sockets:
             sock.close()
-
-
-def attack_environment(tmp_path: Path) -> dict[str, str]:
-    """The server's environment for the attacks: its own data folder with a large static file,
-    its own temporary folder (watched), short client timeout, 127.0.0.1 a trusted proxy."""
-    static = tmp_path / "data" / "staticfiles"
-    static.mkdir(parents=True)
-    (static / attacks.BIG_STATIC).write_bytes(b"x" * (4 * MIB))
-    (tmp_path / "tmp").mkdir()
-    return {"STEPWISE_DATA_DIR": str(tmp_path / "data"), "TMPDIR": str(tmp_path / "tmp"),
-            "STEPWISE_CLIENT_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "STEPWISE_TRUSTED_PROXIES": "127.0.0.1",
-            "STEPWISE_LOGIN_FAILURE_LIMIT": str(LOGIN_FAILURE_LIMIT), "STEPWISE_MAX_BODY_BYTES": str(BODY_LIMIT)}
-
-
-@pytest.fixture
-def web_server(transactional_db, tmp_path):
-    """The server exactly as `./stepwise run` starts it (loadtest.Server: the script's web_server),
-    on the test database, its access log in a file."""
-    log = tmp_path / "web.log"
-    server = Server(database_url=_test_database_url(), log=log, extra_env=attack_environment(tmp_path))
-    try:
-        server.wait_until_up(90)
-        yield server, log
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def work_to_claim(transactional_db):
-    LabelingConfig.objects.update_or_create(pk=LabelingConfig.get().pk,
-                                            defaults={"qc_rate": 0, "screening_required": False})
-    for _ in range(60):
-        SolutionFactory()
-    queueing.ensure_default_queue()
-    for name in ("chunky", "forged", "control"):  # the attacks' own accounts
-        user_with_role(name, "annotator")
-    return [user_with_role(f"patient{i}", "annotator").username for i in range(8)]
 
 
 @pytest.mark.slow
@@ -143,14 +100,14 @@ PROBES = {
         lambda seen: set(seen["statuses"]) == {413} and seen["most_taken_mib"] < 200,
         lambda seen: set(seen["statuses"]) == {413} and seen["most_taken_mib"] < 200),
     "idle and half-header sockets": (
-        partial(attacks.idle_and_half_headers, close_within=CLIENT_TIMEOUT + 6),
+        attacks.idle_and_half_headers,
         lambda seen: seen["idle_open"] == seen["half_open"] == 0,
         lambda seen: seen["idle_open"] == seen["half_open"] == 0),
     "chunked login": (
         partial(attacks.chunked_logins, username="chunky"),
         lambda seen: seen["statuses"] == [302], lambda seen: seen["statuses"] == [302]),
     "underscore forwarding headers": (
-        partial(attacks.forged_addresses, username="forged", control="control"),
+        partial(attacks.forged_addresses, username="forged", control="control", limit=LOGIN_FAILURE_LIMIT),
         # Counted against one address, the right password is refused; well-formed headers from a
         # trusted proxy are believed, so the control's wrong passwords were spread over 3 addresses.
         lambda seen: seen["X_Forwarded_For"]["then right"] == 429 and seen["X-Forwarded-For"]["then right"] == 302,
@@ -181,7 +138,7 @@ def assert_site_held(outcome: attacks.Outcome, expected, log: Path) -> None:
 def test_the_site_holds_under_each_attack_with_users_beside_it(web_server, work_to_claim, tmp_path, probe):
     server, log = web_server
     attack, expected, _ = PROBES[probe]
-    target = Target(port=server.port, pids=server.pids, temp_dirs=[tmp_path / "tmp"])
+    target = Target(port=server.port, pids=server.pids, temp_dirs=[tmp_path / "tmp"], idle_timeout=CLIENT_TIMEOUT)
     outcome = attacks.beside_real_users(target, work_to_claim, attack)
     print(f"\n{probe}: {outcome}")
     assert_site_held(outcome, expected, log)
@@ -191,7 +148,7 @@ def test_the_site_holds_under_each_attack_with_users_beside_it(web_server, work_
 @pytest.mark.postgresql
 def test_a_chunked_body_is_read_whole_and_one_over_the_views_limit_refused_as_it_streams(web_server, work_to_claim):
     server, _ = web_server
-    target = Target(port=server.port, pids=server.pids, temp_dirs=[])
+    target = Target(port=server.port, pids=server.pids, temp_dirs=[], idle_timeout=CLIENT_TIMEOUT)
     token, cookie = attacks.login_form(target)
     form = {"Content-Type": "application/x-www-form-urlencoded", "Cookie": cookie,
             "Origin": server.url, "Referer": server.url + "/accounts/login/"}
