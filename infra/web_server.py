@@ -1,28 +1,28 @@
 """The web server: waitress serving Django's WSGI application, bounded by its own settings.
 
-`./stepwise run` (its `web_server` function), the Docker image and the tests start it as
-``python -m infra.web_server PORT [PROCESSES] [--host HOST]``. waitress reads each request whole on its I/O
-thread (headers up to ``max_request_header_size``; a body in memory up to ``inbuf_overflow``,
-then in a temporary file; a chunked body de-chunked and handed on with its Content-Length)
-and buffers each response the same way, so a client slow in either direction holds a socket,
-never one of the threads that run Django. A connection that sends and reads nothing for
-``channel_timeout`` is closed; a header name with an underscore is dropped, so
+`./stepwise run` (its `web_server` function), docker-compose and the tests start it as
+``python -m infra.web_server PORT [PROCESSES] [--host HOST]``. waitress reads each request
+whole on its I/O thread (headers up to ``max_request_header_size``; a body in memory up to
+``inbuf_overflow``, then in a temporary file; a chunked body de-chunked and handed on with its
+Content-Length) and buffers each answer the same way, so a client slow in either direction
+holds a socket, never one of the threads that run Django. A connection that sends and reads
+nothing for ``channel_timeout`` is closed; a header name with an underscore is dropped, so
 ``X_Forwarded_For`` never becomes ``HTTP_X_FORWARDED_FOR`` (infra/client_address.py).
 
 What is ours, each because waitress cannot do it (docs/deploying.md has the figures):
 
 - **A body limit per URL, when the headers are in.** waitress has one
-  ``max_request_body_size`` for every URL, so the upload limit (256 MiB) would let a POST to
-  the login page spool 256 MiB to a temporary file before Django's 413; eight at once spooled
-  1.2 GiB. ``Parser`` holds each request to the limit of its URL (infra.limits.body_limit_for,
-  which BodySizeLimitMiddleware applies too): a declared length over it gets 413 before a
-  byte of the body is read, a chunked body 413 as soon as its count passes it.
+  ``max_request_body_size`` for every URL: at the upload limit (256 MiB) a POST to the login
+  page would be spooled whole before Django's 413 (the old front did that: 8 such POSTs
+  spooled 1.2 GiB). ``Parser`` holds each request to its URL's limit (infra.limits.body_limit_for,
+  which BodySizeLimitMiddleware applies too): 8 POSTs declaring 200 MiB got 413 with no
+  temporary file, a chunked body gets 413 as soon as its count passes the limit.
 - **400 for an HTTP/1.1 request without Host, or without a version** (RFC 9112 3.2): waitress
   hands them on, and Django would answer for the server's own name.
 - **More than one process.** waitress serves from one process; under the GIL that is one
   core. ``main`` opens the socket and forks PROCESSES servers that accept on it, as before
   (2 processes x 4 threads), and stops them all when one ends or on SIGTERM / SIGINT.
-- **An access log line per request** on stdout (waitress writes none).
+- **An access-log line per request** on stdout (waitress writes none).
 """
 from __future__ import annotations
 

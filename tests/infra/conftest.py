@@ -2,6 +2,8 @@
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.test import override_settings
 
 from annotate.labeling import queueing
 from annotate.models import LabelingConfig
@@ -16,12 +18,21 @@ LOGIN_FAILURE_LIMIT = 3
 BODY_LIMIT = 10 * MIB  # STEPWISE_MAX_BODY_BYTES, the login page's limit
 
 
-def attack_environment(tmp_path: Path) -> dict[str, str]:
-    """The server's environment for the attacks: its own data folder with a large static file,
+@pytest.fixture(scope="session")
+def static_root(tmp_path_factory) -> Path:
+    """The site's static files, collected once, and a large one for the slow readers."""
+    root = tmp_path_factory.mktemp("staticfiles")
+    with override_settings(STATIC_ROOT=root):
+        call_command("collectstatic", "--noinput", verbosity=0)
+    (root / attacks.BIG_STATIC).write_bytes(b"x" * (4 * MIB))
+    return root
+
+
+def attack_environment(tmp_path: Path, static_root: Path) -> dict[str, str]:
+    """The server's environment for the attacks: its own data folder with the static files,
     its own temporary folder (watched), short client timeout, 127.0.0.1 a trusted proxy."""
-    static = tmp_path / "data" / "staticfiles"
-    static.mkdir(parents=True)
-    (static / attacks.BIG_STATIC).write_bytes(b"x" * (4 * MIB))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "staticfiles").symlink_to(static_root)
     (tmp_path / "tmp").mkdir()
     return {"STEPWISE_DATA_DIR": str(tmp_path / "data"), "TMPDIR": str(tmp_path / "tmp"),
             "STEPWISE_CLIENT_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "STEPWISE_TRUSTED_PROXIES": "127.0.0.1",
@@ -29,11 +40,11 @@ def attack_environment(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def web_server(transactional_db, tmp_path):
+def web_server(transactional_db, tmp_path, static_root):
     """The server exactly as `./stepwise run` starts it (loadtest.Server: the script's web_server),
     on the test database, its access log in a file."""
     log = tmp_path / "web.log"
-    server = Server(database_url=_test_database_url(), log=log, extra_env=attack_environment(tmp_path))
+    server = Server(database_url=_test_database_url(), log=log, extra_env=attack_environment(tmp_path, static_root))
     try:
         server.wait_until_up(90)
         yield server, log
