@@ -3,9 +3,9 @@ bytes and time, with real annotators' logins and next tasks timed beside each.
 
 One script for the web server alone (tests/infra/test_web_server.py) and for the same server
 behind deploy/nginx.conf (tests/infra/test_nginx_front.py): an attack is a function of the
-`Target` and a stop event that runs until told to stop and returns what it saw; `beside_real_users`
-runs it while annotators log in and claim tasks, and watches the memory of the site's processes
-and the temporary files they hold.
+`Target`, a stop event and a ready event (set once it is under way) that runs until told to
+stop and returns what it saw; `beside_real_users` runs it while annotators log in and claim
+tasks, and watches the memory of the site's processes and the temporary files they hold.
 """
 from __future__ import annotations
 
@@ -96,11 +96,12 @@ def beside_real_users(target: Target, usernames: list[str], attack: Callable, se
     timed_logins_and_claims(target.url, usernames[:4], seconds=0)  # each process's first pages, not measured
     logins_alone, claims_alone = timed_logins_and_claims(target.url, usernames[4:], seconds=0)
     watch = Watch(target)
-    stop, seen = threading.Event(), {}
-    attacker = threading.Thread(target=lambda: seen.update(attack(target, stop)), daemon=True)
+    stop, ready, seen = threading.Event(), threading.Event(), {}
+    attacker = threading.Thread(target=lambda: seen.update(attack(target, stop, ready)), daemon=True)
     attacker.start()
     try:
-        time.sleep(1)  # the attack under way
+        ready.wait(60)  # the attack under way
+        time.sleep(1)
         logins, claims = timed_logins_and_claims(target.url, usernames, seconds)
     finally:
         stop.set()
@@ -213,18 +214,19 @@ def _in_threads(count: int, work: Callable[[int], object]) -> list:
 
 # --- the attacks ------------------------------------------------------------------------------------------
 
-def slow_read(target: Target, stop: threading.Event) -> dict:
+def slow_read(target: Target, stop: threading.Event, ready: threading.Event) -> dict:
     """16 sockets with a 4 KiB receive buffer ask for a large static file and never read it."""
     sockets = [target.connect(receive_buffer=4096) for _ in range(16)]
     for sock in sockets:
         sock.sendall(f"GET /static/{BIG_STATIC} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    ready.set()
     stop.wait(120)
     for sock in sockets:
         sock.close()
     return {"sockets": len(sockets)}
 
 
-def huge_headers(target: Target, stop: threading.Event) -> dict:
+def huge_headers(target: Target, stop: threading.Event, ready: threading.Event) -> dict:
     """4 connections each send a 96 MiB header, 1 MiB at a time, for as long as the server takes it."""
     def one(_: int) -> tuple[int | None, int]:
         sock = target.connect()
@@ -237,11 +239,12 @@ def huge_headers(target: Target, stop: threading.Event) -> dict:
         finally:
             sock.close()
 
+    ready.set()
     answers = _in_threads(4, one)
     return {"statuses": [status for status, _ in answers], "most_sent_mib": max(sent for _, sent in answers) / MIB}
 
 
-def oversize_body(target: Target, stop: threading.Event) -> dict:
+def oversize_body(target: Target, stop: threading.Event, ready: threading.Event) -> dict:
     """8 POSTs to the login page (a 10 MiB view) declaring 200 MiB: the answer is awaited before
     any of the body, then the body is sent for as long as the server takes it."""
     def one(_: int) -> tuple[int | None, int]:
@@ -258,11 +261,12 @@ def oversize_body(target: Target, stop: threading.Event) -> dict:
         finally:
             sock.close()
 
+    ready.set()
     answers = _in_threads(8, one)
     return {"statuses": [status for status, _ in answers], "most_taken_mib": max(sent for _, sent in answers) / MIB}
 
 
-def idle_and_half_headers(target: Target, stop: threading.Event) -> dict:
+def idle_and_half_headers(target: Target, stop: threading.Event, ready: threading.Event) -> dict:
     """100 sockets that send nothing and 100 that send half a request's headers, then nothing:
     how many are still open 6 s after the target's idle timeout."""
     opened = time.monotonic()
@@ -270,6 +274,7 @@ def idle_and_half_headers(target: Target, stop: threading.Event) -> dict:
     half = [target.connect() for _ in range(100)]
     for sock in half:
         sock.sendall(b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ")
+    ready.set()
     stop.wait(120)
     deadline = opened + target.idle_timeout + 6
     while time.monotonic() < deadline and not all(map(closed_by_server, idle + half)):
@@ -316,7 +321,7 @@ def login_form(target: Target) -> tuple[str, str]:
     return token.group(1), "; ".join(f"{name}={value}" for name, value in http.cookies.items())
 
 
-def chunked_logins(target: Target, stop: threading.Event, username: str) -> dict:
+def chunked_logins(target: Target, stop: threading.Event, ready: threading.Event, username: str) -> dict:
     """Logins whose form is sent chunked, one after another: each must log in (302 away from the login page)."""
     statuses = []
     while not stop.is_set() and len(statuses) < 50:
@@ -327,7 +332,8 @@ def chunked_logins(target: Target, stop: threading.Event, username: str) -> dict
             "Origin": target.url, "Referer": target.url + "/accounts/login/"})
         logged_in = status == 302 and b"location: /accounts/login/" not in answer.lower()
         statuses.append(status if logged_in else f"{status} (not logged in)")
-        stop.wait(0.5)
+        ready.set()
+        stop.wait(1.5)  # each login is a password hash: at this pace it takes a fifth of a core
     return {"statuses": sorted(set(statuses), key=str), "count": len(statuses)}
 
 
@@ -348,7 +354,8 @@ def form_login(target: Target, username: str, password: str, headers: dict[str, 
         sock.close()
 
 
-def forged_addresses(target: Target, stop: threading.Event, username: str, control: str | None, limit: int) -> dict:
+def forged_addresses(target: Target, stop: threading.Event, ready: threading.Event, username: str,
+                     control: str | None, limit: int) -> dict:
     """Wrong passwords for `username`, each from another forged address in an underscore header
     (`X_Forwarded_For`), then the right one: with `limit` (STEPWISE_LOGIN_FAILURE_LIMIT) wrong passwords
     counted against one address, the right one is refused (429). `control`: another user, whose
@@ -360,13 +367,17 @@ def forged_addresses(target: Target, stop: threading.Event, username: str, contr
             continue
         wrong = [form_login(target, who, "wrong-password", {header: f"203.0.113.{i}"}) for i in range(limit)]
         seen[header] = {"wrong": wrong, "then right": form_login(target, who, PASSWORD, {header: "203.0.113.99"})}
+    # The guesses are made; users are timed beside the lockout they left (each guess is a password
+    # hash, which is the lockout's to bound, not the web server's).
+    ready.set()
     stop.wait(120)
     return seen
 
 
-def missing_host(target: Target, stop: threading.Event) -> dict:
+def missing_host(target: Target, stop: threading.Event, ready: threading.Event) -> dict:
     """HTTP/1.1 requests without Host, and an HTTP/0.9 request line, over and over."""
     statuses: dict[str, set] = {"HTTP/1.1 without Host": set(), "HTTP/0.9": set()}
+    ready.set()
     while not stop.is_set() and sum(map(len, statuses.values())) < 1000:
         for name, request in [("HTTP/1.1 without Host", b"GET /accounts/login/ HTTP/1.1\r\n\r\n"),
                               ("HTTP/0.9", b"GET /accounts/login/\r\n\r\n")]:
