@@ -386,10 +386,10 @@ def free_port() -> int:
 
 
 class Server:
-    """The web server as `./stepwise run` starts it (the script's `web_server`: uvicorn, 4 Django
+    """The web server as `./stepwise run` starts it (the script's `web_server`: waitress, 4 Django
     threads per process), `workers` processes on loopback."""
 
-    threads = 4  # infra.web_front.THREADS
+    threads = 4  # infra.web_server.THREADS
 
     def __init__(self, *, database_url: str, workers: int = 2, extra_env: dict | None = None,
                  log: Path | None = None):

@@ -13,7 +13,7 @@ from csp.constants import NONE, SELF, UNSAFE_INLINE
 from dj_database_url import DBConfig
 from django.core.exceptions import ImproperlyConfigured
 
-from infra.env import env_bool, env_choice, env_float, env_int, env_networks, env_str
+from infra.env import env_bool, env_choice, env_int, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -222,9 +222,13 @@ MEDIA_ROOT = UPLOADS_DIR
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STEPWISE_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 STEPWISE_MAX_UPLOAD_BYTES = env_int("STEPWISE_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
-# The web front (infra/web_front.py) reads each request whole before Django runs it: a client that
-# pauses longer than this while sending its body gets 408, and its connection is closed.
-STEPWISE_CLIENT_BODY_TIMEOUT_SECONDS = env_float("STEPWISE_CLIENT_BODY_TIMEOUT_SECONDS", 60, minimum=1)
+# The web server (infra/web_server.py, waitress) reads each request whole before Django runs it.
+# A connection that sends and reads nothing for this long is closed (an idle keep-alive, a stalled
+# header or body, a client that stopped reading its answer); headers past this size get 431;
+# connections past this many per process wait in the listen queue.
+STEPWISE_CLIENT_TIMEOUT_SECONDS = env_int("STEPWISE_CLIENT_TIMEOUT_SECONDS", 30, minimum=1)
+STEPWISE_MAX_HEADER_BYTES = env_int("STEPWISE_MAX_HEADER_BYTES", 64 * 1024, minimum=8 * 1024)
+STEPWISE_MAX_CONNECTIONS = env_int("STEPWISE_MAX_CONNECTIONS", 1000, minimum=10)
 
 # --- Celery -------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")

@@ -66,14 +66,20 @@ UPLOAD_VIEWS = {"annotate:import-list", "api-import-list"}
 
 def body_limit(request: HttpRequest) -> tuple[int, str]:
     """The most bytes this request's body may have, and the setting that says so."""
-    if request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data") and _view_name(request) in UPLOAD_VIEWS:
+    return body_limit_for(request.path_info, request.META.get("CONTENT_TYPE", ""))
+
+
+def body_limit_for(path: str, content_type: str) -> tuple[int, str]:
+    """``body_limit`` from a request's path and Content-Type alone: the web server asks it when
+    the headers are in, before it reads a byte of the body (infra/web_server.py)."""
+    if content_type.startswith("multipart/form-data") and _view_name(path) in UPLOAD_VIEWS:
         return settings.STEPWISE_MAX_UPLOAD_BYTES, "STEPWISE_MAX_UPLOAD_BYTES"
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "STEPWISE_MAX_BODY_BYTES"
 
 
-def _view_name(request: HttpRequest) -> str | None:
+def _view_name(path: str) -> str | None:
     try:
-        return resolve(request.path_info).view_name
+        return resolve(path).view_name
     except Resolver404:
         return None
 

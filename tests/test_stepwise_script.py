@@ -130,7 +130,7 @@ class Redirect(BaseHTTPRequestHandler):
 
 def test_the_url_waits_until_the_server_answers(unused_port):
     server = ThreadingHTTPServer(("127.0.0.1", unused_port), Redirect)
-    # The server comes up a second after the wait begins, as uvicorn does after its workers boot.
+    # The server comes up a second after the wait begins, as the web server does after its processes load Django.
     began = time.monotonic()
     threading.Thread(target=lambda: (time.sleep(1), server.serve_forever()), daemon=True).start()
     try:
@@ -268,7 +268,7 @@ def test_run_says_each_stage_answers_and_ctrl_c_stops_everything_within_10_secon
         assert get(f"http://127.0.0.1:{unused_port}/accounts/login/") == 200
         assert '"GET /accounts/login/ HTTP/1.1" 200' in (tmp_path / "logs" / "web.log").read_text()  # access log
         running = started_by_run(tmp_path)
-        assert any("uvicorn config.asgi:application" in cmd for cmd in running.values()), running
+        assert any("-m infra.web_server" in cmd for cmd in running.values()), running
         assert any("init_default_model" in cmd for cmd in running.values()), running
 
         process.send_signal(signal.SIGINT)

@@ -1,6 +1,6 @@
 """./stepwise bench bench_http [--pool 50000] [--clients 1,10] [--seconds 30] [--url URL]
 
-The annotator's workflow over HTTP against the real server as `./stepwise run` starts it (uvicorn,
+The annotator's workflow over HTTP against the real server as `./stepwise run` starts it (waitress,
 2 processes x 4 Django threads on loopback), or the server at --url.
 N simulated annotators, one OS process each, log in, claim (POST /label/next, which answers
 with the task page), rate every step as htmx does, submit, for --seconds, then stop by
@@ -51,7 +51,7 @@ class Command(BaseCommand):
         parser.add_argument("--max-requests", type=int, default=100_000, help="Requests per client at most")
         parser.add_argument("--url", default="", help="Target a running server instead of starting one")
         parser.add_argument("--server-pid", type=int, default=0,
-                            help="With --url: the server's main pid (uvicorn or gunicorn), to measure its CPU")
+                            help="With --url: the server's main pid (waitress or gunicorn), to measure its CPU")
         parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
         parser.add_argument("--product-defaults", action="store_true",
                             help="Label under the product's default settings (gold at 10 %%, screening required) "
@@ -112,7 +112,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Stepwise HTTP benchmark on {connection.vendor} ({size:,} solutions in the pool"
                 f"{f', built in {built:.1f} s' if built else ''}); "
-                f"{url or 'uvicorn 2 processes x 4 Django threads'}; "
+                f"{url or 'waitress 2 processes x 4 Django threads'}; "
                 f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; {_settings_named()}"
             )
             with peer as label_studio_server:

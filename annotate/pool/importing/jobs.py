@@ -4,7 +4,8 @@ The job's state changes only through the shared lifecycle on ``Job`` (``start``,
 ``record_progress``, ``succeed``, ``fail``). The rules that follow: a finished job, succeeded
 or failed, is never run again when its task is redelivered; a job left running by an
 attempt that died is resumed, which is safe because the import finds by content hash what
-the dead attempt wrote; an exception anywhere in the work ends the job failed with its message.
+the dead attempt wrote, and reports the lines it wrote as created, as they were; an exception
+anywhere in the work ends the job failed with its message.
 
 A job succeeds once its solutions are labelable: ``queueing.enqueue_imported`` queues them
 (unscored, wrong answers first) in the current generation before the job is marked done.
@@ -75,7 +76,7 @@ def run_import_job(*, job_id: int) -> ImportJob:
     with job.failure_recorded():
         summary = import_pool(path=job.path, format=job.format, source=job.source or None, atomic=job.atomic,
                               report_path=job.report_path, progress=progress, split_mode=job.split_mode,
-                              file_name=job.original_name or None)
+                              file_name=job.original_name or None, written_since=job.created_at)
         counts = {"format": summary.format, "total": summary.lines, "done": summary.lines,
                   "created": summary.created, "duplicates": summary.duplicates, "errors": summary.errors,
                   "graded_right": summary.graded[True], "graded_wrong": summary.graded[False],

@@ -1,6 +1,7 @@
 """`import_pool`: one JSONL file through the stages, in order (the package docstring says how)."""
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,12 +41,15 @@ def import_pool(
     batch_size: int = BATCH_SIZE,
     file_name: str | None = None,
     grading_budget: float | None = None,
+    written_since: dt.datetime | None = None,
 ) -> ImportSummary:
     """Import one JSONL file into the pool; see the module docstring.
 
     `file_name` is the name its sample lines keep (default: the path's), e.g. an upload's own name.
     `grading_budget` is the seconds all its lines may spend being graded (default:
-    STEPWISE_IMPORT_GRADING_BUDGET); lines after that are imported ungraded.
+    STEPWISE_IMPORT_GRADING_BUDGET); lines after that are imported ungraded. `written_since`:
+    when the job began, so that the lines an earlier attempt of it wrote count as created
+    (writing.SourceFile).
     """
     check_format(format)
     split_mode = check_mode(split_mode)
@@ -56,7 +60,7 @@ def import_pool(
         format = detect_file_format(path) or "auto"
     summary = ImportSummary(path=str(path), format=format, total=count_lines(path))
     parse = parser_for(format, source=source, split=split_of(path), split_mode=split_mode)
-    source_file = SourceFile(digest=file_digest(path), name=file_name or path.name)
+    source_file = SourceFile(digest=file_digest(path), name=file_name or path.name, written_since=written_since)
     budget = GradingBudget(settings.STEPWISE_IMPORT_GRADING_BUDGET if grading_budget is None else grading_budget)
     report = Report(report_path)
     try:

@@ -20,6 +20,7 @@ one ``AutoStepLabel`` per labeled step, so re-importing the file adds nothing.
 """
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, Min, OuterRef, Subquery
 from django.utils import timezone
 
 from annotate.models import (
@@ -49,10 +50,16 @@ from steps.grading import Grade, judge
 
 @dataclass(frozen=True)
 class SourceFile:
-    """The file the records come from: its content digest (the sample key) and its name."""
+    """The file the records come from: its content digest (the sample key) and its name.
+
+    `written_since`: when the job importing it began. A line of this file recorded since then
+    was written by this job (an attempt that a lost connection cut short), and the line that
+    brought its solution is reported as created again, not as a duplicate of itself.
+    """
 
     digest: str
     name: str = ""
+    written_since: dt.datetime | None = None
 
 
 class GradingBudget:
@@ -143,6 +150,7 @@ def _write(records: list[Record], source_file: SourceFile | None) -> list[Outcom
     _imported_labels_for(records, solutions, source_file)
     if source_file is not None:
         new_ids = {solutions[r.solution_hash].pk for r in records if id(r) in created}
+        created |= _created_earlier_by_this_job(records, solutions, source_file, created)
         _record_samples(records, solutions, source_file, new_ids)
     outcomes = []
     for record in records:
@@ -248,6 +256,29 @@ def insert_rows(model, columns: tuple[str, ...], rows: Iterable[Sequence]) -> No
         else:
             sql = f"INSERT INTO {table} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
             cursor.executemany(sql, list(rows))
+
+
+def _created_earlier_by_this_job(records: list[Record], solutions: dict[str, Solution], source_file: SourceFile,
+                                 created: set[int]) -> set[int]:
+    """The ids of the records, found as there already, whose line created its solution in an
+    earlier attempt of this job: the line is recorded since the job began, and it is the
+    solution's first sample line (written in the transaction that created the solution)."""
+    if source_file.written_since is None:
+        return set()
+    found = [r for r in records if r.labels is None and id(r) not in created]
+    if not found:
+        return set()
+    ours = dict(
+        SampleLine.objects.filter(file_digest=source_file.digest, line_no__in=[r.line_no for r in found],
+                                  created_at__gte=source_file.written_since).values_list("line_no", "pk")
+    )
+    if not ours:
+        return set()
+    first = dict(
+        SampleLine.objects.filter(solution_id__in={solutions[r.solution_hash].pk for r in found})
+        .order_by().values("solution_id").annotate(first=Min("pk")).values_list("solution_id", "first")
+    )
+    return {id(r) for r in found if r.line_no in ours and first.get(solutions[r.solution_hash].pk) == ours[r.line_no]}
 
 
 def _record_samples(

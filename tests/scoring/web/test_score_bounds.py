@@ -1,9 +1,10 @@
 """Every /api/score request is bounded: tokens per request, requests in flight per user, one deadline.
 
-The load tests run what `./stepwise run` runs: uvicorn (2 processes x 4 Django threads) on the test
+The load tests run what `./stepwise run` runs: waitress (2 processes x 4 Django threads) on the test
 database and a real worker on the `score` queue, with the tiny test PRM, which a maximal request
 keeps busy for seconds on a 2-core machine, while annotators log in and open their next task.
 """
+import json
 import re
 import threading
 import time
@@ -25,6 +26,8 @@ from scoring.web.api.serializers import MAX_ITEMS, ScoreRequestSerializer, token
 from steps.limits import MAX_STEPS
 from tests.conftest import WorkerProcess, _test_database_url, wait_for
 from tests.factories import user_with_role
+from tests.infra import attacks
+from tests.infra.attacks import Target
 from tests.load import page_bound_under_load
 from tests.scoring.test_tasks import make_pool
 
@@ -247,3 +250,30 @@ def test_requests_that_time_out_are_not_computed_on(scoring_app):
     # Nothing answered for one that timed out.
     assert outcomes["answered"] == answered, outcomes
     assert busy_after < 3.0
+
+
+@pytest.mark.slow
+@pytest.mark.postgresql
+def test_a_chunked_request_is_scored_like_one_with_a_length_while_annotators_label(scoring_app):
+    """A client that sends its body chunked (no Content-Length, as streaming HTTP clients do) gets
+    its scores: the server reads the chunks whole and hands Django the body with its length."""
+    server, _ = scoring_app
+    make_pool(20)
+    queueing.ensure_default_queue()
+    token, = tokens_of("streaming-client")
+    target = Target(port=server.port, pids=server.pids, temp_dirs=[], idle_timeout=30)
+    body = json.dumps({"problem": PROBLEM, "steps": ["1 + 1 = 2.", "# Answer\n\n2"]}).encode()
+    annotators = [user_with_role("beside", "annotator").username]
+    with AnnotatorPages(server, annotators) as baseline:
+        time.sleep(3)
+    with AnnotatorPages(server, annotators) as pages:
+        answers = [attacks.chunked(target, "/api/score", body, {"Authorization": f"Token {token}",
+                                                               "Content-Type": "application/json"})
+                   for _ in range(5)]
+    for status, answer in answers:
+        assert status == 200, answer[-300:]
+        scores = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        assert len(scores["steps"]) == 2, scores
+    assert set(pages.statuses) <= {200, 302} and pages.timings["login"], pages.statuses
+    assert pages.p95("login") < page_bound_under_load(baseline.p95("login")), (pages.timings, baseline.timings)
+    assert pages.p95("next task") < page_bound_under_load(baseline.p95("next task"), floor=0.5), pages.timings
