@@ -68,6 +68,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         pass  # one line per request would drown a benchmark's output
 
     def _dispatch(self, method: str) -> None:
+        self._body_read = False
         handler = self.server.routes.get((method, self.path.split("?", 1)[0]))
         if handler is None:
             return self._reply(404, _error(f"no route {method} {self.path}"))
@@ -87,7 +88,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             raise HTTPError(413, f"body over {MAX_BODY} bytes")
         if not length:
             return {}
-        body = json.loads(self.rfile.read(length))
+        data, self._body_read = self.rfile.read(length), True
+        body = json.loads(data)
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         return body
@@ -97,6 +99,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if int(self.headers.get("Content-Length") or 0) and not self._body_read:
+            # Refused unread (404, 401, 413): its body would be read as the next request.
+            self.send_header("Connection", "close")
+            self.close_connection = True
         # Headers and body in one write: one segment, where two let Nagle delay the second.
         self._headers_buffer.append(b"\r\n" + data)
         self.flush_headers()

@@ -361,6 +361,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # django-axes logs every login at INFO; its lockouts and failures are WARNING.
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    # django-axes logs every login at INFO; its lockouts and failures are WARNING. httpx (the
+    # outbound client) logs every request at INFO: a rescore's batches would drown the worker's log.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"},
+                "httpx2": {"level": "WARNING"}},
 }

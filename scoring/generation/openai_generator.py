@@ -5,7 +5,9 @@ Through the official `openai` client, one request per prompt (`n` samples each),
 are off (`max_retries=0`): this module retries by Stepwise's one policy
 (`stepwise_client.retrying`: 408/409/429/5xx answers, timeouts and lost connections; the
 server's Retry-After, else exponential backoff with full jitter) so that every retry is
-counted in `usage.retries` and a run can say what the server cost it. No Django.
+counted in `usage.retries` and a run can say what the server cost it. HTTP goes through
+`infra.outbound_http`, Stepwise's one outbound client. No Django (but for the setting
+`infra.outbound` reads).
 
     generator = OpenAIGenerator("http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-Math-7B-Instruct")
     samples = generator.generate(prompts, SamplingParams(n=4, max_tokens=512, seed=1))
@@ -14,14 +16,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx2 as httpx  # the HTTP client openai 3 is built on
 import openai
 
+from infra import outbound_http
 from scoring.generation.generators import Sample, SamplingParams, Usage
 from stepwise_client.retrying import RetryPolicy, is_retryable_status, retry_after_seconds
 
@@ -43,11 +44,10 @@ class OpenAIGenerator:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         # Local servers take any key; the client insists on one being set.
         api_key = os.environ.get(api_key_env) or "unused"
-        # No redirect followed: the URL was checked (infra.outbound), where it points was not, and
-        # the key would go along. A 3xx is an APIStatusError naming its status, not retried.
-        http_client = openai.DefaultHttpxClient(
-            follow_redirects=False, transport=BoundedTransport(httpx.HTTPTransport(), max_bytes=MAX_ANSWER_BYTES,
-                                                               seconds=timeout))
+        # Stepwise's one outbound client: the URL checked at each call, no redirect followed (a 3xx
+        # is an APIStatusError naming its status, not retried), each answer whole within `timeout`
+        # and no larger than MAX_ANSWER_BYTES.
+        http_client = outbound_http.client(seconds=timeout, max_bytes=MAX_ANSWER_BYTES)
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout,
                                     http_client=http_client)
         self.model, self.mode, self.concurrency = model, mode, concurrency
@@ -88,8 +88,7 @@ class OpenAIGenerator:
         except openai.APIStatusError as error:
             if not 300 <= error.status_code < 400:
                 raise
-            location = error.response.headers.get("location") or "nowhere named"
-            raise openai.APIStatusError(f"HTTP {error.status_code}: a redirect to {location}, not followed "
+            raise openai.APIStatusError(f"HTTP {error.status_code}: {outbound_http.not_followed(error.response)} "
                                         "(use the URL it names)", response=error.response, body=error.body) from None
 
     def _count_retry(self, error: Exception) -> None:
@@ -97,47 +96,11 @@ class OpenAIGenerator:
             self.usage.retries += 1
 
 
-class BoundedTransport(httpx.BaseTransport):
-    """Answers read whole within `seconds` of the request and no larger than `max_bytes`: the
-    client's own timeout bounds each read, so a server sending a byte a minute held a worker for
-    ever. Past either bound the read fails as a lost connection would (httpx.ReadError)."""
-
-    def __init__(self, inner: httpx.BaseTransport, *, max_bytes: int, seconds: float):
-        self.inner, self.max_bytes, self.seconds = inner, max_bytes, seconds
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        deadline = time.monotonic() + self.seconds
-        response = self.inner.handle_request(request)
-        stream = _BoundedStream(response.stream, max_bytes=self.max_bytes, deadline=deadline, seconds=self.seconds)
-        return httpx.Response(status_code=response.status_code, headers=response.headers, stream=stream,
-                              extensions=response.extensions, request=request)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class _BoundedStream(httpx.SyncByteStream):
-    def __init__(self, inner: Any, *, max_bytes: int, deadline: float, seconds: float):
-        self.inner, self.max_bytes, self.deadline, self.seconds = inner, max_bytes, deadline, seconds
-
-    def __iter__(self) -> Iterator[bytes]:
-        size = 0
-        for chunk in self.inner:
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise httpx.ReadError(f"the answer is larger than {self.max_bytes:,} bytes")
-            if time.monotonic() > self.deadline:
-                raise httpx.ReadError(f"the answer did not arrive whole within {self.seconds:g} s")
-            yield chunk
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 def is_retryable(error: Exception) -> bool:
-    """Timeouts, lost connections (APITimeoutError is one) and the statuses the policy retries."""
+    """Timeouts, lost connections (APITimeoutError is one) and the statuses the policy retries;
+    not an answer the outbound client refused (too large: the same server would send the same)."""
     if isinstance(error, openai.APIConnectionError):
-        return True
+        return not isinstance(error.__cause__, outbound_http.AnswerRefused)
     return isinstance(error, openai.APIStatusError) and is_retryable_status(error.status_code)
 
 

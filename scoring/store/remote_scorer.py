@@ -1,5 +1,6 @@
 """A PRM served elsewhere: a client of a vLLM-compatible `/pooling` endpoint. No Django (but
-for the one setting `infra.outbound.check_url` reads, which checks every config's URL).
+for the one setting `infra.outbound.check_url` reads, which checks every config's URL, and
+`infra.outbound_http`, Stepwise's one outbound client, at every call).
 
 A remote model version scores through this instead of local weights, with the same
 interface as a loaded model (`step_probabilities`, `score_counting_tokens`), so scoring,
@@ -26,23 +27,19 @@ P(step is good): 0 for Math-Shepherd's `[+, -]`, 1 for a 2-label classifier (Qwe
 from __future__ import annotations
 
 import hashlib
-import http.client
-import io
 import json
 import os
-import socket
-import threading
-import urllib.error
-import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 
-from infra import outbound
+import httpx2 as httpx  # the HTTP client openai 3 is built on; infra.outbound_http's
+
+from infra import outbound, outbound_http
 from scoring.core.step_scores import StepProbability, build_input
 
-# The retry policy's owner is the standalone client package (standard library only, like this module).
-from stepwise_client.retrying import URLLIB_TRANSIENT, RetryPolicy, urllib_retry_after, urllib_retryable
+# The retry policy's owner is the standalone client package (standard library only).
+from stepwise_client.retrying import RetryPolicy, is_retryable_status, retry_after_seconds
 
 # The fields that decide what a remote version computes: its fingerprint (weights_sha256).
 IDENTITY_FIELDS = ("url", "served_model", "separator", "positive_index")
@@ -51,11 +48,18 @@ IDENTITY_FIELDS = ("url", "served_model", "separator", "positive_index")
 MAX_ANSWER_BYTES = 16 * 2**20
 # What is read of an error answer (its message), whatever its size.
 MAX_ERROR_BYTES = 64 * 1024
-_CHUNK = 64 * 1024
 
 
 class RemoteScoringError(RuntimeError):
     """The endpoint could not be used: unreachable, refusing, or answering off-protocol."""
+
+
+class _StatusError(Exception):
+    """An answer with a status of 300 or more, as far as its message was read."""
+
+    def __init__(self, response: httpx.Response, message: str):
+        super().__init__(message)
+        self.status, self.message, self.headers = response.status_code, message, response.headers
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ class RemotePRM:
     def __init__(self, config: RemoteConfig):
         self.config = config
         self.requests_sent = 0  # attempts, retries included (tests and benchmarks read it)
+        self._http = outbound_http.client(seconds=config.timeout, max_bytes=config.max_answer_bytes)
 
     @property
     def separator(self) -> str:
@@ -177,8 +182,9 @@ class RemotePRM:
     def post(self, body: dict) -> dict:
         """POST JSON, retried as `stepwise_client.retrying` decides (busy or failing server, lost connection).
 
-        Each attempt is bounded: `timeout` seconds for the whole exchange (a server that sends
-        a byte now and then is cut off all the same), `max_answer_bytes` for its answer.
+        Each attempt is bounded by the outbound client: `timeout` seconds for the whole exchange
+        (a server that sends a byte now and then is cut off all the same), `max_answer_bytes`
+        for its answer; its URL is checked as it is sent, and a redirect is not followed.
         """
         policy = RetryPolicy(retries=self.config.retries, backoff=self.config.backoff)
         where, after = f"POST {self.config.endpoint}", f"(after {policy.attempts} attempts)"
@@ -189,12 +195,22 @@ class RemotePRM:
             return json.loads(self._exchange(data, headers))
 
         try:
-            return policy.call(attempt, retryable=urllib_retryable, retry_after=urllib_retry_after)
-        except urllib.error.HTTPError as error:
-            tries = f" {after}" if urllib_retryable(error) else ""
-            raise RemoteScoringError(f"{where}: HTTP {error.code}: {_error_message(error)}{tries}") from None
-        except URLLIB_TRANSIENT as error:
-            raise RemoteScoringError(f"{where}: {_connection_problem(error)} {after}") from None
+            return policy.call(attempt, retryable=_retryable, retry_after=_retry_after)
+        except _StatusError as error:
+            tries = f" {after}" if is_retryable_status(error.status) else ""
+            raise RemoteScoringError(f"{where}: HTTP {error.status}: {error.message}{tries}") from None
+        except outbound_http.AnswerTooLarge:
+            raise RemoteScoringError(
+                f"{self.config.endpoint}: the answer is larger than max_answer_bytes "
+                f"({self.config.max_answer_bytes:,} bytes); is this a /pooling server? (raise max_answer_bytes "
+                "in the version's config if it is)"
+            ) from None
+        except (outbound_http.Refused, outbound_http.AnswerRefused) as error:
+            raise RemoteScoringError(f"{where}: {error}") from None
+        except httpx.TimeoutException:
+            raise RemoteScoringError(f"{where}: timed out {after}") from None
+        except httpx.TransportError as error:
+            raise RemoteScoringError(f"{where}: cannot connect ({error}) {after}") from None
         except json.JSONDecodeError:
             raise RemoteScoringError(f"{where}: the answer is not JSON") from None
 
@@ -202,63 +218,12 @@ class RemotePRM:
         self.requests_sent += 1
 
     def _exchange(self, data: bytes, headers: dict) -> bytes:
-        """One POST's answer body. Fails as urllib would (HTTPError for a status of 300 or more,
-        URLError for a connection that failed or ran past the deadline), so that the retry
-        policy and the messages read it the same; RemoteScoringError for an answer too large.
-
-        http.client rather than urllib: the deadline needs the connection's socket, to cut it;
-        and it follows no redirect, so the key goes to the checked URL's server only.
-        """
-        url = urllib.parse.urlsplit(self.config.endpoint)
-        kind: type[http.client.HTTPConnection] = (
-            http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        )
-        connection = kind(url.hostname or "", url.port, timeout=self.config.timeout)
-        deadline = _Deadline(self.config.timeout)
-        response = None
-        try:
-            connection.connect()  # bounded by the connection's timeout, the deadline's length
-            deadline.watch(connection.sock)
-            connection.request("POST", url.path, body=data, headers=headers)
-            response = connection.getresponse()
-            if response.status >= 300:
-                message = response.read(MAX_ERROR_BYTES)
-                deadline.check()
-                raise urllib.error.HTTPError(self.config.endpoint, response.status, response.reason,
-                                             response.headers, io.BytesIO(message))
-            answer = self._read_answer(response)
-            deadline.check()
-            return answer
-        except urllib.error.HTTPError:
-            raise
-        except (OSError, http.client.HTTPException) as error:
-            if deadline.passed or isinstance(error, TimeoutError):
-                raise urllib.error.URLError(TimeoutError(f"no whole answer within {self.config.timeout:g} s")) from None
-            if isinstance(error, http.client.HTTPException | ConnectionError):
-                raise  # a lost connection, retried as it is
-            raise urllib.error.URLError(error) from None  # as urllib words what failed to connect
-        finally:
-            deadline.cancel()
-            if response is not None:
-                response.close()  # the connection has let go of its socket when the answer ends it
-            connection.close()
-
-    def _read_answer(self, response: http.client.HTTPResponse) -> bytes:
-        limit = self.config.max_answer_bytes
-        too_large = RemoteScoringError(
-            f"{self.config.endpoint}: the answer is larger than max_answer_bytes ({limit:,} bytes); "
-            f"is this a /pooling server? (raise max_answer_bytes in the version's config if it is)"
-        )
-        declared = response.getheader("Content-Length") or ""
-        if declared.isdigit() and int(declared) > limit:
-            raise too_large
-        chunks, size = [], 0
-        while chunk := response.read(_CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
-        return b"".join(chunks)
+        """One POST's answer body; _StatusError for a status of 300 or more, with the error's message
+        read from at most MAX_ERROR_BYTES of it."""
+        with self._http.stream("POST", self.config.endpoint, content=data, headers=headers) as response:
+            if response.status_code >= 300:
+                raise _StatusError(response, _error_message(response))
+            return response.read()
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -270,41 +235,6 @@ class RemotePRM:
                 )
             headers["Authorization"] = f"Bearer {key}"
         return headers
-
-
-class _Deadline:
-    """Cuts a connection `seconds` after it began. Its socket's timeout bounds each read only;
-    a server that sends a byte now and then, answer or headers, would hold the worker forever."""
-
-    def __init__(self, seconds: float):
-        self.passed = False
-        self._sock: socket.socket | None = None
-        self._timer = threading.Timer(seconds, self._cut)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, sock: socket.socket) -> None:
-        """Cut this socket at the deadline. The socket itself, not the connection's attribute: the
-        connection lets go of it once an answer that ends with the connection has begun."""
-        self._sock = sock
-        self.check()  # the deadline may have passed before there was a socket to cut
-
-    def _cut(self) -> None:
-        self.passed = True
-        sock = self._sock
-        if sock is not None:
-            try:
-                # The plain socket's shutdown, also under TLS: the blocked read returns at once.
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass  # closed already
-
-    def check(self) -> None:
-        if self.passed:
-            raise TimeoutError("past the deadline")
-
-    def cancel(self) -> None:
-        self._timer.cancel()
 
 
 def parse_pooling_response(answer: dict, *, expected: int, where: str) -> list[list]:
@@ -323,21 +253,27 @@ def parse_pooling_response(answer: dict, *, expected: int, where: str) -> list[l
     return [by_index[str(i)] for i in range(expected)]
 
 
-def _error_message(error: urllib.error.HTTPError) -> str:
-    if 300 <= error.code < 400:
-        # Never followed: the URL was checked, where it points was not, and the key would go along.
-        location = error.headers.get("Location") if error.headers else None
-        return f"a redirect to {location or 'nowhere named'}, not followed (register the URL it names)"
+def _retryable(error: Exception) -> bool:
+    if isinstance(error, _StatusError):
+        return is_retryable_status(error.status)
+    return outbound_http.transient(error)
+
+
+def _retry_after(error: Exception) -> float | None:
+    return retry_after_seconds(error.headers.get("retry-after")) if isinstance(error, _StatusError) else None
+
+
+def _error_message(response: httpx.Response) -> str:
+    if 300 <= response.status_code < 400:
+        return f"{outbound_http.not_followed(response)} (register the URL it names)"
+    read = b""
+    for chunk in response.iter_raw():
+        read += chunk
+        if len(read) >= MAX_ERROR_BYTES:
+            break
     try:
-        body = json.loads(error.read() or b"{}")
-    except (json.JSONDecodeError, OSError):
-        return error.reason or ""
+        body = json.loads(read[:MAX_ERROR_BYTES] or b"{}")
+    except ValueError:  # not JSON, or cut inside a character
+        return response.reason_phrase
     detail = body.get("error", body) if isinstance(body, dict) else body
     return str(detail.get("message", detail) if isinstance(detail, dict) else detail)[:300]
-
-
-def _connection_problem(error: Exception) -> str:
-    reason = getattr(error, "reason", None) or error
-    if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-        return "timed out"
-    return f"cannot connect ({reason})"
