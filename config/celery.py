@@ -59,6 +59,6 @@ def close_old_database_connections(task=None, **_) -> None:
 @task_postrun.connect
 def stop_heartbeats(**_) -> None:
     """A task that ended without finishing its job no longer vouches for it."""
-    from jobs.holders import heartbeats  # Django models: imported before the app registry is ready
+    from jobs.holders import heartbeats  # Django code: config/__init__ imports this module before Django is set up
 
     heartbeats.release_all()

@@ -14,6 +14,7 @@ from jobs import recovery
 from jobs.holders import heartbeats, this_worker
 from jobs.models import Job, claim
 from jobs.states import JobState
+from tests.conftest import REPO_ROOT
 from tests.jobs.test_recovery import ALIVE, DEAD, lose_broker_messages, running
 
 pytestmark = pytest.mark.django_db
@@ -153,3 +154,9 @@ def test_the_reconciler_reaches_a_scoring_job_kind_that_annotate_never_names():
 
     run = GenerationRun.objects.create(generator_spec={"backend": "none"}, prompt_template="{problem}")
     assert f"GenerationRun:{run.pk}" in recovery.reconcile(pending_after=0)
+
+    # Not even as a string (an app registry lookup by name): the kinds reach recovery by registering.
+    scoring_kinds = [kind.__name__ for kind in job_models.job_kinds() if kind._meta.app_label == "scoring"]
+    sources = [path for path in (REPO_ROOT / "annotate").rglob("*.py") if "migrations" not in path.parts]
+    named = [(path.name, kind) for path in sources for kind in scoring_kinds if kind in path.read_text()]
+    assert len(scoring_kinds) >= 4 and named == []
