@@ -12,9 +12,10 @@ from django_celery_beat.models import PeriodicTask
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, reviewing, verdicts
 from annotate.models import Annotation, Completion, Generation
-from annotate.pool import exporting, recovery
+from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions, ExportTally
 from bench.tiny import build_tiny_backbone
+from jobs import recovery
 from jobs.holders import heartbeats
 from jobs.states import JobState
 from scoring.core import evaluation
