@@ -8,7 +8,8 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from annotate.pool import exporting, importing, recovery
+from annotate.pool import exporting, importing
+from jobs import recovery
 
 # A job task retries when its database connection is lost (a restart, pg_terminate_backend).
 JOB_TASK_OPTIONS = {
@@ -45,7 +46,7 @@ def remove_expired_uploads_task() -> int:
 
 @shared_task(name="annotate.reconcile_jobs_task")
 def reconcile_jobs_task(pending_after: float | None = None) -> list[str]:
-    """Beat's entry: resend the tasks of jobs whose message or worker was lost (annotate.pool.recovery)."""
+    """Beat's entry: resend the tasks of jobs whose message or worker was lost (jobs.recovery)."""
     return recovery.reconcile(
         pending_after=settings.STEPWISE_JOB_REQUEUE_SECONDS if pending_after is None else pending_after
     )

@@ -26,8 +26,8 @@ from pathlib import Path
 from django.conf import settings
 
 from annotate.models import Problem, Solution, Step
-from annotate.models.jobs import JobState
 from bench import tables
+from jobs.states import JobState
 from scoring.core.model_files import read_model_config
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring

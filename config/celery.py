@@ -20,7 +20,7 @@ app.autodiscover_tasks()
 def reconcile_jobs_at_start(**_) -> None:
     """A starting worker resends the tasks of jobs a dead worker held or a lost broker dropped,
     so a killed worker's job resumes within seconds of the restart, beat or no beat."""
-    from annotate.pool import recovery  # Django models: config/__init__ imports this before the app registry is ready
+    from jobs import recovery  # Django models: config/__init__ imports this before the app registry is ready
 
     try:
         recovery.reconcile(pending_after=0)
@@ -59,6 +59,6 @@ def close_old_database_connections(task=None, **_) -> None:
 @task_postrun.connect
 def stop_heartbeats(**_) -> None:
     """A task that ended without finishing its job no longer vouches for it."""
-    from annotate.models.jobs import heartbeats  # Django models: imported before the app registry is ready
+    from jobs.holders import heartbeats  # Django code: config/__init__ imports this module before Django is set up
 
     heartbeats.release_all()

@@ -79,7 +79,7 @@ STEPWISE_IMPORT_MAX_STEP_CHARS = env_int("STEPWISE_IMPORT_MAX_STEP_CHARS", limit
 STEPWISE_SCORE_RATE = env_rate("STEPWISE_SCORE_RATE", "120/minute")
 # Days uploaded import files and their reports are kept once their job has finished (0: forever).
 STEPWISE_RETENTION_DAYS = env_int("STEPWISE_RETENTION_DAYS", 30, minimum=0)
-# Job recovery (annotate/pool/recovery.py): a worker beats each job it holds every HEARTBEAT
+# Job recovery (jobs/recovery.py): a worker beats each job it holds every HEARTBEAT
 # seconds; a running job silent for STALE seconds has lost its worker; a pending job whose
 # message was sent REQUEUE seconds ago gets it again (the broker may have lost it).
 STEPWISE_JOB_HEARTBEAT_SECONDS = env_float("STEPWISE_JOB_HEARTBEAT_SECONDS", 5.0, minimum=0.1)

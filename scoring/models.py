@@ -3,7 +3,7 @@ from django.db import models
 from django.utils import timezone
 
 from annotate.models import AutoLabelRun, Solution, Step
-from annotate.models.jobs import Job
+from jobs.models import Held, Job
 
 
 class ModelVersionQuerySet(models.QuerySet["ModelVersion"]):
@@ -141,14 +141,14 @@ class RescoreChunkQuerySet(models.QuerySet["RescoreChunk"]):
         return {name: count or 0 for name, count in done.items()}
 
 
-class RescoreChunk(models.Model):
+class RescoreChunk(Held):
     """A fixed slice of a rescore job's solutions. Its state, not a counter, records progress,
     so a chunk run twice (redelivery, resume after a crash) is counted once.
 
     A worker claims a chunk (pending -> running) with one guarded UPDATE, so of several
     workers handed the same chunk (redelivery, a resume) one scores it. The claim is held
-    like a job's: `claimed_by` and a `heartbeat_at` beaten by the holder's heartbeat thread,
-    so a chunk whose worker died is taken over (scoring.rescoring.rescore.claim_chunk)."""
+    like a job's (`jobs.models.Held`: `claimed_by` and a `heartbeat_at` beaten by the holder's
+    heartbeat thread), so a chunk whose worker died is taken over (`Held.claim`)."""
 
     class State(models.TextChoices):
         PENDING = "pending"
@@ -162,8 +162,6 @@ class RescoreChunk(models.Model):
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     tokens = models.PositiveIntegerField(default=0)  # tokens the model read for this chunk
-    claimed_by = models.CharField(max_length=200, blank=True, editable=False)  # "host:pid", as Job's
-    heartbeat_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = RescoreChunkQuerySet.as_manager()
 
@@ -251,8 +249,9 @@ class GenerationRun(Job):
 
 
 class GenerationChunk(models.Model):
-    """A fixed slice of a run's problems; done in the same transaction that writes its solutions,
-    so a chunk interrupted anywhere is either wholly in the pool or not at all."""
+    """A fixed slice of a run's problems; claimed as done (`jobs.models.claim`) in the same
+    transaction that writes its solutions, so a chunk interrupted anywhere is either wholly in the
+    pool or not at all, and of two attempts writing it one does."""
 
     class State(models.TextChoices):
         PENDING = "pending"

@@ -26,7 +26,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 from django.core.cache import caches
 
-from annotate.models.jobs import BROKER_UNREACHABLE
+from jobs.models import BROKER_UNREACHABLE
 from scoring.models import ModelVersion
 from scoring.tasks import score_texts_task, search_task
 

@@ -5,7 +5,7 @@ Each takes ids and calls one function in scoring.rescoring.rescore; that module 
 the registry) is imported inside the task body so the web process never loads a model.
 All are idempotent (keyed inserts, guarded updates), hence acks_late with
 reject_on_worker_lost: a task lost with its worker child is put back at once, and a job
-whose whole worker died is resent by the reconciler (annotate.pool.recovery) when a worker starts.
+whose whole worker died is resent by the reconciler (jobs.recovery) when a worker starts.
 """
 import logging
 import time

@@ -34,7 +34,7 @@ def _no_job_beaten_after_its_test():
     """A job a test ran in this process and left unfinished (as a killed worker would) is let go
     when the test ends, as celery's task_postrun lets go a task's: else the heartbeat thread
     writes to it in a later test, whose database may be another or closed to it."""
-    from annotate.models.jobs import heartbeats
+    from jobs.holders import heartbeats
 
     yield
     heartbeats.release_all()

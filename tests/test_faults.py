@@ -25,18 +25,18 @@ from django.db import connection
 
 import tests.conftest
 from annotate.models import ExportJob, ImportJob, SampleLine, Solution, Step
-from annotate.models.jobs import FINISHED_STATES, JobState
 from annotate.pool import importing
 from annotate.pool.exporting import ExportOptions, create_export_job
 from annotate.pool.importing import create_import_job
 from annotate.tasks import reconcile_jobs_task
 from bench.loadtest import free_port
+from jobs.states import FINISHED_STATES, JobState
 from scoring.learning import retraining
 from scoring.models import ModelVersion, TrainingRun
-from tests.annotate.models.test_recovery import finished, lose_broker_messages, worker_factory, write_pool_file  # noqa: F401
 from tests.annotations import PHASE2_LINE
 from tests.conftest import wait_for
 from tests.factories import user_with_role
+from tests.jobs.test_recovery import finished, lose_broker_messages, worker_factory, write_pool_file  # noqa: F401
 from tests.scoring.learning.test_retraining import FAST, constant_current, label_everything, lenient_gate, make_pool  # noqa: F401
 
 IMPORT_LINES = 4000

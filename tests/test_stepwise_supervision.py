@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from annotate.models.jobs import JobState
+from jobs.states import JobState
 from scoring.models import RescoreJob, SolutionScore
 from scoring.rescoring import rescore as scoring
-from tests.annotate.models.test_recovery import finished, lose_broker_messages, tiny_current  # noqa: F401 (a fixture)
 from tests.conftest import wait_for, worker_environment
 from tests.factories import user_with_role
+from tests.jobs.test_recovery import finished, lose_broker_messages, tiny_current  # noqa: F401 (a fixture)
 from tests.scoring.test_tasks import make_pool
 from tests.test_stepwise_script import SCRIPT, Output, as_from_a_terminal, started_by_run, stop_leftovers
 

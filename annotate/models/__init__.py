@@ -1,6 +1,6 @@
 """The labeling side's data: the pool, annotations, the queue and background jobs."""
 from annotate.models.auto_labels import AutoLabelRun, AutoStepLabel
-from annotate.models.jobs import ExportJob, ImportJob, JobState
+from annotate.models.jobs import ExportJob, ImportJob
 from annotate.models.labels import Annotation, Completion, FinishReason, ScreeningResult, StepLabel
 from annotate.models.pool import Problem, SampleLine, Solution, Step
 from annotate.models.project import Assistance, LabelingConfig
@@ -17,7 +17,6 @@ __all__ = [
     "FinishReason",
     "Generation",
     "ImportJob",
-    "JobState",
     "LabelingConfig",
     "Problem",
     "QueueItem",

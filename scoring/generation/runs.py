@@ -6,7 +6,7 @@ writer (`annotate.pool.importing.write_batch`: steps found by content hash, answ
 every sample a `SampleLine` keyed on the run's digest and the sample's number, so
 duplicates are counted in `sample_count` and never twice), queued like an import, and the
 chunk marked done. A worker killed anywhere leaves each chunk wholly written or not at all;
-the run's task, resent by the reconciler (`annotate.pool.recovery`), takes the run over
+the run's task, resent by the reconciler (`jobs.recovery`), takes the run over
 (`Job.start`) and generates only the chunks still pending: no duplicate, no gap.
 
 Provenance is in every solution: `Solution.generator` (the generator's name) and
@@ -24,10 +24,11 @@ from django.utils import timezone
 
 from annotate.labeling import queueing
 from annotate.models import Problem
-from annotate.models.jobs import JobState
 from annotate.pool.importing import Record, SourceFile, write_batch
 from annotate.pool.importing.formats import check_size
 from annotate.pool.prm800k import LineError
+from jobs.models import claim
+from jobs.states import JobState
 from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import (
     DEFAULT_PROMPT_TEMPLATE,
@@ -189,7 +190,9 @@ def generate_chunk(*, run: GenerationRun, chunk: GenerationChunk, generator: Gen
         "retries": generator.usage.retries - retries_before,
     }
     with transaction.atomic():
-        if not GenerationChunk.objects.select_for_update().filter(pk=chunk.pk, state="pending").exists():
+        chunk_row = GenerationChunk.objects.filter(pk=chunk.pk)
+        # Claimed as done first: the row stays locked until the solutions are written (or rolled back).
+        if not claim(chunk_row, to=GenerationChunk.State.DONE, finished_at=timezone.now()):
             return  # another attempt wrote it meanwhile
         outcomes = write_batch([r for r in records if r is not None],
                                source_file=SourceFile(digest=run_digest(run), name=str(run)))
@@ -198,11 +201,8 @@ def generate_chunk(*, run: GenerationRun, chunk: GenerationChunk, generator: Gen
             raise ValueError(f"chunk {chunk.index}, sample line {failed[0].line_no}: {failed[0].error}")
         # (A created outcome always names its solution: `is not None` is for the type checker.)
         created = [o.solution for o in outcomes if o.status == "created" and o.solution is not None]
-        GenerationChunk.objects.filter(pk=chunk.pk).update(
-            state=GenerationChunk.State.DONE, finished_at=timezone.now(), created=len(created),
-            duplicates=len(outcomes) - len(created), queued=queueing.enqueue_imported(solution_ids=created),
-            **counts,
-        )
+        chunk_row.update(created=len(created), duplicates=len(outcomes) - len(created),
+                         queued=queueing.enqueue_imported(solution_ids=created), **counts)
 
 
 def record_for(*, run: GenerationRun, chunk: GenerationChunk, problem: Problem, sample_no: int, sample: Sample,

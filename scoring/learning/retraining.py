@@ -103,7 +103,7 @@ def new_label_count() -> int:
 def run_training(*, run_id: int) -> TrainingRun:
     """Train, register, evaluate and gate one pending run; idempotent (a rerun does nothing).
 
-    A run whose worker died is started over from pending (`annotate.pool.recovery`). If the
+    A run whose worker died is started over from pending (`jobs.recovery`). If the
     earlier attempt had already registered its version, this attempt finds it
     (`registered_version`) and goes on from there: it trains nothing again and registers
     nothing twice, evaluates on the split recorded with the version, and leaves a version

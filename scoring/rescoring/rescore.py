@@ -24,7 +24,8 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from annotate.models.jobs import JobState, heartbeats, holder_gone, this_worker
+from jobs.holders import heartbeats
+from jobs.states import JobState
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob
 from scoring.rescoring import scores, selection
 from scoring.store import registry
@@ -80,7 +81,7 @@ def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[Resco
     """Split the unscored pool into chunks (once per job) and start the job.
 
     Returns the chunks not done, so a redelivered task re-dispatches only what is missing
-    (a chunk a live worker is running is left to it by `claim_chunk`); a finished job gets none.
+    (a chunk a live worker is running is left to it by its claim, `Held.claim`); a finished job gets none.
     """
     chunk_size = chunk_size or settings.STEPWISE_RESCORE_CHUNK_SIZE
     with job.failure_recorded(), transaction.atomic():
@@ -108,7 +109,7 @@ def run_chunk(*, chunk_id: int) -> int:
     """
     chunk = RescoreChunk.objects.select_related("job__model_version").get(pk=chunk_id)
     job = chunk.job
-    if chunk.state == RescoreChunk.State.DONE or not job.take_turn() or not claim_chunk(chunk):
+    if chunk.state == RescoreChunk.State.DONE or not job.take_turn() or not chunk.claim():
         return 0
     try:
         scored, tokens = score_chunk(model_version=job.model_version, solution_ids=chunk.solution_ids)
@@ -122,29 +123,6 @@ def run_chunk(*, chunk_id: int) -> int:
     )
     refresh_progress(job=job)
     return scored
-
-
-def claim_chunk(chunk: RescoreChunk) -> bool:
-    """Claim a chunk for this process: pending -> running, or a running one whose holder is
-    gone (heartbeat stale, process dead). One guarded UPDATE each, so of two workers handed
-    the same chunk exactly one scores it; the claim is then beaten like a job's."""
-    worker, now = this_worker(), timezone.now()
-    claim = {"claimed_by": worker, "heartbeat_at": now}
-    rows = RescoreChunk.objects.filter(pk=chunk.pk)
-    won = rows.filter(state=RescoreChunk.State.PENDING).update(state=RescoreChunk.State.RUNNING, **claim) == 1
-    if not won:
-        chunk.refresh_from_db()
-        won = (
-            chunk.state == RescoreChunk.State.RUNNING
-            and holder_gone(chunk.claimed_by, chunk.heartbeat_at)
-            # Compare and swap on the old holder: of two takeovers, one wins.
-            and rows.filter(state=RescoreChunk.State.RUNNING, claimed_by=chunk.claimed_by,
-                            heartbeat_at=chunk.heartbeat_at).update(**claim) == 1
-        )
-    if won:
-        chunk.state, chunk.claimed_by, chunk.heartbeat_at = RescoreChunk.State.RUNNING, worker, now
-        heartbeats.hold(chunk)
-    return won
 
 
 # --- the chunk pipeline -------------------------------------------------------------------

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from annotate.labeling import queueing
 from annotate.models import LabelingConfig
-from annotate.models.jobs import JobState
 from annotate.pool import importing
+from jobs.states import JobState
 from scoring.models import ModelVersion, TrainingRun
 from tests.browser.test_labeling_browser import log_in, start_labeling, wait_rating
 from tests.browser.test_model_output_flow import RESPONSES, assert_math_typeset, current_task

@@ -1,7 +1,7 @@
 """The training run page in a real Chromium: htmx polls the run's progress until it finishes."""
 import pytest
 
-from annotate.models.jobs import JobState
+from jobs.states import JobState
 from scoring.models import TrainingRun
 from tests.factories import user_with_role
 

@@ -27,9 +27,10 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotate.labeling import queueing
-from annotate.models import Annotation, ExportJob, ImportJob, JobState, LabelingConfig
+from annotate.models import Annotation, ExportJob, ImportJob, LabelingConfig
 from infra.content_security import CSPMiddleware
 from infra.login_lockout import DEVICE_COOKIE, FREE_FAILURES
+from jobs.states import JobState
 from tests.conftest import REPO_ROOT
 from tests.factories import SolutionFactory, user_with_role
 

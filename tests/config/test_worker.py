@@ -4,8 +4,9 @@ import os
 
 import pytest
 
-from annotate.models import ImportJob, JobState, Solution
+from annotate.models import ImportJob, Solution
 from annotate.tasks import import_pool_task, ping_task
+from jobs.states import JobState
 
 
 @pytest.mark.embedded
@@ -42,8 +43,8 @@ def test_rescore_button_score_and_search_api_leave_the_web_process_without_torch
     import subprocess
     import sys
 
-    from annotate.models.jobs import JobState
     from bench.tiny import build_tiny_prm
+    from jobs.states import JobState
     from scoring.models import RescoreJob
     from scoring.store import registry
     from tests.conftest import REPO_ROOT, wait_for, worker_environment

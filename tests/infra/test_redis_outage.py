@@ -27,9 +27,9 @@ from bench.commands.bench_http import _check as duplicates_and_lost
 from bench.loadtest import NEXT, RATE, Annotator, ClientResult, Server
 from scoring.models import RescoreJob, SolutionScore
 from scoring.rescoring import rescore as scoring
-from tests.annotate.models.test_recovery import finished, tiny_current, worker_factory  # noqa: F401 (fixtures)
 from tests.conftest import _test_database_url
 from tests.factories import user_with_role
+from tests.jobs.test_recovery import finished, tiny_current, worker_factory  # noqa: F401 (fixtures)
 from tests.scoring.test_tasks import make_pool
 from tests.test_faults import beat_reconciles_until, private_redis  # noqa: F401 (a fixture)
 

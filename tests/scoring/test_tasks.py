@@ -2,9 +2,9 @@
 import pytest
 
 from annotate.models import Problem, QueueItem, Solution, Step
-from annotate.models.jobs import JobState
 from annotate.models.pool import content_hash
 from bench.tiny import build_tiny_prm
+from jobs.states import JobState
 from scoring.models import RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry

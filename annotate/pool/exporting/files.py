@@ -17,12 +17,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import ExportJob, JobState
+from annotate.models import ExportJob
 from annotate.pool.exporting import containers
 from annotate.pool.exporting.formats import check_format
 from annotate.pool.exporting.formats.base import ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
 from annotate.pool.exporting.rows import count_inputs, iter_jsonl
+from jobs.states import JobState
 
 
 def write_export(

@@ -3,7 +3,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.models.jobs import JobState
+from jobs.states import JobState
 from scoring.models import RescoreJob
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry

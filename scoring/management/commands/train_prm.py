@@ -9,7 +9,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.models.jobs import JobState
+from jobs.states import JobState
 from scoring.core import evaluation
 from scoring.core.training_data import BIAS_CORRECTIONS, HEAD_TYPES, LABEL_SOURCES, MODES, NEUTRAL_MODES
 from scoring.learning import promotion, retraining

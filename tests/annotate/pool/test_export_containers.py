@@ -7,9 +7,10 @@ import zipfile
 import pytest
 from django.core.management import call_command
 
-from annotate.models import AutoLabelRun, ExportJob, JobState, Problem, Solution
+from annotate.models import AutoLabelRun, ExportJob, Problem, Solution
 from annotate.pool import exporting, importing
 from annotate.pool.exporting import ExportOptions
+from jobs.states import JobState
 from tests.annotations import PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
 

@@ -7,9 +7,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from annotate.models import Annotation, ExportJob, JobState
+from annotate.models import Annotation, ExportJob
 from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions
+from jobs.states import JobState
 from tests.annotations import BLIND, GCF_STEPS, PHASE1_LINE, PHASE2_LINE, annotate, import_lines
 from tests.factories import SolutionFactory
 

@@ -9,10 +9,11 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from annotate.management.commands import import_pool
-from annotate.models import ImportJob, JobState, Problem, Solution, Step
+from annotate.models import ImportJob, Problem, Solution, Step
 from annotate.pool import importing
 from annotate.tasks import import_pool_task
 from annotate.web.api import serializers
+from jobs.states import JobState
 from steps.grading import judge
 from tests.annotations import PHASE2_LINE
 from tests.conftest import TEST_DATA, option_choices

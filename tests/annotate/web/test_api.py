@@ -8,8 +8,9 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from annotate.models import ExportJob, JobState
+from annotate.models import ExportJob
 from annotate.pool import exporting
+from jobs.states import JobState
 from tests.annotations import annotate
 from tests.factories import SolutionFactory, UserFactory
 

@@ -5,10 +5,11 @@ import pytest
 from django.utils.html import escape
 
 from annotate.management.commands import export_prm800k
-from annotate.models import ExportJob, JobState
+from annotate.models import ExportJob
 from annotate.pool import exporting
 from annotate.web.api import serializers
 from bench.commands import bench_export
+from jobs.states import JobState
 from tests.annotations import annotate
 from tests.conftest import option_choices, wait_for
 from tests.factories import SolutionFactory

@@ -7,8 +7,9 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from annotate.models import ImportJob, JobState, QueueItem, Solution
+from annotate.models import ImportJob, QueueItem, Solution
 from annotate.tasks import import_pool_task
+from jobs.states import JobState
 from tests.conftest import wait_for
 
 

@@ -20,7 +20,6 @@ from annotate.models import (
     Completion,
     ExportJob,
     ImportJob,
-    JobState,
     LabelingConfig,
     Problem,
     RatingOverride,
@@ -30,6 +29,7 @@ from annotate.models import (
 )
 from annotate.pool import importing
 from annotate.tasks import remove_expired_uploads_task
+from jobs.states import JobState
 from tests.annotations import PHASE1_LINE
 from tests.config.test_settings import start_django
 from tests.factories import SolutionFactory

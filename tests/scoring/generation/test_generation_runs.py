@@ -8,8 +8,8 @@ from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
 from annotate.models import Problem, QueueItem, SampleLine, Solution
-from annotate.models.jobs import JobState
 from bench.openai_server import ServerProcess
+from jobs.states import JobState
 from scoring.generation import runs as generation
 from scoring.models import GenerationChunk, GenerationRun
 from tests.conftest import WorkerProcess, wait_for

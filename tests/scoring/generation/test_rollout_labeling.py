@@ -5,8 +5,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from annotate.models import AutoLabelRun, AutoStepLabel, Step
-from annotate.models.jobs import JobState
 from bench.tiny import build_tiny_generator
+from jobs.states import JobState
 from scoring.generation import rollout_labeling
 from scoring.generation.generators import SamplingParams
 from scoring.models import RolloutLabelJob

@@ -12,10 +12,12 @@ from django_celery_beat.models import PeriodicTask
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, reviewing, verdicts
 from annotate.models import Annotation, Completion, Generation
-from annotate.models.jobs import JobState, heartbeats
-from annotate.pool import exporting, recovery
+from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions, ExportTally
 from bench.tiny import build_tiny_backbone
+from jobs import recovery
+from jobs.holders import heartbeats
+from jobs.states import JobState
 from scoring.core import evaluation
 from scoring.core.prm import StepHead, save_head_model
 from scoring.learning import promotion, retraining
@@ -23,12 +25,11 @@ from scoring.models import ModelVersion, RescoreJob, SolutionScore, TrainingRun
 from scoring.rescoring import label_rows
 from scoring.store import registry
 from scoring.tasks import scheduled_retrain_task
-from tests.annotate.models.test_job_lifecycle import DEAD
-from tests.annotate.models.test_recovery import lose_broker_messages
 from tests.annotate.pool.test_exporting import PHASE1_LINE, import_lines
 from tests.annotations import annotate
 from tests.conftest import wait_for
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
+from tests.jobs.test_recovery import DEAD, lose_broker_messages
 from tests.scoring.test_tasks import worker_factory  # noqa: F401  (a fixture)
 
 WRONG = "so the answer is wrong"

@@ -2,7 +2,7 @@
 import pytest
 from django.urls import reverse
 
-from annotate.models.jobs import JobState
+from jobs.states import JobState
 from scoring.models import ModelVersion, RescoreJob
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from annotate.models import Step
-from annotate.models.jobs import JobState
 from bench.tiny import build_tiny_prm
+from jobs.states import JobState
 from scoring.core.prm import aggregate
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring

@@ -1,6 +1,5 @@
 """A model version served at a /pooling endpoint: a real `bench.pooling_server` process
 (vLLM's protocol, backed by a tiny PRM) scores like the local model, through real workers."""
-import datetime
 import socket
 import subprocess
 import sys
@@ -11,12 +10,11 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.utils import timezone
 
 from annotate.models import Solution, Step
-from annotate.models.jobs import JobState, heartbeats, this_worker
 from bench.pooling_server import PoolingModel, make_server
 from bench.tiny import build_tiny_prm
+from jobs.states import JobState
 from scoring.core.prm import read_model_config, write_model_config
 from scoring.models import RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring
@@ -197,31 +195,6 @@ def test_two_workers_rescore_one_pool_through_a_failing_server_scoring_each_solu
     remote_p, local_p = scores_by_step(remote), scores_by_step(local)
     assert set(remote_p) == set(Step.objects.values_list("pk", flat=True))
     assert max(abs(remote_p[step] - local_p[step]) for step in remote_p) < 1e-5
-
-
-@pytest.mark.django_db
-def test_a_chunk_held_by_a_live_worker_is_left_to_it_and_a_dead_holders_chunk_is_taken_over(tmp_path):
-    version = registry.register_model_version(name="tiny", path=build_tiny_prm(tmp_path / "tiny"))
-    job = RescoreJob.objects.create(model_version=version)
-    chunk = RescoreChunk.objects.create(job=job, index=0, solution_ids=[])
-    RescoreChunk.objects.filter(pk=chunk.pk).update(
-        state=RescoreChunk.State.RUNNING, claimed_by="gpu-7:4242", heartbeat_at=timezone.now()
-    )
-    assert not scoring.claim_chunk(chunk)  # another host's worker, beating: its chunk
-
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    RescoreChunk.objects.filter(pk=chunk.pk).update(claimed_by=f"{socket.gethostname()}:{dead.pid}")
-    assert scoring.claim_chunk(chunk)
-    chunk.refresh_from_db()
-    assert (chunk.state, chunk.claimed_by) == (RescoreChunk.State.RUNNING, this_worker())
-
-    # While held, the chunk is beaten like a job, so a live holder's chunk never looks stale.
-    long_ago = timezone.now() - datetime.timedelta(hours=1)
-    RescoreChunk.objects.filter(pk=chunk.pk).update(heartbeat_at=long_ago)
-    heartbeats.beat()
-    assert RescoreChunk.objects.get(pk=chunk.pk).heartbeat_at > long_ago
-    heartbeats.release(chunk)
 
 
 @pytest.mark.django_db(transaction=True)

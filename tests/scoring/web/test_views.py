@@ -3,8 +3,8 @@ import pytest
 from django.urls import reverse
 
 from annotate.models import Generation, QueueItem
-from annotate.models.jobs import JobState
 from bench.tiny import build_tiny_prm
+from jobs.states import JobState
 from scoring.models import RescoreJob
 from scoring.store import registry
 from tests.factories import SolutionFactory

@@ -2,8 +2,9 @@
 
 Redis here keeps nothing on disk and the embedded broker is a folder: a restart, a flush
 or a deleted folder loses every queued message, and a worker killed with -9 leaves its job
-running under nobody. `reconcile` resends the task of every unfinished job (import, rollout labeling,
-export, rescore, training run: every concrete `Job` with a `task_name`) that lost either:
+running under nobody. `reconcile` resends the task of every unfinished job of every registered
+kind (`jobs.models.job_kinds()`: import, export, rescore, training run, generation run, rollout
+labeling) that lost either:
 
 - pending for longer than `pending_after` seconds since its message was last sent (0 when a
   worker starts, STEPWISE_JOB_REQUEUE_SECONDS on beat): the message may be gone. Sending
@@ -16,32 +17,28 @@ export, rescore, training run: every concrete `Job` with a `task_name`) that los
 
 It runs on beat (settings.CELERY_BEAT_SCHEDULE) and when a worker starts (config/celery.py),
 so a killed worker's job is picked up as soon as a worker is back, not after Redis's
-visibility timeout. The labeling side never imports scoring: job kinds come from the app
-registry.
+visibility timeout. Job kinds come from the registry their classes fill, so neither app names
+the other's.
 """
 from __future__ import annotations
 
 import datetime as dt
 import logging
 
-from django.apps import apps
 from django.db.models import Q
 from django.utils import timezone
 
-from annotate.models.jobs import Job, JobState
+from jobs.models import job_kinds
+from jobs.states import JobState
 
 logger = logging.getLogger(__name__)
-
-
-def job_models() -> list[type[Job]]:
-    return [model for model in apps.get_models() if issubclass(model, Job) and model.task_name]
 
 
 def reconcile(*, pending_after: float) -> list[str]:
     """Resend the task of every job that lost its message or its worker; returns "Model:pk" each."""
     resent = []
     cutoff = timezone.now() - dt.timedelta(seconds=pending_after)
-    for model in job_models():
+    for model in job_kinds():
         # A message sent within `pending_after` is given its time; at most one resend per window.
         not_sent_lately = Q(enqueued_at__lte=cutoff) | Q(enqueued_at__isnull=True, created_at__lte=cutoff)
         # Read before any orphan is requeued, so that a requeued run is not sent twice.

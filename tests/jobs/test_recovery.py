@@ -3,10 +3,13 @@
 Each job kind (import, export, rescore, training run) must finish, exactly once, when the
 broker forgets its messages (a flushed Redis database; on the embedded default, a deleted
 queue folder) or its worker dies mid-work, with nobody running a manual step: the
-reconciler (annotate/pool/recovery.py) runs when a worker starts and on beat.
+reconciler (jobs/recovery.py) runs when a worker starts and on beat.
 """
+import datetime as dt
 import json
+import os
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -14,20 +17,31 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from annotate.models import ExportJob, ImportJob, Solution, Step
-from annotate.models.jobs import FINISHED_STATES, JobState
-from annotate.pool import recovery
 from annotate.pool.exporting import ExportOptions, create_export_job
 from annotate.pool.importing import create_import_job
 from annotate.tasks import reconcile_jobs_task
 from bench.tiny import build_tiny_prm
+from jobs import recovery
+from jobs.states import FINISHED_STATES, JobState
 from scoring.learning import retraining
 from scoring.models import ModelVersion, RescoreJob, SolutionScore, StepScore, TrainingRun
 from scoring.rescoring import rescore as scoring
 from scoring.store import registry
 from tests.conftest import WorkerProcess, wait_for
 from tests.scoring.test_tasks import make_pool
+
+ALIVE = f"{socket.gethostname()}:{os.getppid()}"  # a live process on this host, not this one
+DEAD = f"{socket.gethostname()}:999999999"  # no such process
+
+
+def running(job, *, holder: str, beat_seconds_ago: float = 0) -> None:
+    type(job).objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING, claimed_by=holder, heartbeat_at=timezone.now() - dt.timedelta(seconds=beat_seconds_ago)
+    )
+
 
 FAST_TRAINING = {"train": {"epochs": 2, "val_fraction": 0.25}, "bon_max_problems": 2}
 
@@ -179,6 +193,28 @@ def test_a_worker_killed_mid_import_leaves_each_line_imported_once(worker_factor
     assert Solution.objects.count() == 3000
 
 
+@pytest.mark.django_db
+def test_the_reconciler_resends_pending_jobs_only_after_their_window(tmp_path):
+    job = ImportJob.objects.create(path=str(tmp_path / "x.jsonl"))
+    assert recovery.reconcile(pending_after=120) == []  # just sent: give the message its time
+    assert recovery.reconcile(pending_after=0) == [f"ImportJob:{job.pk}"]
+    assert recovery.reconcile(pending_after=120) == []  # resent just now: once per window
+    lose_broker_messages()  # the reconciler's message: no worker here to run it
+
+
+@pytest.mark.django_db
+def test_a_training_run_whose_worker_died_starts_over_from_pending():
+    from scoring.models import TrainingRun
+
+    run = TrainingRun.objects.create()
+    running(run, holder=DEAD)
+    TrainingRun.objects.filter(pk=run.pk).update(done=7, created_at=timezone.now() - dt.timedelta(minutes=5))
+    assert recovery.reconcile(pending_after=60) == [f"TrainingRun:{run.pk}"]
+    run.refresh_from_db()
+    assert (run.state, run.claimed_by, run.done, run.active_slot) == (JobState.PENDING, "", 0, 1)
+    lose_broker_messages()
+
+
 def test_the_reconciler_leaves_a_job_alone_while_its_holder_is_alive(transactional_db, tmp_path):
     import os
     import socket
@@ -272,6 +308,66 @@ def test_an_import_whose_database_connection_is_killed_resumes_and_the_app_answe
     assert job.state == JobState.SUCCEEDED and job.errors == 0, job.error
     assert job.created + job.duplicates == 3000
     assert Solution.objects.count() == 3000
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_database_restart_in_the_middle_of_an_import_batch_reports_no_good_line_and_the_retry_completes(
+    tmp_path, monkeypatch
+):
+    """The server ends the import's connection after the batch's solutions are written and before
+    its steps are, and refuses the next connection (it is restarting): the job goes back to
+    pending, no line is reported as an error for it, and the task's retry imports every good line
+    (the one bad line still reported as itself)."""
+    import json
+
+    import psycopg
+    from django.db import OperationalError, connection
+
+    from annotate.pool import importing
+    from annotate.pool.importing import writing
+    from tests.infra.test_postgresql_backend import other_connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL")
+    lines = [{"problem": f"What is {n} + {n}?", "ground_truth_answer": str(2 * n), "steps": [f"{n} + {n} = {2 * n}."]}
+             for n in range(1, 6)]
+    lines.insert(2, {"problem": "No answer to grade by.", "steps": ["x"]})
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    job = importing.create_import_job(path=path)
+    insert_rows, connect, restarts = writing.insert_rows, connection.get_new_connection, []
+
+    def refused_once(params):
+        monkeypatch.setattr(connection, "get_new_connection", connect)
+        raise psycopg.OperationalError("connection refused: the database system is starting up")
+
+    def restart_before_the_steps(model, columns, rows):
+        if model.__name__ == "Step" and not restarts:
+            pid = connection.connection.info.backend_pid
+            with other_connection() as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
+                while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+                    time.sleep(0.05)
+            restarts.append(pid)
+            monkeypatch.setattr(connection, "get_new_connection", refused_once)
+        return insert_rows(model, columns, rows)
+
+    monkeypatch.setattr(writing, "insert_rows", restart_before_the_steps)
+    with pytest.raises(OperationalError):  # what the task's autoretry_for sees
+        importing.run_import_job(job_id=job.pk)
+    job.refresh_from_db()  # on a new connection
+    assert restarts and connection.get_new_connection == connect  # the refusal was met
+    assert (job.state, job.error, job.errors) == (JobState.PENDING, "", 0)
+    assert not Path(job.report_path).exists()  # nothing reported, least of all good lines as errors
+
+    job = importing.run_import_job(job_id=job.pk)  # the retry
+    assert job.state == JobState.SUCCEEDED, job.error
+    report = [json.loads(line) for line in Path(job.report_path).read_text().splitlines()]
+    assert [entry["status"] for entry in report] == ["created"] * 2 + ["error"] + ["created"] * 3
+    assert report[2]["error"] == "field 'ground_truth_answer': is missing"
+    assert (job.created, job.errors) == (5, 1)
+    assert Step.objects.count() == 5
 
 
 # --- two schedulers -------------------------------------------------------------------------------
