@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from tests import ci
+from tests.browsing import artifacts, browser, new_page  # noqa: F401 (fixtures: one browser for the whole run)
 from tests.factories import user_with_role
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -51,7 +51,7 @@ PRODUCTION_ENVIRONMENT = {
 
 def deploy_check(extra: dict[str, str]) -> subprocess.CompletedProcess:
     tls = ("STEPWISE_HSTS", "STEPWISE_SSL", "STEPWISE_SECURE", "STEPWISE_BEHIND")
-    # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (tests/browser/conftest.py), set in this
+    # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (tests/browsing.py), set in this
     # process once they are collected; a deployment never has it.
     harness = ("DJANGO_ALLOW_ASYNC_UNSAFE",)
     env = {k: v for k, v in os.environ.items() if not k.startswith(tls) and k not in harness}

@@ -17,7 +17,6 @@ import pytest
 
 from annotate.models import Step
 from bench.loadtest import _children, free_port
-from tests.browser.conftest import browser, new_page  # noqa: F401 (fixtures: Playwright driving Debian's Chromium)
 from tests.browser.test_labeling_browser import log_in, start_labeling, wait_rating
 from tests.infra import attacks
 from tests.infra.attacks import PASSWORD, Target

@@ -1,4 +1,5 @@
-"""Playwright (sync API) driving Debian's Chromium against Django's live server."""
+"""Playwright (sync API) driving Debian's Chromium against Django's live server: fixtures every test
+directory shares through tests/conftest.py, so the whole run has one Playwright and one browser."""
 import os
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
 ]
-ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
 @pytest.fixture(scope="session")
