@@ -2,7 +2,8 @@
 from django.db import models
 from django.utils import timezone
 
-from annotate.models import AutoLabelRun, Solution, Step
+from annotate.models import AutoLabelRun, Project, Solution, Step
+from annotate.models.projects import project_column
 from jobs.models import Held, Job
 
 
@@ -31,6 +32,9 @@ class ModelVersion(models.Model):
     path = models.CharField(max_length=500, help_text="Folder with safetensors weights (remote: the endpoint URL)")
     weights_sha256 = models.CharField(max_length=64)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    # Where the version was trained or registered; any project may make it its current model.
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                help_text="The project it was trained or registered in; empty: a public PRM")
     config = models.JSONField(default=dict, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.CANDIDATE)
@@ -59,6 +63,18 @@ class ModelVersion(models.Model):
         if self.status == self.Status.PROMOTED:
             return "superseded"
         return self.Status(self.status).label.lower()
+
+
+class CurrentModel(models.Model):
+    """The model a project scores its pool and selects its queue with: one per project, and one
+    version may serve several projects."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="current_model")
+    model_version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="current_in")
+    since = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.model_version} is current in {self.project}"
 
 
 class StepScore(models.Model):
@@ -96,6 +112,7 @@ class SolutionScore(models.Model):
 
 
 class RescoreJob(Job):
+    project = project_column()
     model_version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="rescore_jobs")
     chunks_total = models.PositiveIntegerField(default=0)
     chunks_done = models.PositiveIntegerField(default=0)
@@ -178,6 +195,7 @@ class TrainingRun(Job):
         MANUAL = "manual"
         SCHEDULE = "schedule"
 
+    project = project_column(db_index=False)  # one_training_run_per_project starts with it
     config = models.JSONField(default=dict, blank=True)
     parent = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     result = models.ForeignKey(
@@ -186,9 +204,10 @@ class TrainingRun(Job):
     loss_curve = models.JSONField(default=list, blank=True)
     log = models.TextField(blank=True)
     n_labels = models.PositiveIntegerField(default=0)
-    # 1 while pending or running, NULL once finished: a unique column that at most one
-    # row can hold is the lock, so two schedulers firing at once get one run, not two.
-    active_slot = models.PositiveSmallIntegerField(null=True, blank=True, unique=True, default=1, editable=False)
+    # 1 while pending or running, NULL once finished: unique per project, so at most one row of a
+    # project holds it. It is the lock: two schedulers firing at once get one run, not two, and
+    # two projects train at once.
+    active_slot = models.PositiveSmallIntegerField(null=True, blank=True, default=1, editable=False)
     trigger = models.CharField(max_length=20, choices=Trigger.choices, default=Trigger.MANUAL)
     # The promotion decision: metric, both values, promoted or not and why.
     gate = models.JSONField(default=dict, blank=True)
@@ -209,6 +228,7 @@ class TrainingRun(Job):
                 ),
                 name="training_run_slot_matches_state",
             ),
+            models.UniqueConstraint(fields=["project", "active_slot"], name="one_training_run_per_project"),
         ]
 
 
@@ -219,6 +239,7 @@ class GenerationRun(Job):
     worker that resumes the run, and anyone reading a solution's provenance, sees the same.
     """
 
+    project = project_column()
     problem_filter = models.JSONField(default=dict, blank=True, help_text='{"problem_ids": [...]} or '
                                       '{"source": ..., "split": ..., "limit": ...}')
     problem_ids = models.JSONField(default=list, blank=True, editable=False)  # resolved once, when planned
@@ -287,6 +308,7 @@ class RolloutLabelJob(Job):
     counts nothing twice. `done` counts labeled solutions (from the run's labels).
     """
 
+    project = project_column()
     run = models.OneToOneField(AutoLabelRun, on_delete=models.CASCADE, related_name="job")
     generator_spec = models.JSONField(default=dict)
     solution_ids = models.JSONField(default=list)

@@ -42,7 +42,7 @@ def rate(*, annotation: AnnotationOrRef, index: int, rating: int, times: ActiveT
     The hot path of labeling: the rows as read, changed as the writes change them, are the task
     it returns, so answering with the task costs no second read.
     """
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(annotation.project_id)
 
     def rate_step(read: Change) -> Task:
         given = parse_rating(rating)
@@ -106,7 +106,7 @@ def _changed_steps(before: Task, after: Task) -> set[int]:
 
 def flag(*, annotation: AnnotationOrRef, index: int, flagged: bool, times: ActiveTime | None = None) -> None:
     """Mark step `index` as unsure (or not)."""
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(annotation.project_id)
 
     def flag_step(read: Change) -> None:
         _check_reachable(read.ratings, index, config)
@@ -129,12 +129,12 @@ def undo(*, annotation: AnnotationOrRef, index: int, times: ActiveTime | None = 
         read.writes.update(StepLabel, read.step_label_ids[index], human_completion=None)
         store_times(read, times)
 
-    act(annotation, LabelingConfig.get(), undo_step)
+    act(annotation, LabelingConfig.of(annotation.project_id), undo_step)
 
 
 def write_completion(*, annotation: AnnotationOrRef, index: int, text: str, times: ActiveTime | None = None) -> None:
     """After a -1, write the step as it should have been (PRM800K `human_completion`)."""
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(annotation.project_id)
     text = (text or "").strip()
 
     def rewrite_step(read: Change) -> None:
@@ -195,7 +195,7 @@ def submit_and_claim_next(*, annotator, annotation: AnnotationOrRef, finish_reas
 
 def _submit(annotation: AnnotationOrRef, finish_reason: str, note: str, times: ActiveTime | None) -> str:
     """submit's work in the caller's transaction; its writes are made when it returns."""
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(annotation.project_id)
     with change(annotation, config) as read:
         locked, ratings, writes = read.annotation, read.ratings, read.writes
         reason = _decide(ratings, config, finish_reason, note)

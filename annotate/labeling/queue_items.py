@@ -33,7 +33,7 @@ def renew(annotation, now: dt.datetime, seconds: int | None = None) -> int:
     """Extend the lease; take the item back if it lapsed but nobody took it. 1 if held."""
     if not is_leased(annotation):
         return 1
-    config_seconds = seconds or LabelingConfig.get().lease_duration
+    config_seconds = seconds or LabelingConfig.of(annotation.project_id).lease_duration
     mine = Q(status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id)
     return QueueItem.objects.filter(mine | Q(status=QueueItem.Status.AVAILABLE), pk=annotation.queue_item_id).update(
         status=QueueItem.Status.LEASED, leased_to=annotation.annotator_id,

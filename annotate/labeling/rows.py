@@ -1,8 +1,9 @@
 """A labeling task's rows as the fast path reads and changes them, and the one way to reach them.
 
-`annotation_for(user=..., pk=...)` names a user's annotation without reading it: every read of
-it finds it only if it is that user's (Annotation.DoesNotExist otherwise), so nobody reaches
-another person's task by id, and an action reads the row once, not twice. `read` gives the
+`annotation_for(user=..., pk=..., project=...)` names a user's annotation in a project without
+reading it: every read of it finds it only if it is that user's and in that project
+(Annotation.DoesNotExist otherwise), so nobody reaches another person's task, or their own in
+another project, by id, and an action reads the row once, not twice. `read` gives the
 annotation and its steps for the page; `act` runs an action on them, and `change` locks them
 for one in the caller's transaction: one statement reads them with the queue item's lease (kept:
 queue_items.keep_lease) and refuses a submitted task, and the action's writes are made together,
@@ -33,6 +34,7 @@ class AnnotationRef(NamedTuple):
 
     pk: int
     annotator_id: int
+    project_id: int
 
 
 class AnnotationRow(NamedTuple):
@@ -40,6 +42,7 @@ class AnnotationRow(NamedTuple):
 
     pk: int
     annotator_id: int
+    project_id: int
     solution_id: int
     status: str
     finish_reason: str | None
@@ -76,9 +79,10 @@ class StepValues(NamedTuple):
 AnnotationOrRef = AnnotationRef | Annotation
 
 
-def annotation_for(*, user, pk: int) -> AnnotationRef:
-    """The user's annotation `pk`, for `read` or `change`, which find it only if it is theirs."""
-    return AnnotationRef(pk, user.pk)
+def annotation_for(*, user, pk: int, project) -> AnnotationRef:
+    """The user's annotation `pk` in `project`, for `read` or `change`, which find it only if it is
+    theirs and the project's."""
+    return AnnotationRef(pk, user.pk, project.pk)
 
 
 # The columns of each read: the field each row type names, and the ORM path it is read from.
@@ -99,25 +103,31 @@ _ReadRow = namedtuple("_ReadRow", _READ_COLUMNS)  # type: ignore[misc]
 _LockedRow = namedtuple("_LockedRow", _LOCKED_COLUMNS)  # type: ignore[misc]
 
 
-def _steps_of(pk: int, annotator_id: int) -> QuerySet:
-    """One row per step of the owner's annotation `pk`, in order (none if it is not theirs)."""
-    return (Annotation.objects.filter(pk=pk, annotator_id=annotator_id, step_labels__completions__index=0)
+def _steps_of(pk: int, annotator_id: int, project_id: int) -> QuerySet:
+    """One row per step of the owner's annotation `pk`, in order (none if it is not theirs or not
+    the project's)."""
+    return (Annotation.objects.filter(pk=pk, annotator_id=annotator_id, project_id=project_id,
+                                      step_labels__completions__index=0)
             .order_by("step_labels__index"))
 
 
 # Built once per connection (infra/statements.py).
-_READ = statements.Compiled(lambda pk, annotator_id: (
-    _steps_of(pk, annotator_id).values_list(*_READ_COLUMNS.values())
+_READ = statements.Compiled(lambda pk, annotator_id, project_id: (
+    _steps_of(pk, annotator_id, project_id).values_list(*_READ_COLUMNS.values())
 ), row=_ReadRow)
-_LOCKED_READ = statements.Compiled(lambda pk, annotator_id: (
-    _steps_of(pk, annotator_id).select_for_update(of=("self",)).values_list(*_LOCKED_COLUMNS.values())
+_LOCKED_READ = statements.Compiled(lambda pk, annotator_id, project_id: (
+    _steps_of(pk, annotator_id, project_id).select_for_update(of=("self",)).values_list(*_LOCKED_COLUMNS.values())
 ), row=_LockedRow)
 # The annotation row's version: PostgreSQL gives a row a new xmin at every update.
 _XMIN = RawSQL(f'"{Annotation._meta.db_table}"."xmin"::text', ())
 _VersionedRow = namedtuple("_VersionedRow", [*_LOCKED_COLUMNS, "xmin"])  # type: ignore[misc]
-_VERSIONED_READ = statements.Compiled(lambda pk, annotator_id: (
-    _steps_of(pk, annotator_id).annotate(row_xmin=_XMIN).values_list(*_LOCKED_COLUMNS.values(), "row_xmin")
+_VERSIONED_READ = statements.Compiled(lambda pk, annotator_id, project_id: (
+    _steps_of(pk, annotator_id, project_id).annotate(row_xmin=_XMIN).values_list(*_LOCKED_COLUMNS.values(), "row_xmin")
 ), row=_VersionedRow)
+
+
+def _key(annotation: AnnotationOrRef) -> dict[str, int]:
+    return {"pk": annotation.pk, "annotator_id": annotation.annotator_id, "project_id": annotation.project_id}
 
 
 def _annotation(row) -> AnnotationRow:
@@ -131,9 +141,9 @@ def _step(row) -> StepValues:
 
 def read(annotation: AnnotationOrRef) -> tuple[AnnotationRow, list[StepValues]]:
     """The owner's annotation and its steps, for the page; Annotation.DoesNotExist if not theirs."""
-    found = _READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
+    found = _READ.rows(**_key(annotation))
     if not found:  # Not theirs, or a solution without steps.
-        return AnnotationRow.of(Annotation.objects.get(pk=annotation.pk, annotator_id=annotation.annotator_id)), []
+        return AnnotationRow.of(Annotation.objects.get(**_key(annotation))), []
     return _annotation(found[0]), [_step(row) for row in found]
 
 
@@ -175,7 +185,7 @@ def act(annotation: AnnotationOrRef, config: LabelingConfig, action: Callable[[C
     if connection.vendor != "postgresql":
         return _act_locked(annotation, config, action)
     for _ in range(_ATTEMPTS):
-        found = _VERSIONED_READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
+        found = _VERSIONED_READ.rows(**_key(annotation))
         if not found:  # Not theirs, or a solution without steps: as `change` answers them.
             return _act_locked(annotation, config, action)
         read = _opened(found, config, statements.RowWrites())
@@ -209,9 +219,9 @@ def change(annotation: AnnotationOrRef, config: LabelingConfig) -> Iterator[Chan
 def _lock(annotation: AnnotationOrRef, config: LabelingConfig, writes: statements.RowWrites) -> Change:
     """One statement: the same read checks the owner and brings the steps and the lease, which
     is written only when it needs renewing."""
-    found = _LOCKED_READ.rows(pk=annotation.pk, annotator_id=annotation.annotator_id)
+    found = _LOCKED_READ.rows(**_key(annotation))
     if not found:  # Not theirs, or a solution without steps.
-        locked = Annotation.objects.select_for_update().get(pk=annotation.pk, annotator_id=annotation.annotator_id)
+        locked = Annotation.objects.select_for_update().get(**_key(annotation))
         row = _open(AnnotationRow.of(locked))
         queue_items.renew_lease(annotation=row, seconds=config.lease_duration)
         return Change(row, [], [], [], writes)

@@ -81,7 +81,7 @@ class Task:
 def task_view(annotation: AnnotationOrRef, config: LabelingConfig | None = None) -> Task:
     """The page's view of the owner's annotation (Annotation.DoesNotExist if not theirs)."""
     row, steps = rows.read(annotation)
-    config = config or LabelingConfig.get()
+    config = config or LabelingConfig.of(annotation.project_id)
     return build(row, steps, config, assistance.suggestion_for(solution_id=row.solution_id, config=config))
 
 
@@ -93,7 +93,7 @@ def claimed_view(annotation: Annotation) -> Task:
     if started is None:
         return task_view(annotation)
     steps = [StepValues(step.step_index, step.text, None, None, None, None) for step in started]
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(annotation.project_id)
     return build(AnnotationRow.of(annotation), steps, config,
                  assistance.suggestion_for(solution_id=annotation.solution_id, config=config))
 

@@ -65,7 +65,7 @@ def heartbeat_allowed(*, user_id: int) -> bool:
 
 def record_time(*, annotation: rows.AnnotationOrRef, times: ActiveTime) -> None:
     """Store a report of active time (heartbeats) and keep the lease."""
-    rows.act(annotation, LabelingConfig.get(), lambda change: store_times(change, times))
+    rows.act(annotation, LabelingConfig.of(annotation.project_id), lambda change: store_times(change, times))
 
 
 def store_times(change: rows.Change, times: ActiveTime | None) -> ActiveTime | None:

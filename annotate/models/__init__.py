@@ -4,10 +4,15 @@ from annotate.models.jobs import ExportJob, ImportJob
 from annotate.models.labels import Annotation, Completion, FinishReason, ScreeningResult, StepLabel
 from annotate.models.pool import Problem, SampleLine, Solution, Step
 from annotate.models.project import Assistance, LabelingConfig
+from annotate.models.projects import AmbiguousProject, Membership, Project, SettingsChange
 from annotate.models.queue import Generation, QueueItem
 from annotate.models.review import RatingOverride
 
 __all__ = [
+    "AmbiguousProject",
+    "Membership",
+    "Project",
+    "SettingsChange",
     "Annotation",
     "Assistance",
     "AutoLabelRun",

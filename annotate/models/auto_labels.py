@@ -11,6 +11,7 @@ counts (a ProcessBench first error, a Math-Shepherd `+`/`-` tag) store `soft` on
 from django.db import models
 
 from annotate.models.pool import Step
+from annotate.models.projects import project_column
 
 
 class AutoLabelRun(models.Model):
@@ -19,6 +20,7 @@ class AutoLabelRun(models.Model):
         OMEGAPRM = "omegaprm", "OmegaPRM binary search for the first error"
         IMPORTED = "imported", "Imported dataset labels"
 
+    project = project_column()
     method = models.CharField(max_length=30, choices=Method.choices)
     # Who produced the labels: the generator's name for rollouts, the dataset for imports.
     source = models.CharField(max_length=200, blank=True)

@@ -6,10 +6,12 @@ from typing import ClassVar
 
 from django.db import models
 
+from annotate.models.projects import project_column
 from jobs.models import Job
 
 
 class ImportJob(Job):
+    project = project_column()
     path = models.CharField(max_length=500)
     original_name = models.CharField(max_length=300, blank=True)
     format = models.CharField(max_length=20, default="auto")
@@ -34,6 +36,7 @@ class ImportJob(Job):
 
 
 class ExportJob(Job):
+    project = project_column()
     format = models.CharField(max_length=30, default="prm800k")
     options = models.JSONField(default=dict, blank=True)
     path = models.CharField(max_length=500, blank=True)

@@ -2,6 +2,7 @@
 from django.conf import settings
 from django.db import models
 
+from annotate.models.projects import project_column
 from annotate.models.pool import Solution
 from steps import ratings
 
@@ -34,6 +35,8 @@ class Annotation(models.Model):
         IN_PROGRESS = "in_progress"
         SUBMITTED = "submitted"
 
+    # The solution's project, on the row: exports and the gold count of a claim select by it.
+    project = project_column()
     # Both looked up through an index that starts with them (Meta; tests/config/test_schema.py).
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="annotations", db_index=False)
     # Local annotators have a user; labels imported from PRM800K keep only its labeler id.
@@ -49,6 +52,8 @@ class Annotation(models.Model):
     generation = models.IntegerField(null=True, blank=True, db_index=True)
     is_quality_control = models.BooleanField(default=False)
     is_initial_screening = models.BooleanField(default=False)
+    # The project's guideline version when the annotation was begun (null for imported labels).
+    guideline_version = models.PositiveIntegerField(null=True, blank=True)
     # The queue item it was served from: its score at selection is exported as
     # `pre_generated_verifier_score`. Null for imported labels.
     queue_item = models.ForeignKey(
@@ -73,7 +78,8 @@ class Annotation(models.Model):
             models.Index(fields=["annotator", "solution"], name="annotation_annotator_solution"),
             # "Is gold due?" counts the annotator's gold and other tasks in the generation at each
             # claim under gold (queueing._qc_due): from this index alone, not the table's rows.
-            models.Index(fields=["annotator", "generation", "is_quality_control"], name="annotation_annotator_gen"),
+            models.Index(fields=["annotator", "project", "generation", "is_quality_control"],
+                         name="annotation_annotator_gen"),
         ]
 
     def __str__(self) -> str:
@@ -92,12 +98,17 @@ class ScreeningResult(models.Model):
     claim asks for it, so it is one row read, not the set's agreement computed again.
     """
 
-    annotator = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                                     related_name="screening_result")
+    project = project_column(db_index=False)  # one_screening_result starts with it
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                  related_name="screening_results")
     passed = models.BooleanField()
     step_accuracy = models.FloatField(null=True, blank=True, help_text="Agreement with gold when decided")
     items = models.PositiveIntegerField(help_text="Screening items the decision was made on")
     decided_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # Passing in one project passes nothing in another.
+        constraints = [models.UniqueConstraint(fields=["project", "annotator"], name="one_screening_result")]
 
     def __str__(self) -> str:
         return f"Screening of user {self.annotator_id}: {'passed' if self.passed else 'failed'}"

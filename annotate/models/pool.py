@@ -4,6 +4,7 @@ import json
 
 from django.db import models
 
+from annotate.models.projects import project_column
 from steps import ratings
 
 # The `source` of the demo pool that `seed_demo` makes: it is served after the user's own work.
@@ -17,13 +18,18 @@ def content_hash(*parts: object) -> str:
 
 
 class Problem(models.Model):
+    project = project_column(db_index=False)  # unique_problem_content starts with it
     statement = models.TextField()
     ground_truth_solution = models.TextField(blank=True, null=True)
     ground_truth_answer = models.TextField(blank=True, null=True)
     source = models.CharField(max_length=100, blank=True, db_index=True)
     split = models.CharField(max_length=50, blank=True, db_index=True)
-    content_hash = models.CharField(max_length=64, unique=True)
+    content_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # The same text may sit in two projects: each holds it once.
+        constraints = [models.UniqueConstraint(fields=["project", "content_hash"], name="unique_problem_content")]
 
     def __str__(self) -> str:
         return self.statement[:80]
@@ -55,6 +61,9 @@ class SolutionQuerySet(models.QuerySet):
 
 
 class Solution(models.Model):
+    # The problem's project, kept on the row: the queue, exports and rescoring select a project's
+    # solutions by it without a join (written with the problem, never changed).
+    project = project_column(db_index=False)  # unique_solution_content starts with it
     problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="solutions",
                                 db_index=False)  # Meta's (problem, is_correct) index starts with it
     final_answer = models.TextField(blank=True, null=True, help_text="Answer extracted from the steps")
@@ -73,13 +82,14 @@ class Solution(models.Model):
     # (labeled once), but majority vote and best-of-N count every sample. Set from the
     # solution's SampleLines by `importing`, never incremented; 1 for solutions made otherwise.
     sample_count = models.PositiveIntegerField(default=1)
-    content_hash = models.CharField(max_length=64, unique=True)
+    content_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = SolutionQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["problem", "is_correct"])]
+        constraints = [models.UniqueConstraint(fields=["project", "content_hash"], name="unique_solution_content")]
 
     def __str__(self) -> str:
         return f"Solution {self.pk} of problem {self.problem_id}"

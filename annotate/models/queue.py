@@ -3,6 +3,7 @@ from django.conf import settings
 from django.db import models
 
 from annotate.models.pool import Solution
+from annotate.models.projects import project_column
 
 
 class GenerationQuerySet(models.QuerySet):
@@ -25,7 +26,8 @@ class Generation(models.Model):
 
     SCREENING = -1
 
-    number = models.IntegerField(unique=True)
+    project = project_column(db_index=False)  # unique_generation_number starts with it
+    number = models.IntegerField()
     model_version_name = models.CharField(max_length=200, blank=True)
     note = models.TextField(blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
@@ -34,6 +36,7 @@ class Generation(models.Model):
 
     class Meta:
         ordering = ["-number"]
+        constraints = [models.UniqueConstraint(fields=["project", "number"], name="unique_generation_number")]
 
     def __str__(self) -> str:
         return f"Generation {self.number}"
@@ -79,6 +82,9 @@ class QueueItem(models.Model):
         IMPORTED_WRONG = "imported, wrong answer, not scored yet", "imported, wrong answer, not scored yet"
         SCREENING = "screening", "screening"
 
+    # The solution's project, on the row: a claim picks the best available item of one project
+    # from the (project, status, -priority, id) index.
+    project = project_column(db_index=False)
     # Both looked up through an index that starts with them (Meta; tests/config/test_schema.py).
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="queue_items", db_index=False)
     generation = models.IntegerField(db_index=True)
@@ -100,7 +106,7 @@ class QueueItem(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["solution", "generation", "slot"], name="unique_queue_slot"),
         ]
-        indexes = [models.Index(fields=["status", "-priority", "id"])]
+        indexes = [models.Index(fields=["project", "status", "-priority", "id"], name="queue_claim_order")]
 
     def __str__(self) -> str:
         return f"Queue item {self.pk} ({self.reason}) for solution {self.solution_id}"
