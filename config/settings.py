@@ -66,6 +66,8 @@ MIDDLEWARE = [
     "infra.content_security.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # /p/<slug>/...: the project's pages (request.project, and reverse() within the project).
+    "annotate.web.project_urls.ProjectMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -299,7 +301,8 @@ CACHES = {
 }
 # The models whose rows process memos keep (the user, their groups, the labeling settings): a save
 # or delete of one renews that stamp, so every process reads them again at its next request.
-STEPWISE_MEMOIZED_MODELS = ["auth.User", "auth.Group", "auth.User_groups", "annotate.LabelingConfig"]
+STEPWISE_MEMOIZED_MODELS = ["auth.User", "auth.Group", "auth.User_groups", "annotate.LabelingConfig",
+                            "annotate.Project", "annotate.Membership"]
 # Sessions are read on every request. With Redis they are read from it (`cached_db`: written
 # through to the database too, so a Redis restart or outage logs nobody out: a miss reads the
 # database); without it, from the database, since a per-process cache would not see a logout in

@@ -21,6 +21,8 @@ from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
 from rest_framework.utils.json import strict_constant
 
+from infra import project_paths
+
 
 class TooDeep(ValueError):
     """JSON nested deeper than the limit."""
@@ -79,7 +81,7 @@ def body_limit_for(path: str, content_type: str) -> tuple[int, str]:
 
 def _view_name(path: str) -> str | None:
     try:
-        return resolve(path).view_name
+        return resolve(project_paths.split(path)[1]).view_name
     except Resolver404:
         return None
 
@@ -102,7 +104,7 @@ class BodySizeLimitMiddleware:
         limit, setting = body_limit(request)
         if length > limit:
             message = too_large_message(limit, setting)
-            if request.path.startswith("/api/"):
+            if project_paths.split(request.path_info)[1].startswith("/api/"):
                 return JsonResponse({"detail": message}, status=413)
             return HttpResponse(message, status=413, content_type="text/plain")
         return self.get_response(request)

@@ -17,7 +17,7 @@ from annotate.labeling.refusals import LabelingError
 from annotate.labeling.rows import AnnotationOrRef, AnnotationRow, Change, act, change
 from annotate.labeling.tasks import Task
 from annotate.labeling.timing import ActiveTime, store_times
-from annotate.models import Annotation, Assistance, Completion, FinishReason, LabelingConfig, StepLabel
+from annotate.models import Annotation, Assistance, Completion, FinishReason, LabelingConfig, Project, StepLabel
 from steps import ratings as rating_values
 from steps.ratings import Rating
 
@@ -174,8 +174,8 @@ def submit(*, annotation: AnnotationOrRef, finish_reason: str = "", note: str = 
         return _submit(annotation, finish_reason, note, times)
 
 
-def submit_and_claim_next(*, annotator, annotation: AnnotationOrRef, finish_reason: str = "", note: str = "",
-                          times: ActiveTime | None = None) -> tuple[str, Annotation | None]:
+def submit_and_claim_next(*, annotator, project=None, annotation: AnnotationOrRef, finish_reason: str = "",
+                          note: str = "", times: ActiveTime | None = None) -> tuple[str, Annotation | None]:
     """Submit, then claim the annotator's next task (queueing.claim_next), in one transaction:
     two round trips fewer than one each. Returns the finish reason and the next task, None when
     nothing is left or the screening set was failed (the submit stands either way).
@@ -184,11 +184,12 @@ def submit_and_claim_next(*, annotator, annotation: AnnotationOrRef, finish_reas
     waits for the whole of this one, instead of holding that lock while it waits for the item
     this submit finishes, which waits for the lock (a deadlock).
     """
+    project = Project.objects.given(project)
     with transaction.atomic():
         queueing.lock_claims(annotator=annotator)
         reason = _submit(annotation, finish_reason, note, times)
         try:
-            return reason, queueing.claim_locked(annotator=annotator)
+            return reason, queueing.claim_locked(annotator=annotator, project=project)
         except queueing.ScreeningFailed:  # Nothing to claim; the submit stands.
             return reason, None
 

@@ -18,7 +18,16 @@ from django.db import transaction
 from django.db.models import Count, QuerySet
 
 from annotate.labeling import queue_items, verdicts
-from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution, Step
+from annotate.models import (
+    Annotation,
+    Generation,
+    LabelingConfig,
+    Project,
+    QueueItem,
+    ScreeningResult,
+    Solution,
+    Step,
+)
 from infra import statements
 
 Ratings = list[int | None]
@@ -126,36 +135,40 @@ def gold_agreement(annotations: Iterable[Annotation]) -> Agreement:
     return agreement
 
 
-def gold_standing(*, annotator) -> Agreement:
-    """How an annotator's gold and screening items compare with gold."""
-    done = Annotation.objects.submitted().filter(annotator=annotator, solution__is_gold=True)
+def gold_standing(*, annotator, project=None) -> Agreement:
+    """How an annotator's gold and screening items in the project compare with gold."""
+    project = Project.objects.given(project)
+    done = Annotation.objects.submitted().filter(project=project, annotator=annotator, solution__is_gold=True)
     return gold_agreement(done.only("pk", "solution_id"))
 
 
-def screening_solution_ids() -> set[int]:
+def screening_solution_ids(project=None) -> set[int]:
+    project = Project.objects.given(project)
     return set(
-        QueueItem.objects.filter(generation=Generation.SCREENING).exclude(status=QueueItem.Status.RETIRED)
-        .values_list("solution_id", flat=True)
+        QueueItem.objects.filter(project=project, generation=Generation.SCREENING)
+        .exclude(status=QueueItem.Status.RETIRED).values_list("solution_id", flat=True)
     )
 
 
 # Asked at every claim while screening is required: built once per connection.
-_DECIDED = statements.Compiled(lambda annotator_id: (
-    ScreeningResult.objects.filter(annotator_id=annotator_id).values_list("passed")
+_DECIDED = statements.Compiled(lambda annotator_id, project_id: (
+    ScreeningResult.objects.filter(annotator_id=annotator_id, project_id=project_id).values_list("passed")
 ))
 
 
-def screening_status(*, annotator) -> Screening:
-    """Whether the annotator has passed the screening set (generation -1).
+def screening_status(*, annotator, project=None) -> Screening:
+    """Whether the annotator has passed the project's screening set (generation -1): passing in
+    one project passes nothing in another.
 
     Decided once they have submitted the whole set, and recorded (ScreeningResult): from then
     on their claims read that one row, however the set or its gold labels change, until an
     admin resets their screening.
     """
-    decided = _DECIDED.rows(annotator_id=annotator.pk)
+    project = Project.objects.given(project)
+    decided = _DECIDED.rows(annotator_id=annotator.pk, project_id=project.pk)
     if decided:
         return Screening.PASSED if decided[0][0] else Screening.FAILED
-    wanted = screening_solution_ids()
+    wanted = screening_solution_ids(project)
     if not wanted:
         return Screening.NONE
     done = list(
@@ -166,36 +179,40 @@ def screening_status(*, annotator) -> Screening:
     if len({a.solution_id for a in done}) < len(wanted):
         return Screening.PENDING
     accuracy = gold_agreement(done).step_accuracy
-    passed = accuracy is None or accuracy >= LabelingConfig.get().screening_pass_accuracy
+    passed = accuracy is None or accuracy >= LabelingConfig.of(project).screening_pass_accuracy
     ScreeningResult.objects.get_or_create(
-        annotator=annotator, defaults={"passed": passed, "step_accuracy": accuracy, "items": len(wanted)}
+        project=project, annotator=annotator,
+        defaults={"passed": passed, "step_accuracy": accuracy, "items": len(wanted)},
     )
     return Screening.PASSED if passed else Screening.FAILED
 
 
-def reset_screening(*, annotator) -> int:
-    """Let an annotator take the screening set again (an admin's decision)."""
+def reset_screening(*, annotator, project=None) -> int:
+    """Let an annotator take the project's screening set again (an admin's decision, or a new guideline's)."""
+    project = Project.objects.given(project)
     with transaction.atomic():
-        ScreeningResult.objects.filter(annotator=annotator).delete()
-        deleted, _ = Annotation.objects.filter(annotator=annotator, is_initial_screening=True).delete()
+        ScreeningResult.objects.filter(project=project, annotator=annotator).delete()
+        deleted, _ = Annotation.objects.filter(project=project, annotator=annotator, is_initial_screening=True).delete()
     return deleted
 
 
-def shared_solutions() -> QuerySet:
-    """Ids of the solutions that two or more submitted annotations label (a subquery)."""
+def shared_solutions(project=None) -> QuerySet:
+    """Ids of the project's solutions that two or more submitted annotations label (a subquery)."""
+    project = Project.objects.given(project)
     return (
-        Annotation.objects.submitted().values("solution_id").annotate(n=Count("pk")).filter(n__gte=2)
+        Annotation.objects.submitted().filter(project=project).values("solution_id").annotate(n=Count("pk")).filter(n__gte=2)
         .values("solution_id")
     )
 
 
-def inter_annotator(*, annotator=None) -> Agreement:
-    """Agreement between annotators on solutions two or more of them submitted.
+def inter_annotator(*, project=None, annotator=None) -> Agreement:
+    """Agreement between annotators on the project's solutions two or more of them submitted.
 
     With `annotator`, only the pairs that include them.
     """
+    project = Project.objects.given(project)
     annotations = list(
-        Annotation.objects.submitted().filter(solution_id__in=shared_solutions())
+        Annotation.objects.submitted().filter(solution_id__in=shared_solutions(project))
         .values_list("pk", "solution_id", "annotator_id").order_by("solution_id", "pk")
     )
     ratings = ratings_of(pk for pk, _, _ in annotations)

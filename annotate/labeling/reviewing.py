@@ -13,12 +13,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import quality, verdicts
-from annotate.models import Annotation, AutoStepLabel, FinishReason, RatingOverride, Step, StepLabel
+from annotate.models import Annotation, AutoStepLabel, FinishReason, Project, RatingOverride, Step, StepLabel
 
 # Why an annotation is put before a reviewer: the filters of the review list, and the reason shown.
 REVIEW_REASONS = {
@@ -27,15 +27,16 @@ REVIEW_REASONS = {
 }
 
 
-def annotations_for_review(*, annotator_id: int | None = None, generation: int | None = None,
+def annotations_for_review(*, project=None, annotator_id: int | None = None, generation: int | None = None,
                            disagreement: bool = False, contradiction: bool = False) -> QuerySet[Annotation]:
-    """Submitted annotations, newest first, optionally of one annotator / generation.
+    """The project's submitted annotations, newest first, optionally of one annotator / generation.
 
     `disagreement`: only those where another submitted annotation of the same solution,
     or the solution's gold label, gives some step a different verdict. `contradiction`: only
     those whose labels the automatic grade contradicts (`contradicting`).
     """
-    qs = Annotation.objects.submitted().select_related("annotator", "solution__problem")
+    project = Project.objects.given(project)
+    qs = Annotation.objects.submitted().filter(project=project).select_related("annotator", "solution__problem")
     if annotator_id is not None:
         qs = qs.filter(annotator_id=annotator_id)
     if generation is not None:
@@ -71,7 +72,8 @@ def disagreeing(annotations: QuerySet[Annotation]) -> list[int]:
     Only solutions with two annotations or a gold label can disagree, so only those are read.
     """
     gold_solutions = Step.objects.filter(gold_rating__isnull=False).values("solution_id")
-    candidates = annotations.filter(Q(solution_id__in=quality.shared_solutions()) | Q(solution_id__in=gold_solutions))
+    shared = Annotation.objects.submitted().filter(solution_id=OuterRef("solution_id")).exclude(pk=OuterRef("pk"))
+    candidates = annotations.filter(Q(Exists(shared)) | Q(solution_id__in=gold_solutions))
     mine = dict(candidates.order_by().values_list("pk", "solution_id"))
     peers: dict[int, list[int]] = defaultdict(list)
     for pk, solution_id in Annotation.objects.submitted().filter(solution_id__in=set(mine.values())).values_list(
@@ -236,9 +238,10 @@ class Progress:
     screening: str
 
 
-def progress(*, annotator) -> Progress:
-    """An annotator's home-page figures: work done, gold standing, median time per task."""
-    mine = Annotation.objects.submitted().filter(annotator=annotator)
+def progress(*, annotator, project=None) -> Progress:
+    """An annotator's home-page figures in the project: work done, gold standing, median time per task."""
+    project = Project.objects.given(project)
+    mine = Annotation.objects.submitted().filter(project=project, annotator=annotator)
     start_of_day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
     today = mine.filter(timestamp__gte=start_of_day)
     times = list(
@@ -249,6 +252,6 @@ def progress(*, annotator) -> Progress:
         overall=mine.count(),
         steps_today=StepLabel.objects.filter(annotation__in=today).count(),
         median_seconds=statistics.median(times) / 1000 if times else None,
-        standing=quality.gold_standing(annotator=annotator),
-        screening=quality.screening_status(annotator=annotator),
+        standing=quality.gold_standing(annotator=annotator, project=project),
+        screening=quality.screening_status(annotator=annotator, project=project),
     )

@@ -25,7 +25,7 @@ from django.db.models.expressions import RawSQL
 
 from annotate.labeling import queue_items
 from annotate.labeling.refusals import AlreadySubmitted, Conflict
-from annotate.models import Annotation, LabelingConfig
+from annotate.models import Annotation, LabelingConfig, Project
 from infra import statements
 
 
@@ -79,10 +79,10 @@ class StepValues(NamedTuple):
 AnnotationOrRef = AnnotationRef | Annotation
 
 
-def annotation_for(*, user, pk: int, project) -> AnnotationRef:
-    """The user's annotation `pk` in `project`, for `read` or `change`, which find it only if it is
-    theirs and the project's."""
-    return AnnotationRef(pk, user.pk, project.pk)
+def annotation_for(*, user, pk: int, project=None) -> AnnotationRef:
+    """The user's annotation `pk` in `project` (the sole one when None), for `read` or `change`,
+    which find it only if it is theirs and the project's."""
+    return AnnotationRef(pk, user.pk, Project.objects.given(project).pk)
 
 
 # The columns of each read: the field each row type names, and the ORM path it is read from.

@@ -5,13 +5,13 @@ holds now (queue size and per-problem cap, selection shares, promotion threshold
 each member of a role group becomes a member of it in that role (the highest, when several).
 """
 
-import annotate.models.project
-import annotate.models.projects
 import django.core.validators
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+import annotate.models.project
+import annotate.models.projects
 
 PROJECT_TABLES = ["annotation", "autolabelrun", "exportjob", "generation", "importjob", "problem", "queueitem",
                   "screeningresult", "solution"]

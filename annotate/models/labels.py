@@ -2,8 +2,8 @@
 from django.conf import settings
 from django.db import models
 
-from annotate.models.projects import project_column
 from annotate.models.pool import Solution
+from annotate.models.projects import project_column
 from steps import ratings
 
 

@@ -31,6 +31,11 @@ class ProjectQuerySet(models.QuerySet["Project"]):
             raise AmbiguousProject(f"several projects exist; name one of: {', '.join(self.slugs())}")
         return projects[0]
 
+    def given(self, project: Project | None) -> Project:
+        """`project`, or the sole project when it is None (AmbiguousProject naming the choices with
+        several): what a service's `project=None` means."""
+        return project if project is not None else self.sole()
+
     def slugs(self) -> list[str]:
         return list(self.order_by("slug").values_list("slug", flat=True))
 

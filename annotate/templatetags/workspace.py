@@ -97,8 +97,10 @@ def at(values, index: int):
 
 
 @register.filter
-def has_role(user, role: str) -> bool:
-    return roles.has_role(user, role)
+def has_role(request, role: str) -> bool:
+    """The signed-in user holds `role` in the request's project (False outside any project)."""
+    project = getattr(request, "project", None)
+    return project is not None and roles.has_role(request.user, role, project)
 
 
 @register.filter

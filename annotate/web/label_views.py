@@ -1,7 +1,8 @@
 """The labeling workspace. Thin: parse, call one labeling function, render.
 
-Every page and action reaches the annotator's task through `rows.annotation_for(user=...)`,
-whose every read checks the owner, so nobody reaches another person's task by id (404). The
+Every page and action reaches the annotator's task through `rows.annotation_for(user=...,
+project=...)`, whose every read checks the owner and the project, so nobody reaches another
+person's task, or a task of another project, by id (404). The
 pages are Jinja2 (annotate/web/jinja.py says why). Actions answer htmx with the task partial (a
 rating with only the parts of it that it changed) and plain POSTs with a redirect; a refusal
 answers with its reason, as plain text to htmx and on the task's page otherwise: 400 for input
@@ -24,7 +25,7 @@ from annotate.labeling.refusals import Conflict, LabelingError
 from annotate.labeling.roles import annotator_required
 from annotate.labeling.rows import AnnotationRef
 from annotate.labeling.tasks import Task
-from annotate.models import Annotation
+from annotate.models import Annotation, Project
 from annotate.web.htmx import HtmxHttpRequest, is_partial
 from annotate.web.params import int_param, plain_text
 
@@ -37,19 +38,22 @@ T = TypeVar("T")
 
 
 class LabelRequest(HtmxHttpRequest):
-    """A labeling view's request (annotations only): behind annotator_required, a signed-in user."""
+    """A labeling view's request (annotations only): behind annotator_required, a signed-in user who
+    is a member of the request's project."""
 
     user: User
+    project: Project
 
 
 @require_GET
 @annotator_required
 def label_start(request: LabelRequest) -> HttpResponse:
     """The page between tasks: resume the open one or offer the next (claiming is a POST)."""
-    task = queueing.current_task(annotator=request.user)
+    task = queueing.current_task(annotator=request.user, project=request.project)
     if task is not None:
         return redirect("annotate:label-task", pk=task.pk)
-    return render(request, "annotate/label_start.jinja", {"available": queueing.available_count()}, using=JINJA2)
+    available = queueing.available_count(request.project)
+    return render(request, "annotate/label_start.jinja", {"available": available}, using=JINJA2)
 
 
 @require_POST
@@ -62,7 +66,7 @@ def label_next(request: LabelRequest) -> HttpResponse:
     posts again and resumes the same task, as claiming an open task does).
     """
     try:
-        task = queueing.claim_next(annotator=request.user)
+        task = queueing.claim_next(annotator=request.user, project=request.project)
     except queueing.ScreeningFailed as error:
         return render(request, "annotate/label_start.jinja", {"refusal": f"No tasks: {error}."}, using=JINJA2,
                       status=403)
@@ -77,7 +81,7 @@ def label_next(request: LabelRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def label_task(request: LabelRequest, pk: int) -> HttpResponse:
     try:
-        task = tasks.task_view(rows.annotation_for(user=request.user, pk=pk))
+        task = tasks.task_view(rows.annotation_for(user=request.user, pk=pk, project=request.project))
     except Annotation.DoesNotExist:
         raise Http404("No such task of yours.") from None
     return _task_page(request, task, whole=not is_partial(request))
@@ -130,7 +134,7 @@ def label_heartbeat(request: LabelRequest, pk: int) -> HttpResponse:
     """Activity on the page: keep the lease and store active time (rate-limited per user)."""
     if not timing.heartbeat_allowed(user_id=request.user.pk):
         return plain_text("too many heartbeats: slow down", status=429)
-    annotation = rows.annotation_for(user=request.user, pk=pk)
+    annotation = rows.annotation_for(user=request.user, pk=pk, project=request.project)
     try:
         timing.record_time(annotation=annotation, times=timing.parse_times(request.POST) or timing.ActiveTime())
     except Conflict as error:
@@ -146,14 +150,15 @@ def label_heartbeat(request: LabelRequest, pk: int) -> HttpResponse:
 @annotator_required
 def label_submit(request: LabelRequest, pk: int) -> HttpResponse:
     """Submit, then go straight on to the next task (or home, if asked)."""
-    annotation = rows.annotation_for(user=request.user, pk=pk)
+    annotation = rows.annotation_for(user=request.user, pk=pk, project=request.project)
     finish = {"finish_reason": request.POST.get("finish_reason", ""), "note": request.POST.get("note", "")}
     home = request.POST.get("then") == "home"
 
     def submit(a: AnnotationRef, times: timing.ActiveTime | None) -> tuple[str, Annotation | None]:
         if home:
             return actions.submit(annotation=a, times=times, **finish), None
-        return actions.submit_and_claim_next(annotator=request.user, annotation=a, times=times, **finish)
+        return actions.submit_and_claim_next(annotator=request.user, project=request.project, annotation=a,
+                                             times=times, **finish)
 
     outcome = _perform(request, annotation, submit)
     if isinstance(outcome, HttpResponse):
@@ -175,7 +180,7 @@ def label_submit(request: LabelRequest, pk: int) -> HttpResponse:
 
 def _act(request: LabelRequest, pk: int, action: Callable[..., object]) -> HttpResponse:
     """Run one labeling action and answer with the task as it now stands."""
-    annotation = rows.annotation_for(user=request.user, pk=pk)
+    annotation = rows.annotation_for(user=request.user, pk=pk, project=request.project)
     outcome = _perform(request, annotation, action)
     if isinstance(outcome, HttpResponse):
         return outcome

@@ -13,20 +13,23 @@ from annotate.models import LabelingConfig
 @require_GET
 @reviewer_required
 def quality_report(request: HttpRequest) -> HttpResponse:
-    people = get_user_model().objects.filter(annotations__annotator__isnull=False).distinct().order_by("username")
+    project = request.project
+    people = (get_user_model().objects.filter(annotations__project=project, annotations__annotator__isnull=False)
+              .distinct().order_by("username"))
     rows = [
-        (person, reviewing.progress(annotator=person), quality.inter_annotator(annotator=person)) for person in people
+        (person, reviewing.progress(annotator=person, project=project),
+         quality.inter_annotator(project=project, annotator=person)) for person in people
     ]
     return render(request, "annotate/quality.html", {
-        "rows": rows, "overall": quality.inter_annotator(), "config": LabelingConfig.get(),
-        "is_admin": roles.is_admin(request.user),
+        "rows": rows, "overall": quality.inter_annotator(project=project), "config": LabelingConfig.of(project),
+        "is_admin": roles.is_admin(request.user, project),
     })
 
 
 @require_POST
 @admin_required
 def quality_reset_screening(request: HttpRequest, user_id: int) -> HttpResponse:
-    person = get_object_or_404(get_user_model(), pk=user_id)
-    quality.reset_screening(annotator=person)
+    person = get_object_or_404(get_user_model(), pk=user_id, memberships__project=request.project)
+    quality.reset_screening(annotator=person, project=request.project)
     messages.success(request, f"{person.get_username()} can take the screening set again.")
     return redirect("annotate:quality")

@@ -25,13 +25,15 @@ def review_list(request: HttpRequest) -> HttpResponse:
     except LabelingError as error:
         return plain_text(str(error), status=400)
     annotations = reviewing.annotations_for_review(
-        annotator_id=annotator_id, generation=generation, disagreement=request.GET.get("disagreement") == "1",
+        project=request.project, annotator_id=annotator_id, generation=generation,
+        disagreement=request.GET.get("disagreement") == "1",
         contradiction=request.GET.get("contradiction") == "1",
     )
     page = Paginator(annotations, 50).get_page(request.GET.get("page"))
     return render(request, "annotate/review_list.html", {
         "page": page,
-        "annotators": get_user_model().objects.filter(annotations__isnull=False).distinct().order_by("username"),
+        "annotators": (get_user_model().objects.filter(annotations__project=request.project).distinct()
+                       .order_by("username")),
         "filters": request.GET,
         "querystring": _without_page(request),
     })
@@ -51,7 +53,8 @@ def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _detail_page(request: HttpRequest, pk: int, *, status: int = 200) -> HttpResponse:
     annotation = get_object_or_404(
-        Annotation.objects.submitted().select_related("solution__problem", "annotator"), pk=pk
+        Annotation.objects.submitted().filter(project=request.project).select_related("solution__problem", "annotator"),
+        pk=pk,
     )
     others = list(
         Annotation.objects.submitted().filter(solution=annotation.solution)
@@ -62,7 +65,7 @@ def _detail_page(request: HttpRequest, pk: int, *, status: int = 200) -> HttpRes
         "annotation": annotation, "others": others, "problem": annotation.solution.problem, "rows": rows,
         "review_reasons": [reviewing.REVIEW_REASONS[r] for r in reviewing.review_reasons(annotation)],
         "flagged_steps": [row.index + 1 for row in rows if row.cells and row.cells[0].flagged],
-        "is_admin": roles.is_admin(request.user), "rating_buttons": workspace.RATING_BUTTONS,
+        "is_admin": roles.is_admin(request.user, request.project), "rating_buttons": workspace.RATING_BUTTONS,
     }, status=status)
 
 
@@ -75,7 +78,7 @@ def _refuse(request: HttpRequest, pk: int, message: str) -> HttpResponse:
 @require_POST
 @reviewer_required
 def review_override(request: HttpRequest, pk: int) -> HttpResponse:
-    annotation = _submitted(pk)
+    annotation = _submitted(request.project, pk)
     try:
         index = int_param(request.POST, "index")
         override = reviewing.override_rating(
@@ -94,7 +97,7 @@ def review_override(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @admin_required
 def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
-    quality.make_gold(annotation=_submitted(pk))
+    quality.make_gold(annotation=_submitted(request.project, pk))
     messages.success(request, "This solution is now a gold item with these ratings.")
     return redirect("annotate:review-detail", pk=pk)
 
@@ -102,7 +105,7 @@ def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @admin_required
 def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
-    annotation = _submitted(pk)
+    annotation = _submitted(request.project, pk)
     if not annotation.solution.is_gold:
         return _refuse(request, pk, "Make the solution gold first: screening is graded against gold labels.")
     queueing.add_to_screening(solution=annotation.solution)
@@ -110,6 +113,6 @@ def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("annotate:review-detail", pk=pk)
 
 
-def _submitted(pk: int) -> Annotation:
-    """The one way these pages reach an annotation: submitted ones only, 404 otherwise."""
-    return get_object_or_404(Annotation.objects.submitted(), pk=pk)
+def _submitted(project, pk: int) -> Annotation:
+    """The one way these pages reach an annotation: the project's submitted ones only, 404 otherwise."""
+    return get_object_or_404(Annotation.objects.submitted().filter(project=project), pk=pk)

@@ -1,10 +1,11 @@
 """Projects: model versions and jobs go into the `default` project (annotate 0021), and the one
 current model becomes the default project's current model."""
 
-import annotate.models.projects
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
+
+import annotate.models.projects
 
 
 def put_models_and_jobs_in_the_default_project(apps, schema_editor):

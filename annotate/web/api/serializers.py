@@ -11,6 +11,7 @@ from annotate.models import (
     FinishReason,
     ImportJob,
     Problem,
+    Project,
     Solution,
     Step,
     StepLabel,
@@ -73,7 +74,7 @@ class AnnotationSerializer(serializers.ModelSerializer):
     def get_fields(self):
         fields = super().get_fields()
         request = self.context.get("request")
-        if request is None or not roles.is_reviewer(request.user):
+        if request is None or not roles.is_reviewer(request.user, request.project):
             for name in REVIEWER_ONLY_ANNOTATION_FIELDS:
                 del fields[name]
         return fields
@@ -85,6 +86,25 @@ class AnnotationSerializer(serializers.ModelSerializer):
             "generation", "is_quality_control", "is_initial_screening", "timestamp", "step_labels",
             "created_at", "updated_at",
         ]
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    role = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+    api_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Project
+        fields = ["slug", "name", "description", "guideline_version", "role", "url", "api_url"]
+
+    def get_role(self, project: Project) -> str | None:
+        return roles.role_in(self.context["request"].user, project)
+
+    def get_url(self, project: Project) -> str:
+        return f"/p/{project.slug}/"
+
+    def get_api_url(self, project: Project) -> str:
+        return f"/p/{project.slug}/api/"
 
 
 class QueueCountsSerializer(serializers.Serializer):

@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 from annotate.web.api import views
 
 router = DefaultRouter(trailing_slash=False)
+router.register("projects", views.ProjectViewSet, basename="api-project")
 router.register("problems", views.ProblemViewSet, basename="api-problem")
 router.register("solutions", views.SolutionViewSet, basename="api-solution")
 router.register("annotations", views.AnnotationViewSet, basename="api-annotation")

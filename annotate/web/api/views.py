@@ -4,7 +4,7 @@ Every list is paginated, ordered and filterable only on the fields named in its 
 """
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 from django.http import FileResponse, Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -14,12 +14,23 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import MultiPartParser
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.labeling import roles
-from annotate.models import Annotation, ExportJob, FinishReason, Generation, ImportJob, Problem, QueueItem, Solution
+from annotate.models import (
+    Annotation,
+    ExportJob,
+    FinishReason,
+    Generation,
+    ImportJob,
+    Problem,
+    Project,
+    QueueItem,
+    Solution,
+)
 from annotate.pool import exporting, importing
 from annotate.web.api import serializers
 from annotate.web.api.permissions import IsAdmin, IsReviewer, OwnAnnotationOrReviewer, annotations_visible_to
@@ -39,7 +50,31 @@ class IgnoreAcceptHeader(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-class ProblemViewSet(viewsets.ReadOnlyModelViewSet):
+class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
+    """The projects the user belongs to (a site admin: all), each with its role and URLs. Every
+    other route is a project's: under /p/<slug>/ (for example /p/<slug>/api/annotations)."""
+
+    serializer_class = serializers.ProjectSerializer
+    permission_classes = [IsAuthenticated]
+    lookup_field = "slug"
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet:
+        return Project.objects.visible_to(self.request.user).order_by("slug")
+
+
+class ProjectScoped:
+    """A viewset over one project's rows: those of the request's project (annotate.web.project_urls)
+    and no other, so an object of another project answers 404 as one that does not exist."""
+
+    queryset: QuerySet
+    request: Request
+
+    def get_queryset(self) -> QuerySet:
+        return self.queryset.filter(project=self.request.project)
+
+
+class ProblemViewSet(ProjectScoped, viewsets.ReadOnlyModelViewSet):
     """Problems of the pool (reviewers and admins)."""
 
     queryset = Problem.objects.order_by("id")
@@ -48,7 +83,7 @@ class ProblemViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["source", "split"]
 
 
-class SolutionViewSet(viewsets.ReadOnlyModelViewSet):
+class SolutionViewSet(ProjectScoped, viewsets.ReadOnlyModelViewSet):
     """Solutions with their steps and grading (reviewers and admins); scores are under /api/solution-scores."""
 
     queryset = Solution.objects.select_related("problem").prefetch_related("steps").order_by("id")
@@ -68,13 +103,14 @@ class AnnotationViewSet(viewsets.ReadOnlyModelViewSet):
         """A filter on a field the serializer hides would tell an annotator what it hides."""
         fields = ["solution", "status", "finish_reason", "labeler"]
         request = getattr(self, "request", None)
-        if request is not None and roles.is_reviewer(request.user):
+        project = getattr(request, "project", None)
+        if request is not None and project is not None and roles.is_reviewer(request.user, project):
             fields += serializers.REVIEWER_ONLY_ANNOTATION_FIELDS
         return fields
 
     def get_queryset(self):
         return (
-            annotations_visible_to(self.request.user)
+            annotations_visible_to(self.request.user, self.request.project)
             .select_related("annotator")
             .prefetch_related("step_labels__completions")
             .order_by("id")
@@ -87,16 +123,17 @@ class QueueStatsView(APIView):
     @extend_schema(responses=serializers.QueueStatsSerializer, summary="Queue items by generation and status")
     def get(self, request: Request) -> Response:
         counts = {s: Count("id", filter=Q(status=s)) for s in QueueItem.Status.values}
-        rows = QueueItem.objects.values("generation").annotate(**counts).order_by("generation")
+        project = request.project
+        rows = QueueItem.objects.filter(project=project).values("generation").annotate(**counts).order_by("generation")
         data = {
-            "current_generation": Generation.objects.current_number(),
-            "submitted_annotations": Annotation.objects.submitted().count(),
+            "current_generation": Generation.objects.filter(project=project).current_number(),
+            "submitted_annotations": Annotation.objects.submitted().filter(project=project).count(),
             "generations": list(rows),
         }
         return Response(serializers.QueueStatsSerializer(data).data)
 
 
-class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class JobViewSet(ProjectScoped, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Background jobs (admins): POST a request to start one, then poll it by id."""
 
     permission_classes = [IsAdmin]
@@ -105,12 +142,13 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     if TYPE_CHECKING:
         # Each kind of job starts one from its validated request body.
-        def start(self, data: dict[str, Any], *, user: AbstractBaseUser | AnonymousUser) -> ImportJob | ExportJob: ...
+        def start(self, data: dict[str, Any], *, user: AbstractBaseUser | AnonymousUser,
+                  project: Project) -> ImportJob | ExportJob: ...
 
     def create(self, request: Request, *args, **kwargs) -> Response:
         body = self.request_serializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = self.start(body.validated_data, user=request.user)
+        job = self.start(body.validated_data, user=request.user, project=request.project)
         return Response(self.get_serializer(job).data, status=status.HTTP_201_CREATED)
 
 
@@ -129,12 +167,12 @@ class ImportJobViewSet(JobViewSet):
     request_serializer = serializers.ImportRequestSerializer
     parser_classes = [MultiPartParser]
 
-    def start(self, data: dict, *, user) -> ImportJob:
+    def start(self, data: dict, *, user, project) -> ImportJob:
         upload = data["file"]
         path = importing.save_upload(chunks=upload.chunks(), original_name=upload.name)
         return importing.create_import_job(
             path=path, original_name=upload.name, format=data["format"], split_mode=data["split_mode"],
-            source=data["source"], atomic=data["atomic"], user=user,
+            source=data["source"], atomic=data["atomic"], user=user, project=project,
         )
 
 
@@ -152,10 +190,10 @@ class ExportJobViewSet(JobViewSet):
     serializer_class = serializers.ExportJobSerializer
     request_serializer = serializers.ExportRequestSerializer
 
-    def start(self, data: dict, *, user) -> ExportJob:
+    def start(self, data: dict, *, user, project) -> ExportJob:
         # from_dict reads the option keys and ignores `format`.
         options = exporting.ExportOptions.from_dict(data)
-        return exporting.create_export_job(format=data["format"], options=options, user=user)
+        return exporting.create_export_job(format=data["format"], options=options, user=user, project=project)
 
     @extend_schema(
         responses={(200, "application/jsonl"): OpenApiTypes.BINARY, (200, "application/zip"): OpenApiTypes.BINARY,
@@ -208,7 +246,8 @@ class StreamExportView(APIView):
         })
         if not body.is_valid():
             raise ValidationError(body.errors)
-        rows = exporting.iter_jsonl(format=format, options=exporting.ExportOptions.from_dict(body.validated_data))
+        rows = exporting.iter_jsonl(format=format, options=exporting.ExportOptions.from_dict(body.validated_data),
+                                    project=request.project)
         response = StreamingHttpResponse(rows, content_type="application/jsonl; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="stepwise-{format}.jsonl"'
         return response
