@@ -18,7 +18,9 @@ from annotate.models import (
     Generation,
     ImportJob,
     LabelingConfig,
+    Membership,
     Problem,
+    Project,
     QueueItem,
     RatingOverride,
     SampleLine,
@@ -273,11 +275,31 @@ class ExportJobAdmin(JobAdmin):
 
 @admin.register(LabelingConfig)
 class LabelingConfigAdmin(admin.ModelAdmin):
+    """Read here; changed on each project's settings page, which keeps a record of every change."""
+
     list_display = ("__str__", "stop_at_first_error", "overlap_k", "qc_rate", "screening_required")
 
     def has_add_permission(self, request) -> bool:
-        # One row, made on first read (LabelingConfig.get()).
-        return not LabelingConfig.objects.exists()
+        return False  # one row per project, made with it (LabelingConfig.of)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "guideline_version", "created_at")
+    search_fields = ("name", "slug")
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # annotate.labeling.projects.delete, which refuses while the project holds labels
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "project", "role", "created_at")
+    list_filter = ("project", "role")
+    search_fields = ("user__username",)

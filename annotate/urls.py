@@ -1,11 +1,20 @@
 from django.urls import path
 
-from annotate.web import export_views, home_views, label_views, pool_views, quality_views, review_views
+from annotate.web import (
+    export_views,
+    home_views,
+    label_views,
+    pool_views,
+    project_views,
+    quality_views,
+    review_views,
+)
 
 app_name = "annotate"
 urlpatterns = [
     path("", home_views.home, name="home"),
     path("demo/remove", home_views.remove_demo, name="remove-demo"),
+    path("settings/", project_views.project_settings, name="project-settings"),
     path("label/", label_views.label_start, name="label-start"),
     path("label/next", label_views.label_next, name="label-next"),
     path("label/<int:pk>/", label_views.label_task, name="label-task"),

@@ -15,6 +15,7 @@ import is what they label first.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -44,11 +45,6 @@ STATISTICS_AFTER = 1000
 
 class ScreeningFailed(Exception):
     """The annotator did not pass the screening set, so gets no real tasks."""
-
-
-def labeler_id(user) -> str:
-    """The PRM800K `labeler` of a local annotator."""
-    return user.get_username()
 
 
 def start_generation(*, project=None, model_version_name: str = "", note: str = "") -> Generation:
@@ -297,7 +293,7 @@ def claim_locked(*, annotator, project=None, now: dt.datetime | None = None) -> 
 
 def _new_task(annotator, project, now: dt.datetime) -> Annotation | None:
     config = LabelingConfig.of(project)
-    start = _Starter(annotator, project)
+    start = functools.partial(starting.begin, annotator, project)
     if config.screening_required:
         status = quality.screening_status(annotator=annotator, project=project)
         if status == quality.Screening.FAILED:
@@ -395,26 +391,6 @@ def _lease_next(annotator, project, now: dt.datetime, seconds: int) -> Leased | 
     found = _LEASE_NEXT.rows(annotator_id=annotator.pk, project_id=project.pk,
                              expires_at=now + dt.timedelta(seconds=seconds))
     return found[0] if found else None
-
-
-class _Starter(NamedTuple):
-    """Begins the annotator's annotation of a solution in the project, under its guideline in force."""
-
-    annotator: object
-    project: object
-
-    def __call__(self, solution_id: int, generation: int, *, queue_item_id: int | None = None,
-                 quality_control: bool = False, screening: bool = False) -> Annotation:
-        annotator, project = self.annotator, self.project
-        annotation = Annotation(
-            project_id=project.pk, solution_id=solution_id, annotator=annotator, labeler=labeler_id(annotator),
-            generation=generation, queue_item_id=queue_item_id, is_quality_control=quality_control,
-            is_initial_screening=screening, guideline_version=project.guideline_version,
-        )
-        # The steps as just written, none rated: the claim's answer is built from them instead of
-        # reading them back (tasks.claimed_view).
-        annotation.started_steps = starting.start(annotation)  # type: ignore[attr-defined]  # a claim's extra
-        return annotation
 
 
 def available_count(project=None) -> int:

@@ -32,6 +32,25 @@ _LABEL_FROM = ("annotation", "index")
 _COMPLETION_FROM = ("step_label", "index", "text")
 
 
+def labeler_id(user) -> str:
+    """The PRM800K `labeler` of a local annotator."""
+    return user.get_username()
+
+
+def begin(annotator, project, solution_id: int, generation: int, *, queue_item_id: int | None = None,
+          quality_control: bool = False, screening: bool = False) -> Annotation:
+    """The annotator's new annotation of a solution of the project, under its guideline in force,
+    written with its steps (`start`), which it keeps as `started_steps`: a claim's answer is built
+    from them instead of reading them back (tasks.claimed_view)."""
+    annotation = Annotation(
+        project_id=project.pk, solution_id=solution_id, annotator=annotator, labeler=labeler_id(annotator),
+        generation=generation, queue_item_id=queue_item_id, is_quality_control=quality_control,
+        is_initial_screening=screening, guideline_version=project.guideline_version,
+    )
+    annotation.started_steps = start(annotation)  # type: ignore[attr-defined]  # a claim's extra
+    return annotation
+
+
 def start(annotation: Annotation) -> list[StepText]:
     """Insert the new `annotation` (its primary key set, as `save()` does) with a label and a
     first completion per step of its solution; returns those steps, in order."""

@@ -31,7 +31,7 @@ from django.db import connection, connections
 from django.test.utils import override_settings
 
 from annotate.labeling import quality, queue_items, queueing, roles
-from annotate.models import Annotation, Completion, LabelingConfig, QueueItem, Solution, Step, StepLabel
+from annotate.models import Annotation, Completion, LabelingConfig, Project, QueueItem, Solution, Step, StepLabel
 from bench import label_studio as label_studio_module
 from bench import loadtest, request_costs, tables
 from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
@@ -86,7 +86,7 @@ class Command(BaseCommand):
         if not force and Solution.objects.exclude(source=SOURCE).exists():
             raise CommandError("this database holds other solutions; run on a scratch database or pass --force")
         built = WorkspaceBench().build_pool(pool)
-        config = LabelingConfig.get()
+        config = LabelingConfig.of(Project.objects.sole())
         saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
                  "overlap_k": config.overlap_k}
         LabelingConfig.objects.update_or_create(
@@ -186,7 +186,7 @@ def _product_defaults() -> dict:
 
 
 def _settings_named() -> str:
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(Project.objects.sole())
     if not config.qc_rate and not config.screening_required:
         return "plain tasks (no gold, no screening)"
     return (f"gold at {config.qc_rate:.0%}, screening {'required' if config.screening_required else 'off'} "

@@ -28,7 +28,7 @@ from django.test import Client
 from django.urls import reverse
 
 from annotate.labeling import queueing, roles
-from annotate.models import Annotation, LabelingConfig, Problem, QueueItem, Solution, Step
+from annotate.models import Annotation, LabelingConfig, Problem, Project, QueueItem, Solution, Step
 from annotate.models.pool import content_hash
 
 SOURCE = "bench-workspace"
@@ -56,7 +56,7 @@ class Command(BaseCommand):
         if not force and Solution.objects.exclude(source=SOURCE).exists():
             raise CommandError("this database holds other solutions; run on a scratch database or pass --force")
         built = self.build_pool(solutions)
-        config = LabelingConfig.get()
+        config = LabelingConfig.of(Project.objects.sole())
         saved = (config.qc_rate, config.screening_required, config.overlap_k)
         LabelingConfig.objects.update_or_create(pk=config.pk, defaults=BENCH_SETTINGS)
         try:

@@ -10,7 +10,7 @@ from django.core.management import CommandError
 
 import bench
 from annotate.labeling import quality
-from annotate.models import Annotation, LabelingConfig, ScreeningResult, Solution
+from annotate.models import Annotation, LabelingConfig, Project, ScreeningResult, Solution
 from bench import label_studio, loadtest
 from bench.commands import bench_http
 from bench.commands.bench_workspace import Command as WorkspaceBench
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 
 
 def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx():
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0.3})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"qc_rate": 0.3})
     out = io.StringIO()
     bench.call("bench_http", pool=60, clients="2", seconds=4, stdout=out)
     report = out.getvalue()
@@ -40,7 +40,7 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
     assert clients and float(clients.group(1)) > 0, report  # they ran, so they spent some
     # What the clients were told was submitted is what the database holds.
     assert Annotation.objects.submitted().filter(annotator__username__startswith="bench-http-").count() == labeled
-    assert LabelingConfig.get().qc_rate == 0.3  # The project's settings are restored.
+    assert LabelingConfig.of(Project.objects.sole()).qc_rate == 0.3  # The project's settings are restored.
 
 
 def test_under_the_product_defaults_annotators_pass_screening_get_gold_and_share_no_ordinary_item():
@@ -55,7 +55,8 @@ def test_under_the_product_defaults_annotators_pass_screening_get_gold_and_share
     assert clients.filter(is_initial_screening=True, status="submitted").count() == 2 * 5
     assert ScreeningResult.objects.filter(annotator__username__startswith="bench-http-", passed=True).count() == 2
     assert clients.filter(is_quality_control=True).exists()
-    assert LabelingConfig.get().qc_rate == 0.1 and LabelingConfig.get().screening_required
+    config = LabelingConfig.of(Project.objects.sole())
+    assert config.qc_rate == 0.1 and config.screening_required
 
 
 def test_the_gold_items_and_screening_set_are_made_once_however_the_pool_grows():

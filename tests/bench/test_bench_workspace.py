@@ -5,14 +5,14 @@ import pytest
 from django.core.management import CommandError
 
 import bench
-from annotate.models import Annotation, LabelingConfig
+from annotate.models import Annotation, LabelingConfig, Project
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 
 
 def test_bench_prints_latencies_for_each_client_count_and_zero_duplicates():
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0.3})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"qc_rate": 0.3})
     out = io.StringIO()
     bench.call("bench_workspace", solutions=40, tasks=4, clients="1,2", stdout=out)
     lines = out.getvalue().splitlines()
@@ -21,7 +21,7 @@ def test_bench_prints_latencies_for_each_client_count_and_zero_duplicates():
     assert [row[1] for row in rows] == ["4", "4"]  # Tasks labeled per run.
     assert [row[7] for row in rows] == ["0", "0"]  # Duplicate leases.
     assert Annotation.objects.filter(status="submitted").count() == 8
-    assert LabelingConfig.get().qc_rate == 0.3  # The project's settings are restored.
+    assert LabelingConfig.of(Project.objects.sole()).qc_rate == 0.3  # The project's settings are restored.
 
 
 def test_bench_refuses_a_database_with_real_solutions():

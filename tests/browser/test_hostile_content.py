@@ -14,7 +14,7 @@ from django.test import Client
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
-from annotate.models import ExportJob, LabelingConfig, QueueItem, Solution, StepLabel
+from annotate.models import ExportJob, LabelingConfig, Project, QueueItem, Solution, StepLabel
 from annotate.pool import exporting, importing
 from tests.browser.test_csp import violations, watch_csp
 from tests.browser.test_labeling_browser import PASSWORD, start_labeling
@@ -56,7 +56,7 @@ INJECTED = ("[data-pwned], .pwned, #pwned, [data-pwned='1'], a[href^='javascript
 def hostile_pool(transactional_db, tmp_path):
     """The corpus in every field of an imported file (the path an admin's upload takes): problem,
     answer, steps, source, generator and meta, through `import_pool` and its grading."""
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(Project.objects.sole())
     config.allow_human_completion = True
     config.qc_rate = 0
     config.save()

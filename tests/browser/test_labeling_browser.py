@@ -5,7 +5,7 @@ import time
 import pytest
 
 from annotate.labeling import queueing
-from annotate.models import Annotation, LabelingConfig, QueueItem, StepLabel
+from annotate.models import Annotation, LabelingConfig, Project, QueueItem, StepLabel
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -196,7 +196,7 @@ def test_two_browsers_never_get_the_same_item(new_page, live_server, pool):
 
 
 def test_a_closed_tabs_item_comes_back_to_the_queue(new_page, live_server, pool):
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"lease_seconds": 2})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"lease_seconds": 2})
     user_with_role("gone", "annotator")
     user_with_role("next", "annotator")
     first = new_page()

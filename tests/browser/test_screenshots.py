@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from annotate.labeling import queueing
-from annotate.models import LabelingConfig
+from annotate.models import LabelingConfig, Project
 from annotate.pool import importing
 from jobs.states import JobState
 from scoring.models import ModelVersion, TrainingRun
@@ -62,7 +62,7 @@ def real_pool(transactional_db, tmp_path):
     assert summary.created == len(PICKS)
     queueing.enqueue_imported(solution_ids=summary.solution_ids)
     # Written corrections on, every step rated (PRM800K phase 1).
-    LabelingConfig.objects.update_or_create(pk=1, defaults={
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={
         "allow_human_completion": True, "stop_at_first_error": False})
 
 

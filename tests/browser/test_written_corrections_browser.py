@@ -6,7 +6,7 @@ import json
 import pytest
 
 from annotate.labeling import queueing
-from annotate.models import LabelingConfig
+from annotate.models import LabelingConfig, Project
 from annotate.pool import exporting, prm800k
 from annotate.pool.exporting import ExportOptions
 from tests.annotations import without_assistance
@@ -20,7 +20,7 @@ REWRITE = "Then $2x = 4$."
 
 
 def phase1(*, written_corrections: bool = True) -> None:
-    LabelingConfig.objects.update_or_create(pk=1, defaults={
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={
         "allow_human_completion": written_corrections, "stop_at_first_error": False})
 
 

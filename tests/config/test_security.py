@@ -27,7 +27,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotate.labeling import queueing
-from annotate.models import Annotation, ExportJob, ImportJob, LabelingConfig
+from annotate.models import Annotation, ExportJob, ImportJob, LabelingConfig, Project
 from infra.content_security import CSPMiddleware
 from infra.login_lockout import DEVICE_COOKIE, FREE_FAILURES
 from jobs.states import JobState
@@ -398,7 +398,7 @@ def test_htmx_is_configured_for_the_csp():
 def gold_task(annotator):
     """The annotator's own in-progress task, which is a gold (quality-control) item."""
     SolutionFactory(is_gold=True, steps=["One.", "Two."])
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(Project.objects.sole())
     config.qc_rate = 1.0
     config.save()
     task = queueing.claim_next(annotator=annotator)

@@ -9,7 +9,7 @@ from django.test import override_settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from annotate.labeling import queueing
-from annotate.models import LabelingConfig
+from annotate.models import LabelingConfig, Project
 from bench.loadtest import Server
 from tests.conftest import _test_database_url
 from tests.factories import SolutionFactory, user_with_role
@@ -57,7 +57,7 @@ def web_server(transactional_db, tmp_path, static_root):
 
 @pytest.fixture
 def work_to_claim(transactional_db):
-    LabelingConfig.objects.update_or_create(pk=LabelingConfig.get().pk,
+    LabelingConfig.objects.update_or_create(pk=LabelingConfig.of(Project.objects.sole()).pk,
                                             defaults={"qc_rate": 0, "screening_required": False})
     for _ in range(60):
         SolutionFactory()

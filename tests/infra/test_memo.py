@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from annotate.models import LabelingConfig
+from annotate.models import LabelingConfig, Project
 from infra import memo
 from infra.memo import Pacer, ProcessMemo, forget_all
 from tests.conftest import REPO_ROOT, worker_environment
@@ -39,7 +39,7 @@ def test_a_memo_keeps_only_what_no_caller_can_change(db):
     with pytest.raises(TypeError, match="immutable"):
         ProcessMemo(seconds=60).get("key", lambda: ["a", "list"])
     kept = ProcessMemo(seconds=60)
-    first = kept.get("config", lambda: LabelingConfig.objects.get_or_create(pk=1)[0])
+    first = kept.get("config", lambda: LabelingConfig.objects.get_or_create(project=Project.objects.sole())[0])
     first.qc_rate = 0.99  # the caller's own copy
     first.__dict__["extra"] = {"mutable": True}
     second = kept.get("config", lambda: pytest.fail("loaded again"))

@@ -22,7 +22,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotate.labeling import queueing
-from annotate.models import ExportJob, LabelingConfig
+from annotate.models import ExportJob, LabelingConfig, Project
 from bench.commands.bench_http import _check as duplicates_and_lost
 from bench.loadtest import NEXT, RATE, Annotator, ClientResult, Server
 from scoring.models import RescoreJob, SolutionScore
@@ -92,7 +92,7 @@ def web_on_private_redis(transactional_db, private_redis, tmp_path):  # noqa: F8
 def test_labeling_answers_every_request_while_redis_is_stopped_and_jobs_finish_once_it_is_back(
     tiny_current, worker_factory, private_redis, web_on_private_redis, tmp_path  # noqa: F811
 ):
-    LabelingConfig.objects.update_or_create(pk=LabelingConfig.get().pk,
+    LabelingConfig.objects.update_or_create(pk=LabelingConfig.of(Project.objects.sole()).pk,
                                             defaults={"qc_rate": 0, "screening_required": False})
     make_pool(POOL, steps=3)
     queueing.ensure_default_queue()

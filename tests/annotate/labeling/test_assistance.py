@@ -7,7 +7,7 @@ from django.urls import reverse
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, tasks
 from annotate.labeling.refusals import LabelingError
-from annotate.models import LabelingConfig, StepLabel
+from annotate.models import LabelingConfig, Project, StepLabel
 from annotate.pool import exporting
 from annotate.pool.exporting.options import ExportOptions
 from tests.factories import SolutionFactory, scored_by_current_model
@@ -18,7 +18,8 @@ PROMPT = "look again?"
 
 
 def _mode(assistance: str, margin: float = 0.5) -> None:
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"assistance": assistance, "assistance_margin": margin})
+    LabelingConfig.objects.update_or_create(
+        project=Project.objects.sole(), defaults={"assistance": assistance, "assistance_margin": margin})
 
 
 @pytest.fixture

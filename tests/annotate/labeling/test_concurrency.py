@@ -11,7 +11,7 @@ from django.db import connections, transaction
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, rows
 from annotate.labeling.refusals import AlreadySubmitted, Conflict, LabelingError
-from annotate.models import Annotation, Completion, LabelingConfig, QueueItem
+from annotate.models import Annotation, Completion, LabelingConfig, Project, QueueItem
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql]
@@ -78,7 +78,7 @@ def test_clients_racing_over_a_small_pool_never_share_a_solution():
 
 
 def test_with_overlap_each_solution_gets_exactly_k_different_annotators():
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"overlap_k": 3})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"overlap_k": 3})
     SolutionFactory.create_batch(5, steps=["a"])
     queueing.ensure_default_queue()
     users = [user_with_role(f"o{i}", "annotator") for i in range(CLIENTS)]

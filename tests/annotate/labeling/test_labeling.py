@@ -7,7 +7,7 @@ from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, tasks, timing
 from annotate.labeling.refusals import AlreadySubmitted, LabelingError, LeaseLost
 from annotate.labeling.timing import ActiveTime
-from annotate.models import Annotation, LabelingConfig, QueueItem, StepLabel
+from annotate.models import Annotation, LabelingConfig, Project, QueueItem, StepLabel
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -72,7 +72,7 @@ def test_stop_at_first_error_submits_as_found_error_and_drops_later_steps(task):
 
 
 def test_without_stop_at_first_error_every_step_is_rated(task):
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"stop_at_first_error": False})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"stop_at_first_error": False})
     labeling.rate(annotation=task, index=0, rating=-1)
     with pytest.raises(LabelingError, match="step 2 is not rated yet"):
         labeling.submit(annotation=task)
@@ -135,7 +135,7 @@ def test_human_completion_after_a_wrong_step_when_the_project_allows_it(task):
     labeling.rate(annotation=task, index=0, rating=-1)
     with pytest.raises(LabelingError, match="does not collect"):
         labeling.write_completion(annotation=task, index=0, text="Better step.")
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"allow_human_completion": True})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"allow_human_completion": True})
     labeling.write_completion(annotation=task, index=0, text="Better step.")
     label = StepLabel.objects.get(annotation=task, index=0)
     assert label.human_completion["text"] == "Better step."
@@ -144,7 +144,7 @@ def test_human_completion_after_a_wrong_step_when_the_project_allows_it(task):
 
 
 def test_correcting_a_wrong_step_drops_its_rewrite(task):
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"allow_human_completion": True})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"allow_human_completion": True})
     labeling.rate(annotation=task, index=0, rating=-1)
     labeling.write_completion(annotation=task, index=0, text="Better step.")
     labeling.rate(annotation=task, index=0, rating=1)

@@ -72,6 +72,6 @@ def test_the_labeling_pages_have_the_sites_head_and_top_bar(role):
     client = Client()
     client.force_login(user)
     jinja_page = client.get(reverse("annotate:label-start")).content.decode()  # templates/jinja2/layout.jinja
-    django_page = client.get(reverse("annotate:home")).content.decode()  # templates/base.html
+    django_page = client.get(reverse("annotate:home"), follow=True).content.decode()  # templates/base.html
     assert head_and_top_bar(jinja_page) == head_and_top_bar(django_page)
     assert queueing.available_count() == 0 and "0 solutions waiting" in jinja_page

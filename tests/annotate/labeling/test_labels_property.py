@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, verdicts
 from annotate.labeling.actions import ActiveTime, LabelingError
-from annotate.models import Annotation, Completion, LabelingConfig
+from annotate.models import Annotation, Completion, LabelingConfig, Project
 from annotate.pool import exporting, importing, prm800k
 from annotate.pool.exporting import ExportOptions
 from infra.memo import forget_all
@@ -160,7 +160,7 @@ def test_any_labeling_run_exports_and_imports_as_its_verdicts_say(
 ):
     with transaction.atomic():  # each example starts from an empty pool
         forget_all()
-        config = LabelingConfig.get()
+        config = LabelingConfig.of(Project.objects.sole())
         config.stop_at_first_error, config.allow_human_completion = stop, rewrites
         config.save()
         SolutionFactory(steps=[f"Step {i + 1}." for i in range(steps)], is_correct=correct)

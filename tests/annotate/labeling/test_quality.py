@@ -3,7 +3,7 @@ import pytest
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import quality, queueing
-from annotate.models import LabelingConfig, QueueItem
+from annotate.models import LabelingConfig, Project, QueueItem
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -36,7 +36,7 @@ def labeled(annotator, ratings):
 
 
 def test_agreement_with_gold_counts_steps_and_first_errors(annotator):
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 1.0})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"qc_rate": 1.0})
     gold_solution([1, 1, -1, 1])
     labeled(annotator, [1, -1])  # Put the error one step early.
     standing = quality.gold_standing(annotator=annotator)
@@ -45,7 +45,7 @@ def test_agreement_with_gold_counts_steps_and_first_errors(annotator):
 
 
 def test_agreement_with_gold_when_the_first_error_matches(annotator):
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 1.0})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"qc_rate": 1.0})
     gold_solution([1, 0, -1, 1])
     labeled(annotator, [1, 0, -1])
     standing = quality.gold_standing(annotator=annotator)
@@ -53,7 +53,7 @@ def test_agreement_with_gold_when_the_first_error_matches(annotator):
 
 
 def test_inter_annotator_agreement_on_overlapped_items():
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"overlap_k": 2, "qc_rate": 0})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"overlap_k": 2, "qc_rate": 0})
     SolutionFactory(steps=["a", "b", "c"])
     SolutionFactory(steps=["d", "e"])
     queueing.ensure_default_queue()

@@ -9,7 +9,16 @@ from django.utils import timezone
 from annotate.labeling import actions as labeling
 from annotate.labeling import quality, queue_items, queueing, starting, tasks
 from annotate.labeling.refusals import LeaseLost
-from annotate.models import Annotation, Generation, LabelingConfig, QueueItem, ScreeningResult, Solution, StepLabel
+from annotate.models import (
+    Annotation,
+    Generation,
+    LabelingConfig,
+    Project,
+    QueueItem,
+    ScreeningResult,
+    Solution,
+    StepLabel,
+)
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -20,7 +29,7 @@ def annotators(n):
 
 
 def configure(**fields):
-    LabelingConfig.objects.update_or_create(pk=1, defaults=fields)
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults=fields)
 
 
 def label_all(annotation, rating=1):
@@ -85,7 +94,7 @@ def test_a_lapsed_lease_goes_to_the_next_annotator_and_the_first_gets_new_work()
     queueing.ensure_default_queue()
     first, second = annotators(2)
     lost = queueing.claim_next(annotator=first)
-    later = timezone.now() + dt.timedelta(seconds=LabelingConfig.get().lease_duration + 1)
+    later = timezone.now() + dt.timedelta(seconds=LabelingConfig.of(Project.objects.sole()).lease_duration + 1)
     taken = queueing.claim_next(annotator=second, now=later)
     assert taken.solution_id == lost.solution_id
     with pytest.raises(LeaseLost):
@@ -110,7 +119,7 @@ def test_claims_put_lapsed_leases_back_at_most_every_five_seconds():
     queueing.ensure_default_queue()
     first, second = annotators(2)
     queueing.claim_next(annotator=first)  # Lapsed leases are put back here, then not for 5 s.
-    lapsed = timezone.now() + dt.timedelta(seconds=LabelingConfig.get().lease_duration + 1)
+    lapsed = timezone.now() + dt.timedelta(seconds=LabelingConfig.of(Project.objects.sole()).lease_duration + 1)
     QueueItem.objects.update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
     assert queueing.claim_next(annotator=second) is None  # Within 5 s of the last: it waits.
     assert queueing.claim_next(annotator=second, now=lapsed).annotator == second

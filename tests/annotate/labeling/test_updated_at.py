@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from annotate.labeling import actions, queueing, reviewing, timing
 from annotate.labeling.timing import ActiveTime
-from annotate.models import Annotation, LabelingConfig
+from annotate.models import Annotation, LabelingConfig, Project
 from tests.factories import SolutionFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -48,7 +48,7 @@ def test_an_undo_moves_updated_at(task):
 
 
 def test_a_written_step_moves_updated_at(task):
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"allow_human_completion": True})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"allow_human_completion": True})
     actions.rate(annotation=task, index=0, rating=-1)
     assert moves_updated_at(task, lambda: actions.write_completion(annotation=task, index=0, text="Better."))
 

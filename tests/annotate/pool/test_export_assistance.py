@@ -7,7 +7,7 @@ from django.core.management import call_command
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
-from annotate.models import LabelingConfig
+from annotate.models import LabelingConfig, Project
 from annotate.pool import exporting
 from annotate.pool.exporting.options import ExportOptions
 from tests.factories import SolutionFactory, scored_by_current_model
@@ -18,7 +18,8 @@ BLIND = {"mode": "blind", "second_look": False}
 
 
 def _mode(assistance: str) -> None:
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"assistance": assistance, "assistance_margin": 0.5})
+    LabelingConfig.objects.update_or_create(
+        project=Project.objects.sole(), defaults={"assistance": assistance, "assistance_margin": 0.5})
 
 
 def _labeled(annotator, *, assistance: str, ratings: list[int]) -> int:

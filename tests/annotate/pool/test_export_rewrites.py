@@ -12,7 +12,7 @@ import pytest
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import quality, queueing, reviewing, verdicts
-from annotate.models import Annotation, LabelingConfig, StepLabel
+from annotate.models import Annotation, LabelingConfig, Project, StepLabel
 from annotate.pool import exporting, prm800k
 from annotate.pool.exporting import ExportOptions
 from bench.tiny import build_tiny_tokenizer
@@ -33,7 +33,7 @@ def rows(format: str, **options) -> list[dict]:
 
 @pytest.fixture
 def phase1_config():
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(Project.objects.sole())
     config.allow_human_completion, config.stop_at_first_error = True, False
     config.save()
     return config

@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, reviewing, verdicts
-from annotate.models import Annotation, ExportJob, LabelingConfig, StepLabel
+from annotate.models import Annotation, ExportJob, LabelingConfig, Project, StepLabel
 from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions, ExportTally
 from scoring.rescoring import label_rows
@@ -34,7 +34,7 @@ def rows(format: str, tally: ExportTally | None = None, **options) -> list[dict]
 
 @pytest.fixture
 def rewrite_config():
-    config = LabelingConfig.get()
+    config = LabelingConfig.of(Project.objects.sole())
     config.allow_human_completion = True
     config.save()
     return config

@@ -22,6 +22,7 @@ from annotate.models import (
     ImportJob,
     LabelingConfig,
     Problem,
+    Project,
     RatingOverride,
     Solution,
     Step,
@@ -274,7 +275,7 @@ def test_a_reviewer_override_note_over_the_limit_is_refused(task, reviewer):
 
 
 def test_a_human_completion_over_the_limit_is_refused(task):
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"allow_human_completion": True})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"allow_human_completion": True})
     labeling.rate(annotation=task, index=0, rating=-1)
     with pytest.raises(labeling.LabelingError, match="1 to 5000 characters"):
         labeling.write_completion(annotation=task, index=0, text="c" * 5001)

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from annotate.labeling import actions, queueing, tasks
 from annotate.labeling.timing import ActiveTime
-from annotate.models import Annotation, LabelingConfig, QueueItem, RatingOverride, ScreeningResult, Solution
+from annotate.models import Annotation, LabelingConfig, Project, QueueItem, RatingOverride, ScreeningResult, Solution
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -262,7 +262,8 @@ def test_a_submit_with_the_next_task_page_costs_a_bounded_number_of_sql_statemen
     the steps come from the claim. SQLite, which has no round trips, writes row by row and takes
     no lock. Screening adds one read, the annotator's recorded decision, however large the set.
     (Gold, off here, adds its own checks.)"""
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"qc_rate": 0, "screening_required": screening})
+    LabelingConfig.objects.update_or_create(
+        project=Project.objects.sole(), defaults={"qc_rate": 0, "screening_required": screening})
     if screening:
         gold = SolutionFactory(is_gold=True, steps=["a"])
         gold.steps.update(gold_rating=1)
@@ -422,7 +423,8 @@ def test_reviewer_filters_overrides_with_history_and_sees_prm_scores(annotator, 
     second = user_with_role("second", "annotator")
     QueueItem.objects.all().delete()
     from annotate.models import LabelingConfig
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"overlap_k": 2})
+    LabelingConfig.objects.update_or_create(
+        project=Project.objects.sole(), defaults={"overlap_k": 2})
     queueing.ensure_default_queue()
     mine, theirs = queueing.claim_next(annotator=annotator), queueing.claim_next(annotator=second)
     assert mine.solution_id == theirs.solution_id

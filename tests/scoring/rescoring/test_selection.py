@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from annotate.models import Annotation, Generation, QueueItem
+from annotate.models import Annotation, Generation, Project, QueueItem
 from scoring.models import ModelVersion, SolutionScore
 from scoring.rescoring import selection
 from tests.factories import ProblemFactory, SolutionFactory
@@ -161,7 +161,7 @@ def test_with_overlap_two_different_annotators_label_each_selected_solution_afte
     from annotate.models import LabelingConfig
     from tests.factories import user_with_role
 
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"overlap_k": 2})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"overlap_k": 2})
     generation = selection.rebuild_queue(model_version=version, policy=selection.Policy(size=3, seed=10))
     selected = set(QueueItem.objects.filter(generation=generation.number).values_list("solution_id", flat=True))
     assert len(selected) == 3

@@ -3,7 +3,7 @@ stores its scores: the current version's, from the moment it is current, and nob
 import pytest
 
 from annotate.labeling import assistance, queueing, tasks
-from annotate.models import LabelingConfig
+from annotate.models import LabelingConfig, Project
 from scoring.models import ModelVersion
 from scoring.store import registry
 from tests.factories import SolutionFactory, store_step_scores
@@ -21,7 +21,7 @@ def test_the_current_models_p_reaches_the_task(annotator):
     store_step_scores(current, solution, [0.9, 0.2, 0.7])
     store_step_scores(current, solution, [0.1, 0.1, 0.1])  # written twice: the first scores stand
     assert assistance.model_ps(solution_id=solution.pk) == [0.9, 0.2, 0.7]
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"assistance": "suggest"})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"assistance": "suggest"})
     queueing.ensure_default_queue()
     task = queueing.claim_next(annotator=annotator)
     assert tasks.claimed_view(task).suggestion.first_error == 1
