@@ -198,12 +198,13 @@ def _perform(request: LabelRequest, annotation: AnnotationRef,
              action: Callable[[AnnotationRef, timing.ActiveTime | None], T]) -> T | HttpResponse:
     """Run one labeling action: the refusal (an HttpResponse) to answer with, else what it returned."""
     try:
-        return action(annotation, timing.parse_times(request.POST))
-    except Conflict as error:
-        return _refuse(request, annotation, 409, str(error))
-    except LabelingError as error:
-        return _refuse(request, annotation, 400, str(error))
-    except Annotation.DoesNotExist:
+        try:
+            return action(annotation, timing.parse_times(request.POST))
+        except Conflict as error:
+            return _refuse(request, annotation, 409, str(error))
+        except LabelingError as error:
+            return _refuse(request, annotation, 400, str(error))
+    except Annotation.DoesNotExist:  # from the action, or from the page of its refusal
         raise Http404("No such task of yours.") from None
 
 
