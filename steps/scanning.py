@@ -11,6 +11,8 @@ the whole text shows. The rules, read left to right, the first opener found winn
   after it closes, provided it is not preceded by a space nor followed by a number (a digit,
   or a point and a digit: ``$.50``). If that first ``$`` cannot close, the opening one is a
   plain dollar: "$0.05 and $3" has no math, and "costs $0.05, so $x$" has one formula, ``x``.
+  One exception: a formula that is only an escaped dollar, MATH's way of writing a price
+  (``$\\$$1.20``), closes before a number too: the number is the amount it is the sign of.
   A formula may go over a line break but not a blank line. GSM8K's calculator annotations are
   read as the page shows them, hidden: in "= $<<9*2=18>>18" the dollar is followed by a digit;
 - code: ``` fences (a language name after the opening fence is not code), MATH's ``[asy] …
@@ -51,6 +53,7 @@ _PAIRS: dict[str, tuple[str, SpanKind, bool]] = {
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _FENCE_LANGUAGE = re.compile(r"[\w+-]*")
 _NUMBER = re.compile(r"\.?\d")
+_DOLLAR_SIGN = re.compile(r"\\\$")  # the TeX of a literal dollar: a formula that is a currency sign
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,9 @@ def _inline_dollar(text: str, start: int) -> Span | None:
     if after >= len(text) or text[after].isspace():
         return None
     end = _find_unescaped(text, "$", after)
-    if end is None or text[end - 1].isspace() or _number_follows(text, end + 1):
+    if end is None or text[end - 1].isspace():
+        return None
+    if _number_follows(text, end + 1) and not _DOLLAR_SIGN.fullmatch(text, after, end):
         return None
     if _BLANK_LINE.search(text, after, end):
         return None

@@ -17,8 +17,10 @@ benchmark. A split has two stages:
    - a lone equation (no words outside math) and a display block that continues an
      unfinished sentence join the piece before;
    - a piece starting in lower case ("where r is the radius") continues the one before;
-   - the PRM800K answer block (``# Answer`` and what follows) joins the step that reaches it.
-     GSM8K's final ``#### N`` line stays a step of its own, as its importer always had it.
+   - the PRM800K answer block (``# Answer`` and what follows) is one step of its own, as
+     PRM800K's own steps have it ("So it is 5." then "# Answer\n\n5"): a completion in
+     PRM800K's shape gets PRM800K's steps, in every mode. GSM8K's final ``#### N`` line stays
+     a step of its own, as its importer always had it.
 
 Steps are cut from the text, never rewritten: joining them keeps every non-whitespace
 character. ``explicit`` is for imports whose lines give their steps as a list; it never
@@ -134,11 +136,13 @@ def _merged(text: str, pieces: list[tuple[int, int]], spans: list[Span]) -> list
     in_answer = False
     for start, end in pieces:
         piece = text[start:end]
-        if not steps:
+        opens_answer = not in_answer and bool(ANSWER_HEADING.match(piece))
+        if not steps or opens_answer:
+            # The answer block opens a step of its own; everything after it belongs to it.
+            in_answer = in_answer or opens_answer
             steps.append((start, end))
             continue
         previous = text[steps[-1][0]:steps[-1][1]]
-        in_answer = in_answer or bool(ANSWER_HEADING.match(piece))
         if in_answer or is_lead_in(previous) or _continues(previous, piece, start, spans):
             steps[-1] = (steps[-1][0], end)
         else:

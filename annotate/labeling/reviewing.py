@@ -18,7 +18,18 @@ from django.utils import timezone
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import quality, verdicts
-from annotate.models import Annotation, AutoStepLabel, FinishReason, Project, RatingOverride, Step, StepLabel
+from annotate.models import (
+    Annotation,
+    AutoStepLabel,
+    Completion,
+    FinishReason,
+    LabelingConfig,
+    Project,
+    RatingOverride,
+    Step,
+    StepLabel,
+)
+from steps.ratings import is_error
 
 # Why an annotation is put before a reviewer: the filters of the review list, and the reason shown.
 REVIEW_REASONS = {
@@ -119,6 +130,7 @@ def override_rating(
         verdict = verdicts.step_verdict(step_label)
         before = verdict.label_of(pool_step.text)
         completion = _set_rating(step_label, verdict.carrier_of(pool_step.text), rating)
+        _end_or_go_on(locked, step_label, completion)
         if verdicts.step_verdict(step_label).label_of(pool_step.text).rating != rating:
             raise labeling.LabelingError(f"step {index + 1}: this override would not become the step's rating")
         changed = _rederive_finish_reason(locked)
@@ -130,6 +142,27 @@ def override_rating(
             step_label=step_label, completion=completion, reviewer=reviewer, previous_rating=before.rating,
             new_rating=rating, note=note,
         )
+
+
+def _end_or_go_on(annotation: Annotation, step_label: StepLabel, completion: Completion | None) -> None:
+    """Where the line ends after an override (`verdicts`' "where a line ends").
+
+    In a project that stops at the first error, a -1 on a completion the annotator went on
+    from ends the task's line there, as if they had rated it -1 themselves: the step is no
+    longer gone on from, and the ratings after it stop being labels (kept, not deleted). An
+    override that takes the -1 away goes on from it again, and they are labels again. Only
+    tasks labeled here: an imported line was labeled under its own rules, and keeps its shape.
+    """
+    labeled_here = annotation.annotator_id is not None or annotation.queue_item_id is not None
+    if completion is None or not labeled_here or step_label.human_completion is not None:
+        return
+    if is_error(completion.rating) and step_label.chosen_completion == completion.index:
+        if LabelingConfig.of(annotation.project_id).stop_at_first_error:
+            step_label.chosen_completion = None
+            step_label.save(update_fields=["chosen_completion"])
+    elif not is_error(completion.rating) and step_label.chosen_completion is None:
+        step_label.chosen_completion = completion.index
+        step_label.save(update_fields=["chosen_completion"])
 
 
 def _rederive_finish_reason(annotation: Annotation) -> str:

@@ -45,6 +45,14 @@ export writes -1 for "no error", because its format says so.
 A reviewer's override changes the rating of the completion that carries the pool step's
 rating (its history kept in RatingOverride), so an override reaches every reader at once.
 
+**Where a line ends.** A step with neither a chosen nor a human completion is where the
+annotator stopped: nobody went on from it, so the labels end there (`held`), in every reader,
+the PRM800K line included. A reviewer's -1 on a step the annotator had gone on from, in a
+project that stops at the first error, makes it such a step (annotate.labeling.reviewing): the
+ratings the annotator gave after it, believing it right, are no labels any more, and come back
+if the override is undone. A step rated -1 and gone on from (a project whose annotators rate
+every step) or rewritten (a human completion) keeps the steps after it: the line says so.
+
 The functions take anything shaped like an annotation: `.step_labels.all()` whose items
 have `index`, `chosen_completion`, `human_completion` and `.completions.all()` (with
 `index`, `text`, `rating`, `flagged`), and `.solution.steps.all()` (with `text`). Model
@@ -270,9 +278,23 @@ def step_verdict(step_label: Any) -> StepVerdict:
     return _from_completion(step_label.index, stopped, "stopped", completions)
 
 
+def held(step_labels: Any) -> list:
+    """The step labels a submitted annotation holds, in step order: up to and including the first
+    step nobody went on from (the module docstring's "where a line ends"). While a task is being
+    labeled no step is gone on from yet: this reads submitted annotations only."""
+    labels = sorted(step_labels, key=lambda label: label.index)
+    end = next((i for i, label in enumerate(labels) if ends_line(label)), len(labels) - 1)
+    return labels[:end + 1]
+
+
+def ends_line(step_label: Any) -> bool:
+    """Whether nobody went on from this step: neither a chosen nor a human completion."""
+    return step_label.chosen_completion is None and step_label.human_completion is None
+
+
 def verdicts(annotation: Any) -> Verdicts:
     """Every step's verdict of one annotation, in step order, with its solution's own steps."""
-    labels = sorted(annotation.step_labels.all(), key=lambda label: label.index)
+    labels = held(annotation.step_labels.all())
     pool = tuple(step.text for step in sorted(annotation.solution.steps.all(), key=lambda step: step.index))
     return Verdicts(getattr(annotation, "id", None), tuple(step_verdict(label) for label in labels), pool)
 

@@ -12,6 +12,11 @@ the interval's lower bound is above `STEPWISE_PROMOTION_MIN_GAIN` and the held-o
 least `STEPWISE_PROMOTION_MIN_SOLUTIONS` labeled solutions and `STEPWISE_PROMOTION_MIN_STEPS`
 labeled steps; a smaller set ends "not enough evidence" (two solutions once "proved" 1.00 vs
 0.50), an interval that does not clear the bar ends "rejected".
+
+What can be decided first is: the counts need no model. When they are short of the rule, both
+models are measured on the held-out labeled solutions alone (for the values shown beside the
+decision), never on the references and best-of-N candidates, whose scoring takes minutes and
+could not change the outcome.
 """
 
 from __future__ import annotations
@@ -198,18 +203,25 @@ def evaluate_and_gate(
         max_problems=options.bon_max_problems,
         max_candidates=options.bon_max_candidates,
     )
-    log(
-        f"evaluating on {len(data.labeled)} held-out labeled solutions, {len(data.references)} references, "
-        f"{len(data.bon)} problems for best-of-N"
-    )
+    current = ModelVersion.objects.current()
+    rule = Evidence.from_settings(tolerance=options.tolerance, val_fraction=config.val_fraction, seed=config.seed)
+    n_solutions, n_steps = labeled_counts(data.labeled)
+    if current is not None and rule.short_by(n_solutions=n_solutions, n_steps=n_steps):
+        log(f"{n_solutions} held-out labeled solutions with {n_steps} labeled steps; the gate needs "
+            f"{rule.min_solutions} and {rule.min_steps}: not enough evidence, measured on those alone "
+            f"(no references, no best-of-N)")
+        data = EvalSet(labeled=data.labeled, references=[], bon=[])
+    else:
+        log(
+            f"evaluating on {len(data.labeled)} held-out labeled solutions, {len(data.references)} references, "
+            f"{len(data.bon)} problems for best-of-N"
+        )
     new_samples, new_problems = scored(registry.load(version), data, backbone_id=model_backbone_id(version))
     new = evaluation.evaluate(new_samples, new_problems)
-    current = ModelVersion.objects.current()
     old, old_samples = None, None
     if current is not None:
         old_samples, old_problems = scored(registry.load(current), data, backbone_id=model_backbone_id(current))
         old = evaluation.evaluate(old_samples, old_problems)
-    rule = Evidence.from_settings(tolerance=options.tolerance, val_fraction=config.val_fraction, seed=config.seed)
     decision = gate(new=new_samples, current=old_samples, metric=options.gate_metric, evidence=rule)
     decision |= {"current_version": current.name if current else None, "new_version": version.name}
     version.metrics = version.metrics | {
@@ -256,6 +268,18 @@ class Evidence:
     def bar(self) -> float:
         return self.min_gain - self.tolerance
 
+    def short_by(self, *, n_solutions: int, n_steps: int) -> int:
+        """How many more held-out labeled solutions this rule needs (0: enough), at today's steps per solution."""
+        steps_per_solution = n_steps / n_solutions if n_steps else self.min_steps / self.min_solutions
+        missing_steps = max(0, self.min_steps - n_steps)
+        return max(self.min_solutions - n_solutions, math.ceil(missing_steps / steps_per_solution), 0)
+
+
+def labeled_counts(examples: Sequence[Example]) -> tuple[int, int]:
+    """Held-out labeled solutions and their labeled steps (majority label, not tied), as `gate` counts
+    them from the scored samples: known before any model is loaded."""
+    return len(examples), sum(label is not None for e in examples for label in step_labels(e.k, e.n))
+
 
 def gate(
     *,
@@ -283,7 +307,7 @@ def gate(
     if current is None:
         return decision | _outcome("promoted", "no current model")
     decision["current"] = evaluation.gate_metric(current, metric)
-    short = _short_by(rule, n_solutions=len(labeled), n_steps=n_steps)
+    short = rule.short_by(n_solutions=len(labeled), n_steps=n_steps)
     if short:
         decision |= {"more_held_out_needed": short, "more_labels_needed": math.ceil(short / rule.val_fraction)}
         return decision | _outcome(
@@ -306,13 +330,6 @@ def gate(
 
 def _outcome(outcome: str, reason: str) -> dict:
     return {"outcome": outcome, "promoted": outcome == "promoted", "reason": reason}
-
-
-def _short_by(rule: Evidence, *, n_solutions: int, n_steps: int) -> int:
-    """How many more held-out labeled solutions the gate needs (0: enough), at today's steps per solution."""
-    steps_per_solution = n_steps / n_solutions if n_steps else rule.min_steps / rule.min_solutions
-    missing_steps = max(0, rule.min_steps - n_steps)
-    return max(rule.min_solutions - n_solutions, math.ceil(missing_steps / steps_per_solution), 0)
 
 
 def describe(decision: dict) -> str:

@@ -2,7 +2,10 @@
 // Every action is an htmx form POST that answers with the task region; keys pressed while a
 // request is in flight wait their turn, so fast typing never races the server.
 // A step rated -1 changes only by undo (u) or after a confirmation: a stray key must not
-// turn the first error into +1 and unlock the steps after it.
+// turn the first error into +1 and unlock the steps after it. Typing meant for a box that is
+// not there (`w` where no step can be rewritten) is swallowed until Esc or a click, and undo
+// goes one rating at a time, each shown before the next: a sentence typed into the page
+// never rates, flags, gives up or undoes the steps.
 (function () {
   "use strict";
 
@@ -25,6 +28,9 @@
   let pendingMove = null;  // the rating just sent, to place the cursor after the swap
   let confirmedChange = null; // the button whose change of a -1 the annotator confirmed
   let rewriteSent = false; // a written step was saved: the cursor goes on to the next step
+  let keysPaused = false;  // `w` found no box: what follows was meant for one, until Esc or a click
+  let undoing = false;     // an undo is on its way: another u is refused until its answer is shown
+  let undone = null;       // the step number whose rating that undo takes back
 
   const task = () => document.getElementById("task");
   // What changes with every rating (next step, finish reason) is on the head, which a rating's
@@ -123,6 +129,9 @@
     if (event.target.id === "task") { dirty.clear(); afterSwap(); }
     // The next task, answered by the submit: it opens at the top, as a loaded page does.
     else if (event.target === document.body) { window.scrollTo(0, 0); startTask(); }
+    if (undoing && undone !== null) showError("Step " + undone + "'s rating undone.");
+    undoing = false;
+    undone = null;
     busySince = 0;
     setTimeout(drain, 0);
   });
@@ -132,6 +141,8 @@
     else showError(xhr && xhr.status ? xhr.responseText : "Could not reach the server: your last click was not saved.");
     pendingMove = null;
     rewriteSent = false;
+    undoing = false;
+    undone = null;
     busySince = 0;
     const saved = document.getElementById("saved");
     if (saved) { saved.textContent = "⚠ Last change not saved"; saved.classList.remove("saving"); saved.classList.add("unsaved"); }
@@ -206,12 +217,19 @@
     if (window.stepwiseRenderMath) window.stepwiseRenderMath(root); // static/js/math.js
   }
 
-  function showError(message) {
+  let errorTimer = null;
+  function showError(message, { sticky = false } = {}) {
     const banner = document.getElementById("task-error");
     if (!banner) return;
     banner.textContent = message || "That did not work.";
     banner.hidden = false;
-    setTimeout(() => { banner.hidden = true; }, 6000);
+    clearTimeout(errorTimer);
+    errorTimer = sticky ? null : setTimeout(hideError, 6000);
+  }
+  function hideError() {
+    clearTimeout(errorTimer);
+    const banner = document.getElementById("task-error");
+    if (banner) banner.hidden = true;
   }
 
   // A 409 (a heartbeat's or an action's): the lease went to someone else, or the task was
@@ -234,6 +252,11 @@
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const target = event.target;
     if (target.matches && target.matches("textarea, input, select, [contenteditable]")) return;
+    if (keysPaused) { // the typing meant for a box: no key acts until Esc
+      if (event.key === "Escape") resumeKeys();
+      else if (event.key !== "Tab") event.preventDefault();
+      return;
+    }
     if (dialogOpen()) return;
     if (event.key === "Enter" && target.matches && target.matches("button, a, summary")) return; // native activation
     const action = task() && (KEYS[event.key] || ratingKey(event.key));
@@ -244,6 +267,11 @@
       return;
     }
     if (action[0] === "help") return openHelp(); // needs no answer from the server
+    if (action[0] === "undo" && (event.repeat || undoing || waiting.some(([kind]) => kind === "undo"))) {
+      // Held down, or pressed again before the last undo showed: several ratings must not go unseen.
+      showError("Undo goes one rating at a time: press u again once the last undo shows.");
+      return;
+    }
     waiting.push(action);
     drain();
   });
@@ -287,6 +315,8 @@
       const last = rated[rated.length - 1];
       cursor = Number(last.dataset.index);
       busySince = Date.now();
+      undoing = true;
+      undone = Number(last.dataset.index) + 1;
       htmx.ajax("POST", t.dataset.undo, {
         source: last.querySelector(".rate"), target: "#task", swap: "outerHTML",
         values: { index: last.dataset.index },
@@ -384,8 +414,8 @@
   function openRewrite() {
     const box = document.querySelector("#task form.human textarea");
     if (!box) {
-      showError(task().dataset.rewrite === "1" ? "Rate a step −1 first: only the first wrong step can be rewritten."
-        : "This project does not collect written corrections (an admin turns them on in the labeling settings).");
+      pauseKeys(task().dataset.rewrite === "1" ? "Rate a step −1 first: only the first wrong step can be rewritten."
+        : "Written corrections are off in this project (an admin turns them on in the labeling settings).");
       return;
     }
     tick(); // the time so far belongs to the step the cursor was on; writing counts on the -1 step
@@ -393,6 +423,18 @@
     showCursor(false);
     box.focus();
     box.setSelectionRange(box.value.length, box.value.length);
+  }
+
+  // The keys typed after a `w` with no box were meant for one: none of them acts on the steps.
+  function pauseKeys(message) {
+    keysPaused = true;
+    waiting.length = 0; // keys typed after the `w` while a request was running
+    showError(message + " Keys are paused: press Esc (or click) to go on.", { sticky: true });
+  }
+  function resumeKeys() {
+    keysPaused = false;
+    hideError();
+    showCursor(true);
   }
 
   function dialogOpen() {
@@ -404,6 +446,7 @@
     if (dialog && !dialog.open) dialog.showModal();
   }
   document.addEventListener("click", (event) => {
+    if (keysPaused) resumeKeys();
     if (event.target.closest("[data-show-keys]")) openHelp();
     const li = event.target.closest(".step.rated, .step.current");
     if (li) { cursor = Number(li.dataset.index); showCursor(false); }

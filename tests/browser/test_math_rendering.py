@@ -108,3 +108,28 @@ def test_every_kind_of_math_renders_and_fits_a_phone_screen(new_page, live_serve
     # Wide formulas scroll inside their step; the page itself never scrolls sideways.
     page.screenshot(path=str(artifacts / "math-mixed-phone.png"), full_page=True)
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_an_escaped_dollar_written_as_math_reads_as_a_price(new_page, live_server):
+    """MATH writes "$\\$$1.20": KaTeX draws the sign, the amount follows it, no delimiter is left."""
+    SolutionFactory(problem=ProblemFactory(statement="Carol has $\\$$1.20 in nickels and dimes."),
+                    steps=["She spends $\\$$0.45, so $\\$$0.75 is left.", "# Answer\n\n0.75"])
+    queueing.ensure_default_queue()
+    user_with_role("kim", "annotator")
+    page = new_page()
+    log_in(page, live_server, "kim")
+    start_labeling(page, live_server)
+    page.locator(".problem .katex").first.wait_for()
+    assert page.locator("main .math[data-rendered='error']").count() == 0
+    assert "Carol has $1.20 in nickels" in as_read(page, ".problem")
+    assert "She spends $0.45, so $0.75 is left." in as_read(page, ".steps")
+    assert "$$" not in as_read(page, "main")
+
+
+def as_read(page, selector) -> str:
+    """The text a reader sees: KaTeX's drawing of each formula, without its MathML twin for screen readers."""
+    return page.locator(selector).evaluate("""element => {
+        const copy = element.cloneNode(true);
+        copy.querySelectorAll(".katex-mathml").forEach((mathml) => mathml.remove());
+        return copy.textContent.replace(/\\s+/g, " ");
+    }""")

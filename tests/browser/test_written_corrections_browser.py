@@ -101,3 +101,56 @@ def test_the_key_help_lists_w_when_written_corrections_are_on(new_page, live_ser
     assert rows.count() == int(written_corrections)
     if written_corrections:
         assert rows.locator("kbd").first.inner_text() == "w"
+
+
+def given(task) -> list[int]:
+    """The ratings the task holds, steps not rated (or undone) left out."""
+    return [rating for rating in ratings(task) if rating is not None]
+
+
+def test_typing_after_w_with_corrections_off_changes_no_label_until_esc(new_page, live_server, wrong_solution):
+    """The default project collects no written corrections: `w` says so, and the sentence the
+    annotator goes on typing (here "fug": flag, undo, give up) is swallowed, not sent as keys."""
+    from annotate.models import Completion
+
+    user_with_role("pia", "annotator")
+    page = new_page()
+    log_in(page, live_server, "pia")
+    task = start_labeling(page, live_server)
+    page.keyboard.press("3")
+    wait_rating(page, 0, 1)
+    page.keyboard.press("3")
+    wait_rating(page, 1, 1)
+    page.keyboard.press("w")
+    page.keyboard.type("fug")
+    page.wait_for_timeout(1000)  # time enough for any key that did act to reach the server
+    assert given(task) == [1, 1]
+    assert not Completion.objects.filter(step_label__annotation=task, flagged=True).exists()
+    assert not page.locator("#task details.giveup").evaluate("details => details.open")
+    banner = page.locator("#task-error")
+    assert banner.is_visible()  # still saying why the keys do nothing
+    assert "Written corrections are off in this project" in banner.inner_text()
+
+    page.keyboard.press("Escape")  # the keys act again
+    assert not banner.is_visible()
+    page.keyboard.press("3")
+    wait_rating(page, 2, 1)
+    assert given(task) == [1, 1, 1]
+
+
+def test_undo_goes_one_shown_rating_at_a_time(new_page, live_server, wrong_solution):
+    """A `u` pressed again before the last undo showed, or held down, undoes nothing more."""
+    user_with_role("uma", "annotator")
+    page = new_page()
+    log_in(page, live_server, "uma")
+    task = start_labeling(page, live_server)
+    for index in range(3):
+        page.keyboard.press("3")
+        wait_rating(page, index, 1)
+    page.keyboard.type("uuu")
+    page.locator("#task-error", has_text="rating undone").wait_for()
+    page.wait_for_timeout(1000)
+    assert given(task) == [1, 1]
+    page.keyboard.press("u")  # once the undo shows, the next one is the annotator's choice
+    page.locator("#step-1:not(.rated)").wait_for()
+    assert given(task) == [1]

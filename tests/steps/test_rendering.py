@@ -133,13 +133,19 @@ def test_prices_escaped_dollars_code_and_unclosed_delimiters_are_not_math(text):
 
 @pytest.mark.parametrize("text,shown", [
     ("so $ x = \\boxed{83}$.", "<p>so $ x = \\boxed{83}$.</p>"),
-    ("costs $\\$$1500 now", "<p>costs $$$1500 now</p>"),
+    ("costs $x$1500 now", "<p>costs $x$1500 now</p>"),
 ])
 def test_dollars_that_break_pandocs_rule_are_plain_dollars_even_around_tex(text, shown):
     """A space just inside a dollar, or a digit right after the closing one, makes both plain
-    dollars, as for prices; the splitter reads the same rule. MATH-500 writes each of these twice."""
+    dollars, as for prices; the splitter reads the same rule. MATH-500 writes the first twice."""
     assert [s for s in rendering.segments(text) if s.kind == "math"] == []
     assert rendering.render(text) == shown
+
+
+def test_an_escaped_dollar_written_as_math_is_the_sign_before_the_amount():
+    """MATH-500 writes "$\\$$1500" twice: KaTeX draws the sign, and the page reads "$1500"."""
+    assert rendering.render("costs $\\$$1500 now") == (
+        '<p>costs <span class="math" data-display="false">\\$</span>1500 now</p>')
 
 
 def test_gsm8k_prices_never_swallow_words_into_math():

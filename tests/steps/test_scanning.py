@@ -138,6 +138,13 @@ def test_a_dollar_opens_only_before_a_non_space_and_closes_only_after_one_and_be
     assert scanning.formulas("$a\n\nb$") == []  # never over a blank line
 
 
+def test_an_escaped_dollar_as_inline_math_is_the_sign_of_the_price_after_it():
+    """MATH writes a price "$\\$$1.20": a formula that is only a dollar sign, then the amount."""
+    assert scanning.formulas("Bob has $\\$$1.20 in nickels and $\\$$.50 more.") == ["\\$", "\\$"]
+    assert scanning.formulas("$\\$1.20 + x$") == ["\\$1.20 + x"]
+    assert scanning.formulas("$x\\$$5 and $\\$ $5") == []  # only a bare sign closes before a number
+
+
 def test_each_span_says_what_it_is_and_where_it_stands():
     text = "So $x$, $$y$$, \\(z\\), `code`,\n```py\nrun()\n```\n[asy]\ndot((0,0));\n[/asy]"
     assert [(s.kind, s.body, s.display, text[s.start:s.end]) for s in scanning.spans(text)] == [

@@ -121,10 +121,14 @@ def test_sentence_mode_cuts_after_sentences_but_not_inside_math_numbers_or_abbre
 
 
 @pytest.mark.parametrize("mode", TEXT_MODES)
-def test_the_prm800k_answer_block_stays_with_the_step_that_reaches_it_in_every_mode(mode):
-    step = "So the greatest common factor is $320,\\!000$.\n\n# Answer\n\n320,000"
-    assert split_steps("I factor both numbers.\n\n" + step, mode) == ["I factor both numbers.", step]
+def test_the_prm800k_answer_block_is_a_step_of_its_own_in_every_mode_as_in_prm800k(mode):
+    steps = ["I factor both numbers.", "So the greatest common factor is $320,\\!000$.", "# Answer\n\n320,000"]
+    assert split_steps("\n\n".join(steps), mode) == steps
+    assert split_steps("2 + 3 = 5.\n\n# Answer\n\n5", mode) == ["2 + 3 = 5.", "# Answer\n\n5"]
     assert split_steps("# Answer\n\n7", mode) == ["# Answer\n\n7"]
+    # Whatever follows the answer stays in its step; a lead-in before it does not swallow it.
+    assert split_steps("The answer:\n\n# Answer\n\nSeven\n\nDone.", mode) == [
+        "The answer:", "# Answer\n\nSeven\n\nDone."]
 
 
 def test_gsm8k_keeps_one_step_per_line_and_its_final_answer_line():

@@ -3,8 +3,10 @@
 The client sends completions whole with a split mode; the server cuts them into steps with the
 splitter its imports use, so the rewards are the model's scores of exactly those steps.
 """
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,7 +69,7 @@ def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, wo
     # Batches of 2: the three scorable completions go out in two requests, side by side.
     client = StepwiseClient(batch_size=2, concurrency=2)
     dense = make_prm_step_rewards(client=client)(PROMPTS, COMPLETIONS)
-    assert [len(steps) for steps in dense] == [2, 2, 2, 0]
+    assert [len(steps) for steps in dense] == [3, 2, 2, 0]  # PRM800K's "# Answer" block is a step
     for got, want in zip(dense[:3], expected, strict=True):
         assert got == pytest.approx(want, abs=1e-6)
     assert dense[3] == []
@@ -94,6 +96,28 @@ def test_rewards_from_the_live_app_are_the_models_step_scores_aggregated(web, wo
     assert prm_reward(PROMPTS, COMPLETIONS, split=["test"] * 4) == pytest.approx(
         [*(min(steps) for steps in expected), 0.0], abs=1e-6)
     assert prm_step_rewards(PROMPTS[:1], COMPLETIONS[:1])[0] == pytest.approx(expected[0], abs=1e-6)
+
+
+def readme_dense_reward_example() -> tuple[str, str]:
+    """The README's dense-reward line exactly as printed, and the result its comment promises."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if line.startswith("dense = prm_step_rewards("))
+    code, _, promised = line.partition("  # ")
+    return code, promised
+
+
+def test_the_readmes_dense_reward_example_gives_what_its_comment_says(web, worker, token, tiny_folder, monkeypatch):
+    """As printed: one reward per PRM800K step, the `# Answer` block one of them."""
+    version = tiny_version(tiny_folder)
+    monkeypatch.setenv("STEPWISE_URL", web.url)
+    monkeypatch.setenv("STEPWISE_TOKEN", token)
+    code, promised = readme_dense_reward_example()
+    namespace: dict = {"prm_step_rewards": prm_step_rewards}
+    exec(code, namespace)  # The README's own line, run as a reader would
+    assert re.fullmatch(r"\[\[p1, p2\]\]", promised)
+    steps = ["2 + 3 = 5.", "# Answer\n\n5"]
+    want = [step["p"] for step in score_texts(items=[("What is 2 + 3?", steps)], model_version=version)[0]]
+    assert len(namespace["dense"]) == 1 and namespace["dense"][0] == pytest.approx(want, abs=1e-6)
 
 
 def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tiny_folder):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, NamedTuple
 
+from annotate.labeling import verdicts
 from annotate.pool.prm800k.schema import ABSENT, ParsedLine, format_timestamp
 
 # Where a line's `total_time` comes from (an export's report counts its lines by these).
@@ -65,7 +66,8 @@ def line_for_annotation(annotation) -> dict:
         "is_initial_screening_question": annotation.is_initial_screening,
         "question": _question(annotation, extra),
         "label": {
-            "steps": [_step(step_label, extra) for step_label in _ordered(annotation.step_labels.all())],
+            # The steps the annotation holds: none after the step a line ends on (verdicts.held).
+            "steps": [_step(step_label, extra) for step_label in verdicts.held(annotation.step_labels.all())],
             "total_time": total_time(annotation).ms,
             "finish_reason": annotation.finish_reason,
         },

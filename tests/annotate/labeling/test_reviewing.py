@@ -1,6 +1,8 @@
 """The reviewer's page: what the annotator said (flags, notes, rewrites) and overrides that keep an
 annotation consistent: the finish reason follows the ratings, and a state they cannot explain
 is refused, never saved."""
+import json
+
 import pytest
 
 from annotate.labeling import actions as labeling
@@ -119,3 +121,74 @@ def test_the_review_pages_filter_by_and_state_the_contradiction(reviewer, annota
     detail = client.get(reverse("annotate:review-detail", args=[contradicted.pk])).content.decode()
     assert "Before review: " + reviewing.REVIEW_REASONS["answer_contradicts_labels"] in detail
     assert "Before review" not in client.get(reverse("annotate:review-detail", args=[right.pk])).content.decode()
+
+
+SIX_STEPS = ["Let x = 2.", "Then 2x = 4.", "So 2x + 1 = 5.", "Then 3(2x + 1) = 16.", "So the total is 16.",
+             "# Answer\n\n16"]
+
+
+def exported(tmp_path, format: str) -> list[dict]:
+    """The lines of an export file, written by the export command and read back."""
+    from django.core.management import call_command
+
+    out = tmp_path / f"{format}.jsonl"
+    call_command("export_prm800k", str(out), "--format", format)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_a_reviewers_minus_one_ends_every_export_at_that_step_and_undoing_it_brings_the_rest_back(
+        client, reviewer, annotator_user, tmp_path):
+    """Stop at the first error (the default): the +1s rated after a step a reviewer rejects are no labels."""
+    from annotate.labeling import queueing
+    from annotate.pool import prm800k
+
+    SolutionFactory(steps=SIX_STEPS, is_correct=False)
+    queueing.ensure_default_queue()
+    task = queueing.claim_next(annotator=annotator_user)
+    for index in range(len(SIX_STEPS)):
+        labeling.rate(annotation=task, index=index, rating=1)
+    assert labeling.submit(annotation=task) == "solution"
+
+    client.force_login(reviewer)
+    client.post(f"/review/{task.pk}/override", {"index": 3, "rating": -1, "note": "3 * 5 is 15"})
+    assert Annotation.objects.get(pk=task.pk).finish_reason == "found_error"
+
+    (line,) = exported(tmp_path, "prm800k")
+    prm800k.parse_line(line, 1)  # the schema's own validator
+    steps = line["label"]["steps"]
+    assert [[c["rating"] for c in step["completions"]] for step in steps] == [[1], [1], [1], [-1]]
+    assert [step["chosen_completion"] for step in steps] == [0, 0, 0, None]  # PRM800K's found_error shape
+    assert line["label"]["finish_reason"] == "found_error"
+    # TRL's converter's rows of a task ended at step 4: the rejected step, and the path before it.
+    assert [row["labels"] for row in exported(tmp_path, "trl")] == [[True, True, True, False], [True] * 3]
+    (processbench,) = exported(tmp_path, "processbench")
+    assert processbench["label"] == 3
+    assert verdicts.verdicts(Annotation.objects.get(pk=task.pk)).pool_ratings == (1, 1, 1, -1, None, None)
+
+    # Undone: the annotator's own ratings after the step are labels again.
+    client.post(f"/review/{task.pk}/override", {"index": 3, "rating": 1, "note": "no, 16 is right"})
+    assert Annotation.objects.get(pk=task.pk).finish_reason == "solution"
+    (line,) = exported(tmp_path, "prm800k")
+    assert [step["completions"][0]["rating"] for step in line["label"]["steps"]] == [1] * 6
+    assert [step["chosen_completion"] for step in line["label"]["steps"]] == [0] * 6
+
+
+def test_where_annotators_rate_every_step_a_reviewers_minus_one_keeps_the_ratings_after_it(
+        reviewer, annotator_user, tmp_path):
+    """The project asked for every step rated: the line goes on from the -1, and says so (chosen 0)."""
+    from annotate.labeling import queueing
+    from annotate.models import LabelingConfig
+
+    LabelingConfig.objects.update_or_create(pk=1, defaults={"stop_at_first_error": False})
+    SolutionFactory(steps=SIX_STEPS, is_correct=False)
+    queueing.ensure_default_queue()
+    task = queueing.claim_next(annotator=annotator_user)
+    for index in range(len(SIX_STEPS)):
+        labeling.rate(annotation=task, index=index, rating=1)
+    labeling.submit(annotation=task)
+    reviewing.override_rating(annotation=task, index=3, rating=-1, reviewer=reviewer)
+    (line,) = exported(tmp_path, "prm800k")
+    assert [step["completions"][0]["rating"] for step in line["label"]["steps"]] == [1, 1, 1, -1, 1, 1]
+    assert [step["chosen_completion"] for step in line["label"]["steps"]] == [0] * 6
+    (trl,) = exported(tmp_path, "trl")
+    assert trl["labels"] == [True, True, True, False]

@@ -122,7 +122,7 @@ def test_generic_lines_take_steps_or_split_solution_text_and_grade_answers(tmp_p
     assert (summary.format, summary.created, summary.errors) == ("generic", 4, 0)
     report = read_report(report_path)
     assert [(e["answer"], e["is_correct"], e["n_steps"]) for e in report] == [
-        ("2", True, 2), ("5", False, 2), ("6.0", True, 1), (None, False, 1),
+        ("2", True, 2), ("5", False, 3), ("6.0", True, 1), (None, False, 1),
     ]
     assert Solution.objects.get(pk=report[3]["solution"]).grading_note == "no final answer found in the solution"
     assert Solution.objects.get(pk=report[0]["solution"]).grading_note == ""
@@ -153,8 +153,8 @@ def test_step_splitting_can_be_chosen_per_import(tmp_path):
     modes = ["line", "blank_line", "sentence", "lines", "blank"]
     for n, mode in enumerate(modes, start=1):
         importing.import_pool(path=write(tmp_path, [_generic_text(n, text)]), split_mode=mode)
-    by_line = ["One is 1.", "Two is 2.", "Three is 3.\n\n# Answer\n\n3"]
-    by_paragraph = ["One is 1.\nTwo is 2.", "Three is 3.\n\n# Answer\n\n3"]
+    by_line = ["One is 1.", "Two is 2.", "Three is 3.", "# Answer\n\n3"]
+    by_paragraph = ["One is 1.\nTwo is 2.", "Three is 3.", "# Answer\n\n3"]
     assert [_step_texts(n) for n in range(1, 6)] == [by_line, by_paragraph, by_line, by_line, by_paragraph]
     with pytest.raises(ValueError, match="unknown split mode"):
         importing.import_pool(path=write(tmp_path, [generic(9)]), split_mode="words")

@@ -295,6 +295,22 @@ def test_a_first_retrain_on_a_few_held_out_solutions_ends_with_not_enough_eviden
     assert f"about {gate['more_labels_needed']} more labeled solutions needed" in runs_page
 
 
+def test_a_gate_short_of_held_out_labels_says_so_without_scoring_best_of_n(constant_current, annotator):
+    """The counts decide before any model is run: the held-out candidates' best-of-N, minutes on
+    a real pool, is never scored when the outcome can only be "not enough evidence"."""
+    make_pool()
+    label_everything(annotator)
+    run = retraining.run_training(run_id=retraining.start_training_run(options=FAST, enqueue=False).pk)
+    gate = run.gate
+    assert gate["outcome"] == "not_enough_evidence" and 0 < gate["n_solutions"] < 50
+    metrics = run.result.metrics
+    assert metrics["eval"]["best_of_n"] is None and metrics["compared_eval"]["best_of_n"] is None
+    assert metrics["eval"]["n_solutions"] == gate["n_solutions"]  # measured on the labeled ones alone
+    assert f"{gate['n_solutions']} held-out labeled solutions with {gate['n_steps']} labeled steps; the gate " \
+           f"needs 50 and 200: not enough evidence" in run.log
+    assert "problems for best-of-N" not in run.log
+
+
 def test_a_model_not_better_by_the_demanded_margin_is_registered_but_not_promoted(
     lenient_gate, constant_current, annotator
 ):

@@ -166,11 +166,13 @@ def test_too_much_text_in_one_call_is_refused(client, tiny_models):
 def test_a_completion_is_split_by_the_servers_splitter_and_scored_as_those_steps(scoring_worker, client,
                                                                                  tiny_models):
     beta, _ = tiny_models
-    for mode in ("auto", "line", "sentence"):
+    for mode in ("auto", "blank_line", "line", "sentence"):
         steps = split_steps(COMPLETION, mode)
         body = client.post("/api/score", {"problem": PROBLEM, "completion": COMPLETION, "split": mode},
                            format="json").json()
         assert [step["text"] for step in body["steps"]] == steps  # what the client shows as the steps
+        if mode != "sentence":  # A completion in PRM800K's shape gets PRM800K's steps, its answer block one.
+            assert steps == STEPS
         direct = scoring.score_texts(items=[(PROBLEM, steps)], model_version=beta)[0]
         assert [{k: v for k, v in step.items() if k != "text"} for step in body["steps"]] == pytest.approx(direct)
         by_steps = client.post("/api/score", {"problem": PROBLEM, "steps": steps}, format="json").json()

@@ -80,7 +80,8 @@ FORMAT = ExportFormat(
                  "from); total time (ms, always a whole number for tasks labeled here); the finish reason",
     },
     semantics="The annotators' ratings as given: +1 good, 0 neutral (reasonable but no progress), "
-              "-1 bad; a task ends at the first -1 unless the project has annotators rate every step. "
+              "-1 bad; a task ends at the first -1 unless the project has annotators rate every step "
+              "(a reviewer's -1 ends it there too: the ratings given after it are not written). "
               "A step the annotator rewrote keeps its -1 completion, holds the rewrite in "
               "`human_completion` and has `chosen_completion` null, as in PRM800K's phase 1. "
               "`total_time` is the active time the labeling page measured, else (no time reported) the "
