@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from annotate.models import Annotation, Completion, StepLabel
+from annotate.models import Annotation, Completion, Project, StepLabel
 from annotate.pool import importing
 
 
@@ -99,11 +99,11 @@ PHASE1_LINE = {
 }
 
 
-def import_lines(tmp_path: Path, lines: list[dict]) -> None:
-    """Import PRM800K lines as the import page would; no line may fail."""
+def import_lines(tmp_path: Path, lines: list[dict], project: Project | None = None) -> None:
+    """Import PRM800K lines as the import page would (into `project`, else the sole one); no line may fail."""
     path = tmp_path / "labels.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    summary = importing.import_pool(path=path, format="prm800k")
+    summary = importing.import_pool(project=project or Project.objects.sole(), path=path, format="prm800k")
     assert summary.errors == 0, summary.first_errors
 
 

@@ -9,7 +9,7 @@ format says what its automatic rows are (`ExportFormat.automatic_rows`: ``soft``
 
 With ``both``, the human rows come first, then the automatic ones, each with ``label_source``.
 The annotation filters (generations, date, QC, finish reasons) select human labels; automatic
-rows come from every solution that has automatic labels.
+rows come from every solution of the project that has automatic labels.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from annotate.models import AutoStepLabel, Solution, Step
+from annotate.models import AutoStepLabel, Project, Solution, Step
 from annotate.pool.exporting.options import CHUNK_SIZE
 
 
@@ -70,9 +70,15 @@ def pooled(labels: list[AutoLabel]) -> tuple[int, int]:
     return k, n
 
 
-def labeled_solution_chunks(chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple[Solution, list[str], dict]]]:
-    """Solutions with automatic labels, in id order, a keyset page at a time: (solution, step texts, labels)."""
-    with_labels = Solution.objects.filter(steps__auto_labels__isnull=False)
+def _labeled_solutions(project: Project):
+    return Solution.objects.filter(project=project, steps__auto_labels__isnull=False)
+
+
+def labeled_solution_chunks(project: Project,
+                            chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple[Solution, list[str], dict]]]:
+    """The project's solutions with automatic labels, in id order, a keyset page at a time: (solution, step
+    texts, labels)."""
+    with_labels = _labeled_solutions(project)
     last = 0
     while ids := list(with_labels.filter(id__gt=last).order_by("id").values_list("id", flat=True)
                       .distinct()[:chunk_size]):
@@ -86,5 +92,5 @@ def labeled_solution_chunks(chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple
         last = ids[-1]
 
 
-def count_labeled_solutions() -> int:
-    return Solution.objects.filter(steps__auto_labels__isnull=False).distinct().count()
+def count_labeled_solutions(project: Project) -> int:
+    return _labeled_solutions(project).distinct().count()

@@ -17,13 +17,24 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from django.db.models import Max, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
-from annotate.models import Annotation, Completion, Problem, QueueItem, RatingOverride, Solution, Step, StepLabel
+from annotate.models import (
+    Annotation,
+    Completion,
+    Problem,
+    Project,
+    QueueItem,
+    RatingOverride,
+    Solution,
+    Step,
+    StepLabel,
+)
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions, selected_annotations
 
 # Only the columns the formats read; rows become plain records, not model instances.
 ANNOTATION_FIELDS = (
     "id", "solution_id", "queue_item_id", "annotator_id", "labeler", "timestamp", "created_at", "generation",
     "is_quality_control", "is_initial_screening", "question_extra", "total_time_ms", "finish_reason",
+    "guideline_version",
 )
 SOLUTION_FIELDS = (
     "id", "problem_id", "final_answer", "is_correct", "source", "generator", "pre_generated_answer",
@@ -131,6 +142,7 @@ if TYPE_CHECKING:
         question_extra: Any
         total_time_ms: int | None
         finish_reason: str | None
+        guideline_version: int | None
         solution: SolutionRecord
         queue_item: QueueItemRecord | None
         step_labels: Related[StepLabelRecord]
@@ -242,27 +254,30 @@ def load_chunk(annotations: QuerySet[Annotation], limit: int | None = None) -> l
     return list(rows.values())
 
 
-def annotation_chunks(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[list[AnnotationRecord]]:
-    """The filtered annotations in id order, a chunk at a time (keyset pages, no open cursor)."""
-    qs = selected_annotations(options=options)
+def annotation_chunks(*, project: Project, options: ExportOptions,
+                      chunk_size: int = CHUNK_SIZE) -> Iterator[list[AnnotationRecord]]:
+    """The project's filtered annotations in id order, a chunk at a time (keyset pages, no open cursor)."""
+    qs = selected_annotations(project=project, options=options)
     last = 0
     while rows := load_chunk(qs.filter(id__gt=last), limit=chunk_size):
         yield rows
         last = rows[-1].id
 
 
-def annotations(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[AnnotationRecord]:
-    for chunk in annotation_chunks(options=options, chunk_size=chunk_size):
+def annotations(*, project: Project, options: ExportOptions,
+                chunk_size: int = CHUNK_SIZE) -> Iterator[AnnotationRecord]:
+    for chunk in annotation_chunks(project=project, options=options, chunk_size=chunk_size):
         yield from chunk
 
 
-def solution_groups(*, options: ExportOptions, chunk_size: int = CHUNK_SIZE) -> Iterator[list[AnnotationRecord]]:
-    """The filtered annotations grouped by solution, in solution id order.
+def solution_groups(*, project: Project, options: ExportOptions,
+                    chunk_size: int = CHUNK_SIZE) -> Iterator[list[AnnotationRecord]]:
+    """The project's filtered annotations grouped by solution, in solution id order.
 
     Keyset pages of solutions rather than annotations, so all of a solution's annotations
     land in one chunk.
     """
-    qs = selected_annotations(options=options)
+    qs = selected_annotations(project=project, options=options)
     last = 0
     while True:
         page = qs.filter(solution_id__gt=last).order_by("solution_id").values_list("solution_id", flat=True)

@@ -5,22 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from annotate.models import Project
 from annotate.pool import prm800k
 from annotate.pool.exporting import automatic, loading
 from annotate.pool.exporting.formats.base import ArrowTypes, ExportFormat, ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
 
 
-def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def prm800k_lines(*, project: Project, options: ExportOptions, tally: ExportTally,
+                  chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     def line_for(annotation) -> dict:
         tally.read += 1
         tally.total_time[prm800k.total_time(annotation).source] += 1
         return prm800k.line_for_annotation(annotation)
 
     if options.labels != "human":  # Asked for: each step's automatic labels as an extra key.
-        yield from with_auto_labels(loading.annotation_chunks(options=options, chunk_size=chunk_size), line_for)
+        chunks = loading.annotation_chunks(project=project, options=options, chunk_size=chunk_size)
+        yield from with_auto_labels(chunks, line_for)
         return
-    for annotation in loading.annotations(options=options, chunk_size=chunk_size):
+    for annotation in loading.annotations(project=project, options=options, chunk_size=chunk_size):
         yield line_for(annotation)
 
 
