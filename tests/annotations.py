@@ -17,8 +17,8 @@ def annotate(solution, ratings: list[int], *, labeler: str = "lab-1", annotator=
     if finish_reason is None:
         finish_reason = "found_error" if -1 in ratings else "solution"
     annotation = Annotation.objects.create(
-        solution=solution, labeler=labeler, annotator=annotator, status=status, generation=generation,
-        finish_reason=finish_reason, is_quality_control=quality_control, total_time_ms=1000,
+        project_id=solution.project_id, solution=solution, labeler=labeler, annotator=annotator, status=status,
+        generation=generation, finish_reason=finish_reason, is_quality_control=quality_control, total_time_ms=1000,
         timestamp=timestamp or timezone.now(),
     )
     for step, rating in zip(steps, ratings):
