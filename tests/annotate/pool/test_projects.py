@@ -171,3 +171,16 @@ def test_an_imported_prm800k_line_is_written_back_byte_for_byte_in_its_project(t
     exporting.write_export(project=alpha, path=out, format="prm800k", options=ExportOptions(include_qc=True))
     assert out.read_bytes() == source.read_bytes()
     assert Step.objects.filter(solution__project=beta).count() == Step.objects.filter(solution__project=alpha).count()
+
+
+def test_a_parquet_prm800k_export_has_the_guideline_version_column(two_projects, tmp_path):
+    import pyarrow.parquet as pq
+
+    alpha, _ = two_projects
+    stamped = _labeled(alpha, "What is 5 + 5?", [1, 1])
+    Annotation.objects.filter(solution=stamped).update(guideline_version=2)
+    _labeled(alpha, "What is 6 + 6?", [1, 1])
+    folder = tmp_path / "pq"
+    exporting.write_export(project=alpha, path=folder, format="prm800k", options=ExportOptions(container="parquet"))
+    table = pq.read_table(folder / "data" / "train.parquet")
+    assert sorted(table.column("guideline_version").to_pylist(), key=str) == [2, None]

@@ -54,7 +54,8 @@ def features(t: ArrowTypes, automatic_labels: bool) -> dict:
     return {"labeler": t.text, "timestamp": t.text, "generation": t.integer,
             "is_quality_control_question": t.boolean, "is_initial_screening_question": t.boolean,
             "question": question, "label": {"steps": t.list_of(step), "total_time": t.integer,
-                                            "finish_reason": t.text}}
+                                            "finish_reason": t.text},
+            "guideline_version": t.integer}
 
 
 def arrow_row(row: dict) -> dict:
@@ -81,6 +82,8 @@ FORMAT = ExportFormat(
         "label": "per step: the completions shown with their rating (-1, 0, +1) and flag, the human "
                  "completion written, the chosen completion (null where the human completion was gone on "
                  "from); total time (ms, always a whole number for tasks labeled here); the finish reason",
+        "guideline_version": "the project's guideline version the label was made under (a key PRM800K readers "
+                             "ignore; null, and absent from JSON Lines, where unknown: imported labels)",
     },
     semantics="The annotators' ratings as given: +1 good, 0 neutral (reasonable but no progress), "
               "-1 bad; a task ends at the first -1 unless the project has annotators rate every step. "
