@@ -5,8 +5,9 @@ A batch is graded (within the import's ``GradingBudget``), then written in one t
 with bulk inserts (COPY on PostgreSQL).
 Everything is looked up by content hash first, in the project only (the same text may sit in
 two projects, once in each), so a re-import, or a redelivered job, finds what is there and
-creates nothing twice. Every row made carries the project explicitly. When the database rejects a batch, the batch is
-written again line by line, so that only the line at fault is reported and skipped. A lost
+creates nothing twice; every row made carries the project explicitly. When the database
+rejects a batch, the batch is written again line by line, so that only the line at fault is
+reported and skipped. A lost
 connection (a database restart) is no line's fault: it propagates, and the job's task retries
 the import on a new connection, finding by content hash what was written before.
 
