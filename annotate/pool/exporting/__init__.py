@@ -5,7 +5,7 @@ Every export is one project's: each entry point takes the `project` (an ExportJo
 every query it runs starts from the project's annotations or solutions, so the work is
 proportional to the project and nothing of another project is read.
 
-By stage: `options` (which annotations, checked up front), `loading` (keyset chunks of plain
+By stage: `options` (which annotations, checked up front), `loading` (chunks of plain
 records, flat memory), `formats` (the registry: one `ExportFormat` per module, its rows per
 annotation or solution, every verdict read through `annotate.labeling.verdicts`, what is left out
 counted in an `ExportTally`), `rows` (a format's human and automatic rows, as JSON Lines),

@@ -2,7 +2,7 @@
 
 An automatic label (``AutoStepLabel``) says what rollouts (K of N completions from the step
 reached the known answer) or an imported dataset (a 1.0 / 0.0 verdict, no counts) say of a
-pool step. This module reads them per solution, a keyset page at a time, and pools a step's
+pool step. This module reads them per solution, a page at a time, and pools a step's
 votes (a label without rollout counts is one vote: 1 of 1 when good, 0 of 1 when bad); each
 format says what its automatic rows are (`ExportFormat.automatic_rows`: ``soft`` and ``trl``;
 ``prm800k`` adds ``auto_labels`` to each step of its own lines).
@@ -76,12 +76,11 @@ def _labeled_solutions(project: Project):
 
 def labeled_solution_chunks(project: Project,
                             chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple[Solution, list[str], dict]]]:
-    """The project's solutions with automatic labels, in id order, a keyset page at a time: (solution, step
-    texts, labels)."""
-    with_labels = _labeled_solutions(project)
-    last = 0
-    while ids := list(with_labels.filter(id__gt=last).order_by("id").values_list("id", flat=True)
-                      .distinct()[:chunk_size]):
+    """The project's solutions with automatic labels, in id order, a page at a time: (solution, step
+    texts, labels). Their ids are read once, from the project's solutions only."""
+    all_ids = list(_labeled_solutions(project).order_by("id").values_list("id", flat=True).distinct())
+    for start in range(0, len(all_ids), chunk_size):
+        ids = all_ids[start:start + chunk_size]
         solutions = Solution.objects.select_related("problem").in_bulk(ids)
         texts: dict[int, list[str]] = {}
         for solution_id, text in Step.objects.filter(solution_id__in=ids).order_by("solution_id", "index") \
@@ -89,7 +88,6 @@ def labeled_solution_chunks(project: Project,
             texts.setdefault(solution_id, []).append(text)
         labels = labels_by_step(ids)
         yield [(solutions[i], texts[i], labels[i]) for i in ids]
-        last = ids[-1]
 
 
 def count_labeled_solutions(project: Project) -> int:
