@@ -22,7 +22,7 @@ class Command(BaseCommand):
                             help="Only each demo pool's first N problems (default: all of them)")
 
     def handle(self, *args, problems: int | None, **options):
-        members = {}
+        members: dict[str, str] = {}
         for username, password, role in DEMO_USERS:
             self._ensure_user(username, password, role)
             if role != Membership.Role.ADMIN:
