@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from annotate.models import Annotation, Completion, StepLabel
+from annotate.models import Annotation, Completion, Project, StepLabel
 from annotate.pool import importing
 
 
@@ -17,8 +17,8 @@ def annotate(solution, ratings: list[int], *, labeler: str = "lab-1", annotator=
     if finish_reason is None:
         finish_reason = "found_error" if -1 in ratings else "solution"
     annotation = Annotation.objects.create(
-        solution=solution, labeler=labeler, annotator=annotator, status=status, generation=generation,
-        finish_reason=finish_reason, is_quality_control=quality_control, total_time_ms=1000,
+        project_id=solution.project_id, solution=solution, labeler=labeler, annotator=annotator, status=status,
+        generation=generation, finish_reason=finish_reason, is_quality_control=quality_control, total_time_ms=1000,
         timestamp=timestamp or timezone.now(),
     )
     for step, rating in zip(steps, ratings):
@@ -99,11 +99,11 @@ PHASE1_LINE = {
 }
 
 
-def import_lines(tmp_path: Path, lines: list[dict]) -> None:
-    """Import PRM800K lines as the import page would; no line may fail."""
+def import_lines(tmp_path: Path, lines: list[dict], project: Project | None = None) -> None:
+    """Import PRM800K lines as the import page would (into `project`, else the sole one); no line may fail."""
     path = tmp_path / "labels.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    summary = importing.import_pool(path=path, format="prm800k")
+    summary = importing.import_pool(project=project or Project.objects.sole(), path=path, format="prm800k")
     assert summary.errors == 0, summary.first_errors
 
 

@@ -1,19 +1,21 @@
-"""Write submitted labels as a dataset file: PRM800K JSONL by default, or TRL/ProcessBench/soft,
-as JSONL, Parquet or a Hugging Face `datasets` folder."""
+"""Write a project's submitted labels as a dataset file: PRM800K JSONL by default, or
+TRL/ProcessBench/soft, as JSONL, Parquet or a Hugging Face `datasets` folder."""
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from annotate.management.projects import add_project_option, project_of
 from annotate.models import FinishReason
 from annotate.pool import exporting
 
 
 class Command(BaseCommand):
-    help = f"Export submitted annotations as PRM800K JSONL (or --format {'|'.join(exporting.FORMATS)})."
+    help = f"Export a project's submitted annotations as PRM800K JSONL (or --format {'|'.join(exporting.FORMATS)})."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "out", help="Destination (written atomically): a .jsonl file, or for parquet / hf_dataset a folder "
                         "(a .zip name zips it)",
         )
+        add_project_option(parser)
         parser.add_argument("--format", default="prm800k", choices=list(exporting.FORMATS),
                             help="; ".join(f"{name}: {f.help}" for name, f in exporting.FORMATS.items()))
         parser.add_argument("--generation", type=int, action="append", default=[], help="Repeatable")
@@ -37,6 +39,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts) -> None:
+        project = project_of(opts)
         try:
             options = exporting.ExportOptions.from_dict({
                 "generations": opts["generation"],
@@ -47,8 +50,8 @@ class Command(BaseCommand):
                 "container": opts["container"],
                 "labels": opts["labels"],
             })
-            lines = exporting.write_export(path=opts["out"], format=opts["format"], options=options)
+            lines = exporting.write_export(project=project, path=opts["out"], format=opts["format"], options=options)
         except exporting.ExportError as error:
             raise CommandError(str(error)) from None
         unit = "lines" if opts["container"] == "jsonl" else f"rows ({opts['container']})"
-        self.stdout.write(f"wrote {lines} {opts['format']} {unit} to {opts['out']}")
+        self.stdout.write(f"wrote {lines} {opts['format']} {unit} of project {project.slug} to {opts['out']}")

@@ -1,17 +1,20 @@
-"""./stepwise manage import_pool PATH [--format ...] [--split MODE] [--source NAME] [--atomic] [--report R]
-[--no-queue]: import a file, then queue its new solutions for labeling."""
+"""./stepwise manage import_pool PATH [--project SLUG] [--format ...] [--split MODE] [--source NAME] [--atomic]
+[--report R] [--no-queue]: import a file into a project's pool, then queue its new solutions for labeling."""
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.labeling import queueing
+from annotate.management.projects import add_project_option, project_of
 from annotate.pool import importing
 from steps import splitting
 
 
 class Command(BaseCommand):
-    help = f"Import a JSONL file ({', '.join(importing.FORMATS)}) into the pool, grading every final answer."
+    help = (f"Import a JSONL file ({', '.join(importing.FORMATS)}) into a project's pool, grading every final "
+            "answer.")
 
     def add_arguments(self, parser):
         parser.add_argument("path")
+        add_project_option(parser)
         parser.add_argument("--format", default="auto", choices=importing.names())
         parser.add_argument("--source", default=None, help="Source name stored on problems and solutions")
         parser.add_argument("--atomic", action="store_true", help="Import nothing when any line fails")
@@ -25,18 +28,19 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        project = project_of(options)
         try:
             summary = importing.import_pool(
-                path=options["path"], format=options["format"], source=options["source"],
+                project=project, path=options["path"], format=options["format"], source=options["source"],
                 atomic=options["atomic"], report_path=options["report"], split_mode=options["split"],
             )
         except (OSError, ValueError) as error:
             raise CommandError(str(error)) from error
         for line in summary.first_errors:
             self.stderr.write(line)
-        self.stdout.write(summary.describe())
+        self.stdout.write(f"{summary.describe()} (project {project.slug})")
         if not options["no_queue"] and not summary.rolled_back:
-            queued = queueing.enqueue_imported(solution_ids=summary.solution_ids)
+            queued = queueing.enqueue_imported(project=project, solution_ids=summary.solution_ids)
             if queued:
                 self.stdout.write(f"{queued} solutions queued for labeling; the next rescore ranks them with the rest")
             else:

@@ -1,54 +1,44 @@
-"""Demo accounts and a demo pool made by the project itself. Safe to run again."""
-import json
-
-from django.conf import settings
+"""Demo accounts and two demo projects (GSM8K and MATH, different rules) with their pools, from
+files in the repository (annotate/pool/demo.py). Safe to run again."""
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from annotate.labeling import queueing
-from annotate.labeling.roles import ADMIN, ANNOTATOR, REVIEWER, grant_role
-from annotate.models import QueueItem, Solution
-from annotate.models.pool import DEMO_SOURCE
-from annotate.pool import importing
-from annotate.pool.synthetic import generic_lines, make_pool
+from annotate.models import Membership
+from annotate.pool import demo
 
 DEMO_USERS = [
-    # username, password, role
-    ("admin", "stepwise-admin", ADMIN),
-    ("annotator", "stepwise-demo", ANNOTATOR),
-    ("reviewer", "stepwise-review", REVIEWER),
+    # username, password, role (admin: a site admin; the others are members of every demo project)
+    ("admin", "stepwise-admin", Membership.Role.ADMIN),
+    ("annotator", "stepwise-demo", Membership.Role.ANNOTATOR),
+    ("reviewer", "stepwise-review", Membership.Role.REVIEWER),
 ]
 
 
 class Command(BaseCommand):
-    help = "Create demo users and a demo pool of arithmetic word problems (idempotent)."
+    help = "Create demo users and two demo projects, GSM8K and MATH, with small pools (idempotent)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--problems", type=int, default=60)
+        parser.add_argument("--problems", type=int, default=None,
+                            help="Only each demo pool's first N problems (default: all of them)")
 
-    def handle(self, *args, problems: int, **options):
+    def handle(self, *args, problems: int | None, **options):
+        members: dict[str, str] = {}
         for username, password, role in DEMO_USERS:
             self._ensure_user(username, password, role)
-        path = settings.DATA_DIR / "demo-pool.jsonl"
-        with open(path, "w") as out:
-            for line in generic_lines(make_pool(n_problems=problems, seed=0), source=DEMO_SOURCE):
-                out.write(json.dumps(line) + "\n")
-        summary = importing.import_pool(path=path, format="generic", source=DEMO_SOURCE)
-        queueing.ensure_default_queue()
-        # Counted from the tables, not from the import summary: on a new database the file's own
-        # repeated lines are "duplicates" too, which read as if the pool had been there already.
-        pool = Solution.objects.filter(source=DEMO_SOURCE).count()
-        available = QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE, solution__source=DEMO_SOURCE)
-        ready = available.values("solution").distinct().count()
-        if summary.created:
-            what = f"{summary.created} solutions to {problems} problems imported"
-        else:
-            what = f"already imported ({pool} solutions)"
-        self.stdout.write(f"Demo pool: {what}; {ready} ready to label.")
+            if role != Membership.Role.ADMIN:
+                members[username] = role
+        for seeded in demo.seed(problems=problems, members=members):
+            if seeded.created:
+                what = f"{seeded.created} solutions imported"
+            else:
+                what = f"already imported ({seeded.pool} solutions)"
+            self.stdout.write(f"Demo project {seeded.project.slug} ({seeded.project.name}): {what}; "
+                              f"{seeded.ready} ready to label.")
 
     def _ensure_user(self, username: str, password: str, role: str) -> None:
         user, created = get_user_model().objects.get_or_create(username=username)
         if created:
             user.set_password(password)
+            if role == Membership.Role.ADMIN:  # a site admin: every project, and the Django admin
+                user.is_staff = user.is_superuser = True
             user.save()
-            grant_role(user, role)

@@ -1,7 +1,11 @@
 """Datasets out: PRM800K, TRL stepwise supervision, ProcessBench and per-step soft labels,
 as JSON Lines, Parquet or a Hugging Face `datasets` folder (`containers`, with a dataset card).
 
-By stage: `options` (which annotations, checked up front), `loading` (keyset chunks of plain
+Every export is one project's: each entry point takes the `project` (an ExportJob its own), and
+every query it runs starts from the project's annotations or solutions, so the work is
+proportional to the project and nothing of another project is read.
+
+By stage: `options` (which annotations, checked up front), `loading` (chunks of plain
 records, flat memory), `formats` (the registry: one `ExportFormat` per module, its rows per
 annotation or solution, every verdict read through `annotate.labeling.verdicts`, what is left out
 counted in an `ExportTally`), `rows` (a format's human and automatic rows, as JSON Lines),

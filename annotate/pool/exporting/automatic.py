@@ -2,14 +2,14 @@
 
 An automatic label (``AutoStepLabel``) says what rollouts (K of N completions from the step
 reached the known answer) or an imported dataset (a 1.0 / 0.0 verdict, no counts) say of a
-pool step. This module reads them per solution, a keyset page at a time, and pools a step's
+pool step. This module reads them per solution, a page at a time, and pools a step's
 votes (a label without rollout counts is one vote: 1 of 1 when good, 0 of 1 when bad); each
 format says what its automatic rows are (`ExportFormat.automatic_rows`: ``soft`` and ``trl``;
 ``prm800k`` adds ``auto_labels`` to each step of its own lines).
 
 With ``both``, the human rows come first, then the automatic ones, each with ``label_source``.
 The annotation filters (generations, date, QC, finish reasons) select human labels; automatic
-rows come from every solution that has automatic labels.
+rows come from every solution of the project that has automatic labels.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from annotate.models import AutoStepLabel, Solution, Step
+from annotate.models import AutoStepLabel, Project, Solution, Step
 from annotate.pool.exporting.options import CHUNK_SIZE
 
 
@@ -70,12 +70,17 @@ def pooled(labels: list[AutoLabel]) -> tuple[int, int]:
     return k, n
 
 
-def labeled_solution_chunks(chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple[Solution, list[str], dict]]]:
-    """Solutions with automatic labels, in id order, a keyset page at a time: (solution, step texts, labels)."""
-    with_labels = Solution.objects.filter(steps__auto_labels__isnull=False)
-    last = 0
-    while ids := list(with_labels.filter(id__gt=last).order_by("id").values_list("id", flat=True)
-                      .distinct()[:chunk_size]):
+def _labeled_solutions(project: Project):
+    return Solution.objects.filter(project=project, steps__auto_labels__isnull=False)
+
+
+def labeled_solution_chunks(project: Project,
+                            chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple[Solution, list[str], dict]]]:
+    """The project's solutions with automatic labels, in id order, a page at a time: (solution, step
+    texts, labels). Their ids are read once, from the project's solutions only."""
+    all_ids = list(_labeled_solutions(project).order_by("id").values_list("id", flat=True).distinct())
+    for start in range(0, len(all_ids), chunk_size):
+        ids = all_ids[start:start + chunk_size]
         solutions = Solution.objects.select_related("problem").in_bulk(ids)
         texts: dict[int, list[str]] = {}
         for solution_id, text in Step.objects.filter(solution_id__in=ids).order_by("solution_id", "index") \
@@ -83,8 +88,7 @@ def labeled_solution_chunks(chunk_size: int = CHUNK_SIZE) -> Iterator[list[tuple
             texts.setdefault(solution_id, []).append(text)
         labels = labels_by_step(ids)
         yield [(solutions[i], texts[i], labels[i]) for i in ids]
-        last = ids[-1]
 
 
-def count_labeled_solutions() -> int:
-    return Solution.objects.filter(steps__auto_labels__isnull=False).distinct().count()
+def count_labeled_solutions(project: Project) -> int:
+    return _labeled_solutions(project).distinct().count()

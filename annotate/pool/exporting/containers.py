@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from annotate.models import Project
 from annotate.pool.exporting.cards import dataset_card
 from annotate.pool.exporting.formats.base import ArrowTypes, ExportFormat, ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
@@ -50,13 +51,13 @@ def write_parquet(*, path: Path, format: ExportFormat, rows: Iterable[dict], sch
 
 
 def write_dataset_folder(
-    *, folder: Path, format: str, container: str, options: ExportOptions, tally: ExportTally,
+    *, project: Project, folder: Path, format: str, container: str, options: ExportOptions, tally: ExportTally,
     on_row: Callable[[], None],
 ) -> int:
     """Write the export into the empty `folder`: the card and Parquet or Arrow data. Returns rows."""
     found = check_labels(format, options)
     row_features = features(found, labels=options.labels)
-    rows = iter_rows(format=format, options=options, tally=tally)
+    rows = iter_rows(project=project, format=format, options=options, tally=tally)
     if container == "parquet":
         (folder / PARQUET_FILE).parent.mkdir(parents=True)
         count = write_parquet(path=folder / PARQUET_FILE, format=found, rows=rows,

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import ExportJob
+from annotate.models import ExportJob, Project
 from annotate.pool.exporting import containers
 from annotate.pool.exporting.formats import check_format
 from annotate.pool.exporting.formats.base import ExportTally
@@ -28,6 +28,7 @@ from jobs.states import JobState
 
 def write_export(
     *,
+    project: Project,
     path: Path | str,
     format: str,
     options: ExportOptions,
@@ -35,7 +36,7 @@ def write_export(
     progress_every: int = CHUNK_SIZE,
     tally: ExportTally | None = None,
 ) -> int:
-    """Write an export to `path` atomically; return the number of lines written.
+    """Write the project's export to `path` atomically; return the number of lines written.
 
     `tally`, when given, counts the annotations (or solutions) read and those left out.
     """
@@ -43,14 +44,14 @@ def write_export(
     check_format(format)
     path.parent.mkdir(parents=True, exist_ok=True)
     if options.container != "jsonl":
-        return _write_dataset(path=path, format=format, options=options, on_progress=on_progress,
+        return _write_dataset(project=project, path=path, format=format, options=options, on_progress=on_progress,
                               progress_every=progress_every, tally=tally or ExportTally())
     # Same folder as the destination, so the final rename never crosses file systems.
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     lines = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
-            for line in iter_jsonl(format=format, options=options, tally=tally):
+            for line in iter_jsonl(project=project, format=format, options=options, tally=tally):
                 out.write(line)
                 lines += 1
                 if on_progress and lines % progress_every == 0:
@@ -66,8 +67,8 @@ def write_export(
     return lines
 
 
-def _write_dataset(*, path: Path, format: str, options: ExportOptions, on_progress, progress_every: int,
-                   tally: ExportTally) -> int:
+def _write_dataset(*, project: Project, path: Path, format: str, options: ExportOptions, on_progress,
+                   progress_every: int, tally: ExportTally) -> int:
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
     rows = 0
 
@@ -80,8 +81,9 @@ def _write_dataset(*, path: Path, format: str, options: ExportOptions, on_progre
     try:
         folder = staging / "dataset"
         folder.mkdir()
-        count = containers.write_dataset_folder(folder=folder, format=format, container=options.container,
-                                                options=options, tally=tally, on_row=on_row)
+        count = containers.write_dataset_folder(project=project, folder=folder, format=format,
+                                                container=options.container, options=options, tally=tally,
+                                                on_row=on_row)
         if path.suffix == ".zip":
             containers.zip_folder(folder=folder, path=path, top=path.stem)
         else:
@@ -117,15 +119,16 @@ def _suffix(job: ExportJob) -> str:
     return ".jsonl" if container == "jsonl" else f"-{container}.zip"
 
 
-def create_export_job(*, format: str, options: ExportOptions, user=None) -> ExportJob:
-    """An ExportJob row, queued for a worker once the transaction commits."""
-    job = ExportJob.objects.create(format=check_format(format), options=options.to_dict(), created_by=user)
+def create_export_job(*, project: Project, format: str, options: ExportOptions, user=None) -> ExportJob:
+    """An ExportJob row for the project's labels, queued for a worker once the transaction commits."""
+    job = ExportJob.objects.create(project=project, format=check_format(format), options=options.to_dict(),
+                                   created_by=user)
     transaction.on_commit(job.send_task)
     return job
 
 
 def run_export_job(*, job_id: int) -> ExportJob:
-    """Run one ExportJob: count, write with progress in the row, end it succeeded or failed.
+    """Run one ExportJob, of its project only: count, write with progress in the row, end it succeeded or failed.
 
     Progress counts what is read (annotations, or solutions for per-solution formats); the
     finished row also holds the lines written, what was left out, by reason (`skipped`), and
@@ -134,16 +137,16 @@ def run_export_job(*, job_id: int) -> ExportJob:
     A finished job, failed or succeeded, is left alone on redelivery; a job an attempt left
     running is run again, rewriting its own file whole.
     """
-    job = ExportJob.objects.get(pk=job_id)
+    job = ExportJob.objects.select_related("project").get(pk=job_id)
     if not job.start(done=0):
         return job
     with job.failure_recorded():
         options = ExportOptions.from_dict(job.options)
-        total = count_inputs(format=job.format, options=options)
+        total = count_inputs(project=job.project, format=job.format, options=options)
         job.record_progress(total=total)
         path = export_path(job)
         tally = ExportTally()
-        lines = write_export(path=path, format=job.format, options=options, tally=tally,
+        lines = write_export(project=job.project, path=path, format=job.format, options=options, tally=tally,
                              on_progress=lambda _lines: job.record_progress(done=tally.read))
         job.succeed(path=str(path), lines=lines, done=tally.read, total=max(total, tally.read),
                     skipped=dict(sorted(tally.skipped.items())), report=tally.report())

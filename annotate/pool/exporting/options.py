@@ -8,7 +8,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from annotate.models import Annotation, FinishReason
+from annotate.models import Annotation, FinishReason, Project
 
 CHUNK_SIZE = 2000
 # How the rows are written: JSON Lines, a Parquet dataset folder, or `Dataset.save_to_disk`'s.
@@ -91,9 +91,9 @@ def parse_since(value: str) -> datetime:
     return parsed
 
 
-def selected_annotations(*, options: ExportOptions) -> QuerySet[Annotation]:
-    """Submitted annotations passing the filters, in a stable order (id)."""
-    qs = Annotation.objects.submitted()
+def selected_annotations(*, project: Project, options: ExportOptions) -> QuerySet[Annotation]:
+    """The project's submitted annotations passing the filters, in a stable order (id)."""
+    qs = Annotation.objects.filter(project=project).submitted()
     if options.generations:
         qs = qs.filter(generation__in=options.generations)
     if options.since:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from annotate.models import Project
 from annotate.pool.exporting import automatic
 from annotate.pool.exporting.formats import get_format
 from annotate.pool.exporting.formats.base import ExportFormat, ExportTally
@@ -19,43 +20,44 @@ def check_labels(format: str, options: ExportOptions) -> ExportFormat:
     return found
 
 
-def iter_rows(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
+def iter_rows(*, project: Project, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
               tally: ExportTally | None = None) -> Iterator[dict]:
+    """The project's rows in `format`: nothing of another project is read."""
     tally = tally or ExportTally()
     found = check_labels(format, options)
     if options.labels == "human" or found.automatic_rows is None:
-        return found.rows(options=options, tally=tally, chunk_size=chunk_size)
-    return _with_automatic(found, options=options, tally=tally, chunk_size=chunk_size)
+        return found.rows(project=project, options=options, tally=tally, chunk_size=chunk_size)
+    return _with_automatic(found, project=project, options=options, tally=tally, chunk_size=chunk_size)
 
 
-def _with_automatic(found: ExportFormat, *, options: ExportOptions, tally: ExportTally,
+def _with_automatic(found: ExportFormat, *, project: Project, options: ExportOptions, tally: ExportTally,
                     chunk_size: int) -> Iterator[dict]:
     """Human rows (with `both`), then automatic rows: each row says whose labels it carries."""
     assert found.automatic_rows is not None
     if options.labels == "both":
-        for row in found.rows(options=options, tally=tally, chunk_size=chunk_size):
+        for row in found.rows(project=project, options=options, tally=tally, chunk_size=chunk_size):
             yield {**row, "label_source": "human"}
     # No annotator saw anything: the column is null, so every row has the same keys.
-    for row in found.automatic_rows(tally=tally, chunk_size=chunk_size):
+    for row in found.automatic_rows(project=project, tally=tally, chunk_size=chunk_size):
         yield {**row, "assistance": None}
 
 
-def iter_jsonl(*, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
+def iter_jsonl(*, project: Project, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
                tally: ExportTally | None = None) -> Iterator[str]:
     """JSON Lines, one string per line, for streaming responses and files alike."""
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
-    for row in iter_rows(format=format, options=options, chunk_size=chunk_size, tally=tally):
+    for row in iter_rows(project=project, format=format, options=options, chunk_size=chunk_size, tally=tally):
         yield dumps(row) + "\n"
 
 
-def count_inputs(*, format: str, options: ExportOptions) -> int:
-    """How many annotations (per-solution formats: solutions) the export will read."""
+def count_inputs(*, project: Project, format: str, options: ExportOptions) -> int:
+    """How many of the project's annotations (per-solution formats: solutions) the export will read."""
     found = check_labels(format, options)
     offers_automatic = found.automatic_rows is not None and options.labels != "human"
-    automatic_count = automatic.count_labeled_solutions() if offers_automatic else 0
+    automatic_count = automatic.count_labeled_solutions(project) if offers_automatic else 0
     if offers_automatic and options.labels == "automatic":
         return automatic_count
-    selected = selected_annotations(options=options)
+    selected = selected_annotations(project=project, options=options)
     if found.per_solution:
         return selected.values("solution_id").distinct().count() + automatic_count
     return selected.count() + automatic_count

@@ -1,11 +1,13 @@
-"""Importing JSONL files into the pool: problems, solutions, steps, and PRM800K labels.
+"""Importing JSONL files into a project's pool: problems, solutions, steps, and PRM800K labels.
 
-``import_pool(path=...)`` streams the file line by line (constant memory), parses each line
-in its format, extracts and grades the final answer, and writes batches of ~1000 lines with
-bulk inserts, each batch in one transaction. Re-importing finds everything by content hash
-and creates nothing. An identical response is one solution, but every line is a sample of
-it: ``Solution.sample_count`` counts the lines (by file digest and line number, so a re-import
-of the same file counts nothing twice) for majority vote and best-of-N. Every input line
+``import_pool(project=..., path=...)`` streams the file line by line (constant memory), parses
+each line in its format, extracts and grades the final answer, and writes batches of ~1000
+lines with bulk inserts, each batch in one transaction. Everything it writes belongs to the
+project. Re-importing finds everything by content hash within the project and creates nothing
+(the same text imported into another project is that project's own copy). An identical
+response is one solution, but every line is a sample of it: ``Solution.sample_count`` counts
+the lines (by file digest and line number, so a re-import of the same file counts nothing
+twice) for majority vote and best-of-N. Every input line
 gets one report entry; a bad line is reported with the field at fault and the other lines
 import, unless ``atomic=True``, when one bad line means nothing is written. Queueing what
 was imported is the caller's next step (``queueing.enqueue_imported``).

@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from annotate.labeling import queueing
-from annotate.models import ImportJob
+from annotate.models import ImportJob, Project
 from annotate.pool.importing.formats import check_format
 from annotate.pool.importing.pipeline import import_pool
 from annotate.pool.importing.report import ImportSummary
@@ -48,14 +48,14 @@ def save_upload(*, chunks: Iterable[bytes], original_name: str) -> Path:
 
 
 def create_import_job(
-    *, path: Path, original_name: str = "", format: str = "auto", split_mode: str = "auto", source: str = "",
-    atomic: bool = False, user=None,
+    *, project: Project, path: Path, original_name: str = "", format: str = "auto", split_mode: str = "auto",
+    source: str = "", atomic: bool = False, user=None,
 ) -> ImportJob:
-    """An ImportJob row for a saved file, queued for a worker once the transaction commits."""
+    """An ImportJob row for a saved file, into `project`, queued for a worker once the transaction commits."""
     check_format(format)
     job = ImportJob.objects.create(
-        path=str(path), original_name=original_name[:300], format=format, split_mode=check_mode(split_mode),
-        source=source, atomic=atomic,
+        project=project, path=str(path), original_name=original_name[:300], format=format,
+        split_mode=check_mode(split_mode), source=source, atomic=atomic,
         report_path=str(path.with_name(path.stem + "-report.jsonl")), created_by=user,
     )
     transaction.on_commit(job.send_task)
@@ -63,8 +63,8 @@ def create_import_job(
 
 
 def run_import_job(*, job_id: int) -> ImportJob:
-    """Run one ImportJob with its progress in the row; see the module docstring for redelivery."""
-    job = ImportJob.objects.get(pk=job_id)
+    """Run one ImportJob into its project, with its progress in the row; see the module docstring for redelivery."""
+    job = ImportJob.objects.select_related("project").get(pk=job_id)
     if not job.start():
         return job
 
@@ -74,9 +74,10 @@ def run_import_job(*, job_id: int) -> ImportJob:
                             errors=summary.errors)
 
     with job.failure_recorded():
-        summary = import_pool(path=job.path, format=job.format, source=job.source or None, atomic=job.atomic,
-                              report_path=job.report_path, progress=progress, split_mode=job.split_mode,
-                              file_name=job.original_name or None, written_since=job.created_at)
+        summary = import_pool(project=job.project, path=job.path, format=job.format, source=job.source or None,
+                              atomic=job.atomic, report_path=job.report_path, progress=progress,
+                              split_mode=job.split_mode, file_name=job.original_name or None,
+                              written_since=job.created_at)
         counts = {"format": summary.format, "total": summary.lines, "done": summary.lines,
                   "created": summary.created, "duplicates": summary.duplicates, "errors": summary.errors,
                   "graded_right": summary.graded[True], "graded_wrong": summary.graded[False],
@@ -84,7 +85,8 @@ def run_import_job(*, job_id: int) -> ImportJob:
         if summary.rolled_back:
             job.fail(summary.describe(), **counts)
         else:
-            job.succeed(error="", queued=queueing.enqueue_imported(solution_ids=summary.solution_ids), **counts)
+            queued = queueing.enqueue_imported(project=job.project, solution_ids=summary.solution_ids)
+            job.succeed(error="", queued=queued, **counts)
     job.refresh_from_db()  # the row as it ended, also when another attempt ended it first
     return job
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, transaction
 
+from annotate.models import Project
 from annotate.pool.importing.formats import (
     Parser,
     Record,
@@ -31,6 +32,7 @@ class _Rollback(Exception):
 
 def import_pool(
     *,
+    project: Project,
     path: str | Path,
     format: str = "auto",
     source: str | None = None,
@@ -43,7 +45,7 @@ def import_pool(
     grading_budget: float | None = None,
     written_since: dt.datetime | None = None,
 ) -> ImportSummary:
-    """Import one JSONL file into the pool; see the module docstring.
+    """Import one JSONL file into the project's pool; see the module docstring.
 
     `file_name` is the name its sample lines keep (default: the path's), e.g. an upload's own name.
     `grading_budget` is the seconds all its lines may spend being graded (default:
@@ -67,14 +69,14 @@ def import_pool(
         if atomic:
             try:
                 with transaction.atomic():
-                    _import_lines(path, parse, summary, report, progress, batch_size, source_file, budget)
+                    _import_lines(path, parse, summary, report, progress, batch_size, source_file, budget, project)
                     if summary.errors:
                         raise _Rollback
             except _Rollback:
                 summary.rolled_back = True
                 summary.forget_written()
         else:
-            _import_lines(path, parse, summary, report, progress, batch_size, source_file, budget)
+            _import_lines(path, parse, summary, report, progress, batch_size, source_file, budget, project)
         summary.ungraded = budget.ungraded
         report.finish(summary)
     except CONNECTION_FAULTS:
@@ -89,8 +91,8 @@ def import_pool(
     return summary
 
 
-def _import_lines(path: Path, parse: Parser, summary: ImportSummary, report: Report,
-                  progress: Progress | None, batch_size: int, source_file: SourceFile, budget: GradingBudget) -> None:
+def _import_lines(path: Path, parse: Parser, summary: ImportSummary, report: Report, progress: Progress | None,
+                  batch_size: int, source_file: SourceFile, budget: GradingBudget, project: Project) -> None:
     # Lines in input order, parsed (Record) or already failed (Outcome), so that the
     # report keeps the file's order although only the records go to the database.
     pending: list[Record | Outcome] = []
@@ -103,15 +105,15 @@ def _import_lines(path: Path, parse: Parser, summary: ImportSummary, report: Rep
         except (LineError, ValueError) as error:
             pending.append(Outcome(line_no=line_no, status="error", error=str(error)))
         if len(pending) >= batch_size:
-            _flush(pending, summary, report, progress, source_file, budget)
+            _flush(pending, summary, report, progress, source_file, budget, project)
             pending = []
-    _flush(pending, summary, report, progress, source_file, budget)
+    _flush(pending, summary, report, progress, source_file, budget, project)
 
 
 def _flush(pending: list[Record | Outcome], summary: ImportSummary, report: Report, progress: Progress | None,
-           source_file: SourceFile, budget: GradingBudget) -> None:
+           source_file: SourceFile, budget: GradingBudget, project: Project) -> None:
     records = [item for item in pending if isinstance(item, Record)]
-    written = iter(write_batch(records, source_file=source_file, budget=budget) if records else [])
+    written = iter(write_batch(records, project=project, source_file=source_file, budget=budget) if records else [])
     for item in pending:
         outcome = next(written) if isinstance(item, Record) else item
         summary.count(outcome)

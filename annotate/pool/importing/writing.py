@@ -1,11 +1,13 @@
-"""Writing parsed records: problems, solutions, steps, PRM800K labels and a dataset's automatic
-labels, found by content hash.
+"""Writing parsed records into one project: problems, solutions, steps, PRM800K labels and a
+dataset's automatic labels, found by content hash within the project.
 
 A batch is graded (within the import's ``GradingBudget``), then written in one transaction
 with bulk inserts (COPY on PostgreSQL).
-Everything is looked up by content hash first, so a re-import, or a redelivered job, finds
-what is there and creates nothing twice. When the database rejects a batch, the batch is
-written again line by line, so that only the line at fault is reported and skipped. A lost
+Everything is looked up by content hash first, in the project only (the same text may sit in
+two projects, once in each), so a re-import, or a redelivered job, finds what is there and
+creates nothing twice; every row made carries the project explicitly. When the database
+rejects a batch, the batch is written again line by line, so that only the line at fault is
+reported and skipped. A lost
 connection (a database restart) is no line's fault: it propagates, and the job's task retries
 the import on a new connection, finding by content hash what was written before.
 
@@ -17,6 +19,9 @@ by it, and a re-import of the same file counts nothing twice.
 Labels a dataset brings (Math-Shepherd's, ProcessBench's) are automatic labels, apart from
 human ones: one ``AutoLabelRun`` (method ``imported``) per dataset, label kind and file digest,
 one ``AutoStepLabel`` per labeled step, so re-importing the file adds nothing.
+
+Which lines of a file a project has seen is asked of its own solutions' sample lines: the
+same file imported into another project is new there.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from annotate.models import (
     AutoStepLabel,
     Completion,
     Problem,
+    Project,
     SampleLine,
     Solution,
     Step,
@@ -91,16 +97,16 @@ class GradingBudget:
         return grade
 
 
-def write_batch(records: list[Record], *, source_file: SourceFile | None = None,
+def write_batch(records: list[Record], *, project: Project, source_file: SourceFile | None = None,
                 budget: GradingBudget | None = None) -> list[Outcome]:
-    """Grade and write one batch in one transaction; one outcome per record, in order.
+    """Grade and write one batch into `project` in one transaction; one outcome per record, in order.
 
     With `source_file`, every line is recorded as a sample of its solution; with `budget`,
     grading stops when it is spent.
     """
     for record in records:
         record.is_correct, record.grading_note = _grade(record, budget)
-    return _write_atomically(records, source_file)
+    return _write_atomically(records, project, source_file)
 
 
 def _grade(record: Record, budget: GradingBudget | None) -> Grade:
@@ -118,10 +124,10 @@ def _grade(record: Record, budget: GradingBudget | None) -> Grade:
 CONNECTION_FAULTS = (OperationalError, InterfaceError)
 
 
-def _write_atomically(records: list[Record], source_file: SourceFile | None) -> list[Outcome]:
+def _write_atomically(records: list[Record], project: Project, source_file: SourceFile | None) -> list[Outcome]:
     try:
         with transaction.atomic():
-            return _write(records, source_file)
+            return _write(records, project, source_file)
     except IntegrityError:
         # Usually another import wrote the same content between our look-up and insert:
         # looking up again finds it as a duplicate. Otherwise one line is at fault.
@@ -134,24 +140,24 @@ def _write_atomically(records: list[Record], source_file: SourceFile | None) -> 
     if len(records) == 1:
         try:
             with transaction.atomic():
-                return _write(records, source_file)
+                return _write(records, project, source_file)
         except CONNECTION_FAULTS:
             raise
         except DatabaseError as error:
             return [Outcome(line_no=records[0].line_no, status="error", error=f"rejected by the database: {error}")]
     # Line by line, so that only the line the database rejects is reported and skipped.
-    return [outcome for record in records for outcome in _write_atomically([record], source_file)]
+    return [outcome for record in records for outcome in _write_atomically([record], project, source_file)]
 
 
-def _write(records: list[Record], source_file: SourceFile | None) -> list[Outcome]:
-    problems = _problems_for(records)
-    solutions, created = _solutions_for(records, problems)
-    annotated = _annotations_for(records, problems, solutions)
-    _imported_labels_for(records, solutions, source_file)
+def _write(records: list[Record], project: Project, source_file: SourceFile | None) -> list[Outcome]:
+    problems = _problems_for(records, project)
+    solutions, created = _solutions_for(records, problems, project)
+    annotated = _annotations_for(records, problems, solutions, project)
+    _imported_labels_for(records, solutions, project, source_file)
     if source_file is not None:
         new_ids = {solutions[r.solution_hash].pk for r in records if id(r) in created}
-        created |= _created_earlier_by_this_job(records, solutions, source_file, created)
-        _record_samples(records, solutions, source_file, new_ids)
+        created |= _created_earlier_by_this_job(records, solutions, project, source_file, created)
+        _record_samples(records, solutions, project, source_file, new_ids)
     outcomes = []
     for record in records:
         solution = solutions[record.solution_hash]
@@ -164,12 +170,12 @@ def _write(records: list[Record], source_file: SourceFile | None) -> list[Outcom
     return outcomes
 
 
-def _problems_for(records: list[Record]) -> dict[str, Problem]:
+def _problems_for(records: list[Record], project: Project) -> dict[str, Problem]:
     hashes = {r.problem_hash: r for r in records}
-    found = {p.content_hash: p for p in Problem.objects.filter(content_hash__in=list(hashes))}
+    found = {p.content_hash: p for p in Problem.objects.filter(project=project, content_hash__in=list(hashes))}
     new = [
         Problem(
-            statement=r.statement, ground_truth_answer=r.ground_truth_answer,
+            project=project, statement=r.statement, ground_truth_answer=r.ground_truth_answer,
             ground_truth_solution=r.ground_truth_solution, source=r.source, split=r.split, content_hash=h,
         )
         for h, r in hashes.items() if h not in found
@@ -179,16 +185,17 @@ def _problems_for(records: list[Record]) -> dict[str, Problem]:
     return found
 
 
-def _solutions_for(records: list[Record], problems: dict[str, Problem]) -> tuple[dict[str, Solution], set[int]]:
-    """Solutions by content hash, and the ids of the records whose solution is new."""
+def _solutions_for(records: list[Record], problems: dict[str, Problem],
+                   project: Project) -> tuple[dict[str, Solution], set[int]]:
+    """The project's solutions by content hash, and the ids of the records whose solution is new."""
     hashes: dict[str, Record] = {}
     for record in records:
         hashes.setdefault(record.solution_hash, record)
-    found = {s.content_hash: s for s in Solution.objects.filter(content_hash__in=list(hashes))}
+    found = {s.content_hash: s for s in Solution.objects.filter(project=project, content_hash__in=list(hashes))}
     new_records = [(h, r) for h, r in hashes.items() if h not in found]
     new = [
         Solution(
-            problem=problems[r.problem_hash], final_answer=r.final_answer, is_correct=r.is_correct,
+            project=project, problem=problems[r.problem_hash], final_answer=r.final_answer, is_correct=r.is_correct,
             grading_note=r.grading_note,
             source=r.source, generator=r.generator, is_reference=r.is_reference, meta=r.meta,
             pre_generated_answer=r.pre_generated_answer,
@@ -196,7 +203,7 @@ def _solutions_for(records: list[Record], problems: dict[str, Problem]) -> tuple
         )
         for h, r in new_records
     ]
-    _insert_solutions(new)
+    _insert_solutions(new, project)
     insert_rows(Step, ("solution_id", "index", "text", "gold_rating"), (
         (solution.pk, i, text, None)
         for solution, (_, record) in zip(new, new_records)
@@ -207,13 +214,13 @@ def _solutions_for(records: list[Record], problems: dict[str, Problem]) -> tuple
 
 
 SOLUTION_COLUMNS = (
-    "problem_id", "final_answer", "is_correct", "grading_note", "source", "generator", "is_reference",
+    "project_id", "problem_id", "final_answer", "is_correct", "grading_note", "source", "generator", "is_reference",
     "pre_generated_answer", "pre_generated_verifier_score", "is_gold", "meta", "sample_count", "content_hash",
     "created_at",
 )
 
 
-def _insert_solutions(solutions: list[Solution]) -> None:
+def _insert_solutions(solutions: list[Solution], project: Project) -> None:
     """Insert new solutions and set their ids.
 
     bulk_create's per-field preparation was a third of the import's time; a plain insert
@@ -230,7 +237,7 @@ def _insert_solutions(solutions: list[Solution]) -> None:
         rows.append(values)
     insert_rows(Solution, SOLUTION_COLUMNS, rows)
     hashes = [solution.content_hash for solution in solutions]
-    ids = dict(Solution.objects.filter(content_hash__in=hashes).values_list("content_hash", "id"))
+    ids = dict(Solution.objects.filter(project=project, content_hash__in=hashes).values_list("content_hash", "id"))
     for solution in solutions:
         solution.pk = ids[solution.content_hash]
         solution._state.adding = False
@@ -258,8 +265,8 @@ def insert_rows(model, columns: tuple[str, ...], rows: Iterable[Sequence]) -> No
             cursor.executemany(sql, list(rows))
 
 
-def _created_earlier_by_this_job(records: list[Record], solutions: dict[str, Solution], source_file: SourceFile,
-                                 created: set[int]) -> set[int]:
+def _created_earlier_by_this_job(records: list[Record], solutions: dict[str, Solution], project: Project,
+                                 source_file: SourceFile, created: set[int]) -> set[int]:
     """The ids of the records, found as there already, whose line created its solution in an
     earlier attempt of this job: the line is recorded since the job began, and it is the
     solution's first sample line (written in the transaction that created the solution)."""
@@ -269,8 +276,8 @@ def _created_earlier_by_this_job(records: list[Record], solutions: dict[str, Sol
     if not found:
         return set()
     ours = dict(
-        SampleLine.objects.filter(file_digest=source_file.digest, line_no__in=[r.line_no for r in found],
-                                  created_at__gte=source_file.written_since).values_list("line_no", "pk")
+        _lines_of(project, source_file).filter(line_no__in=[r.line_no for r in found],
+                                               created_at__gte=source_file.written_since).values_list("line_no", "pk")
     )
     if not ours:
         return set()
@@ -281,8 +288,14 @@ def _created_earlier_by_this_job(records: list[Record], solutions: dict[str, Sol
     return {id(r) for r in found if r.line_no in ours and first.get(solutions[r.solution_hash].pk) == ours[r.line_no]}
 
 
+def _lines_of(project: Project, source_file: SourceFile):
+    """The file's lines the project has recorded: another project's import of the same file is not seen."""
+    return SampleLine.objects.filter(file_digest=source_file.digest, solution__project=project)
+
+
 def _record_samples(
-    records: list[Record], solutions: dict[str, Solution], source_file: SourceFile, new_ids: set[int]
+    records: list[Record], solutions: dict[str, Solution], project: Project, source_file: SourceFile,
+    new_ids: set[int],
 ) -> None:
     """A SampleLine for each line of the file not recorded yet; recount the samples of their solutions.
 
@@ -291,7 +304,7 @@ def _record_samples(
     """
     sampled = [r for r in records if r.labels is None]
     known = set(
-        SampleLine.objects.filter(file_digest=source_file.digest, line_no__in=[r.line_no for r in sampled])
+        _lines_of(project, source_file).filter(line_no__in=[r.line_no for r in sampled])
         .values_list("line_no", flat=True)
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())
@@ -313,7 +326,8 @@ def _record_samples(
         Solution.objects.filter(pk__in=recount).update(sample_count=Subquery(lines))
 
 
-def _annotations_for(records: list[Record], problems: dict[str, Problem], solutions: dict[str, Solution]) -> set[int]:
+def _annotations_for(records: list[Record], problems: dict[str, Problem], solutions: dict[str, Solution],
+                     project: Project) -> set[int]:
     """Write the PRM800K labels of the records; the ids of the records annotated anew."""
     labeled = [r for r in records if r.labels is not None]
     if not labeled:
@@ -333,17 +347,17 @@ def _annotations_for(records: list[Record], problems: dict[str, Problem], soluti
         if key in existing:
             continue
         existing.add(key)  # a repeated line within the batch is a duplicate too
-        new.append((record, _annotation(record, problems[record.problem_hash], solution)))
+        new.append((record, _annotation(record, problems[record.problem_hash], solution, project)))
     Annotation.objects.bulk_create([a for _, a in new])
     _write_step_labels(new)
     return {id(r) for r, _ in new}
 
 
-def _annotation(record: Record, problem: Problem, solution: Solution) -> Annotation:
+def _annotation(record: Record, problem: Problem, solution: Solution, project: Project) -> Annotation:
     line = record.labels
     assert line is not None
     return Annotation(
-        solution=solution, labeler=line.labeler, status=Annotation.Status.SUBMITTED,
+        project=project, solution=solution, labeler=line.labeler, status=Annotation.Status.SUBMITTED,
         finish_reason=line.finish_reason, total_time_ms=line.total_time_ms, generation=line.generation,
         is_quality_control=line.is_quality_control, is_initial_screening=line.is_initial_screening,
         timestamp=line.timestamp,
@@ -367,14 +381,15 @@ def _write_step_labels(new: list[tuple[Record, Annotation]]) -> None:
     )
 
 
-def _imported_labels_for(records: list[Record], solutions: dict[str, Solution], source_file: SourceFile | None) -> None:
+def _imported_labels_for(records: list[Record], solutions: dict[str, Solution], project: Project,
+                         source_file: SourceFile | None) -> None:
     """The datasets' own step labels, as automatic labels of this file's runs (existing ones kept)."""
     # (Each comprehension below repeats `imported_labels is not None` for the type checker only.)
     labeled = [r for r in records if r.imported_labels is not None]
     if not labeled:
         return
-    runs = {key: _imported_run(*key, source_file) for key in {(r.imported_labels.dataset, r.imported_labels.kind)
-                                                                 for r in labeled if r.imported_labels is not None}}
+    keys = {(r.imported_labels.dataset, r.imported_labels.kind) for r in labeled if r.imported_labels is not None}
+    runs = {key: _imported_run(*key, project, source_file) for key in keys}
     solution_ids = {solutions[r.solution_hash].pk for r in labeled}
     steps = {(solution_id, index): pk for solution_id, index, pk in
              Step.objects.filter(solution_id__in=solution_ids).values_list("solution_id", "index", "id")}
@@ -386,10 +401,11 @@ def _imported_labels_for(records: list[Record], solutions: dict[str, Solution], 
     ], ignore_conflicts=True)  # The same solution again (a re-import, a repeated line): labeled once per run.
 
 
-def _imported_run(dataset: str, kind: str, source_file: SourceFile | None) -> AutoLabelRun:
+def _imported_run(dataset: str, kind: str, project: Project, source_file: SourceFile | None) -> AutoLabelRun:
     digest = source_file.digest if source_file else ""
     params = {"dataset": dataset, "kind": kind, "file_digest": digest,
               "file_name": source_file.name if source_file else ""}
-    found = AutoLabelRun.objects.filter(method=AutoLabelRun.Method.IMPORTED, source=dataset, params__kind=kind,
-                                        params__file_digest=digest).order_by("id").first()
-    return found or AutoLabelRun.objects.create(method=AutoLabelRun.Method.IMPORTED, source=dataset, params=params)
+    found = AutoLabelRun.objects.filter(project=project, method=AutoLabelRun.Method.IMPORTED, source=dataset,
+                                        params__kind=kind, params__file_digest=digest).order_by("id").first()
+    return found or AutoLabelRun.objects.create(project=project, method=AutoLabelRun.Method.IMPORTED, source=dataset,
+                                                params=params)

@@ -16,7 +16,8 @@ Phase 1 lines have no ``pre_generated_*`` (absent or null); phase 2 lines have t
   error names the field (``label.steps[3].completions[0].rating``).
 - ``total_time(annotation)``: a line's ``total_time`` and where it comes from (the page's
   active time, else claim to submit; an imported line's own).
-- ``line_for_annotation(annotation)`` rebuilds the line from the database. A line imported
+- ``line_for_annotation(annotation)`` rebuilds the line from the database, with a top-level
+  ``guideline_version`` (the project's guideline the label was made under) when it is known. A line imported
   and rebuilt is the same JSON object (``==``): what the pool rows cannot hold (keys a line
   lacked, values that differ from the shared Problem/Solution rows, unknown keys, the
   timestamp's exact spelling) is remembered in ``Annotation.question_extra``, unknown

@@ -72,6 +72,11 @@ def line_for_annotation(annotation) -> dict:
             "finish_reason": annotation.finish_reason,
         },
     }
+    # The project's guideline version the annotation was labeled under, a top-level key beside
+    # PRM800K's (its readers ignore it); absent when unknown (imported labels), so such a line is
+    # written back byte for byte as it was read.
+    if annotation.guideline_version is not None:
+        line["guideline_version"] = annotation.guideline_version
     line.update(extra.get("line", {}))
     line["label"].update(extra.get("label", {}))
     return line

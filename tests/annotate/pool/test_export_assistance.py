@@ -27,8 +27,8 @@ def _labeled(annotator, *, assistance: str, ratings: list[int]) -> int:
     _mode(assistance)
     solution = SolutionFactory(steps=["one", "two", "three"], is_correct=False)
     scored_by_current_model(solution, [0.9, 0.1, 0.8])
-    queueing.ensure_default_queue()
-    task = queueing.claim_next(annotator=annotator)
+    queueing.ensure_default_queue(Project.objects.sole())
+    task = queueing.claim_next(annotator=annotator, project=Project.objects.sole())
     assert task.solution_id == solution.pk
     for index, rating in enumerate(ratings):
         labeling.rate(annotation=task, index=index, rating=rating)
@@ -38,7 +38,7 @@ def _labeled(annotator, *, assistance: str, ratings: list[int]) -> int:
 
 
 def _rows(format: str) -> list[dict]:
-    return list(exporting.iter_rows(format=format, options=ExportOptions()))
+    return list(exporting.iter_rows(project=Project.objects.sole(), format=format, options=ExportOptions()))
 
 
 @pytest.mark.parametrize("format", ["trl", "processbench", "soft"])

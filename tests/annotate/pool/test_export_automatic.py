@@ -5,7 +5,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotate.models import AutoLabelRun, AutoStepLabel, Step
+from annotate.models import AutoLabelRun, AutoStepLabel, Project, Step
 from annotate.pool import exporting, importing
 from annotate.pool.exporting import ExportOptions
 from tests.annotate.pool.test_import_prm_datasets import DUCK_STEPS, DUCKS, shepherd, write
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 def rows(format: str, **options) -> list[dict]:
-    return list(exporting.iter_rows(format=format, options=ExportOptions(**options)))
+    return list(exporting.iter_rows(project=Project.objects.sole(), format=format, options=ExportOptions(**options)))
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_the_default_export_is_todays_human_export(rolled_out, tmp_path):
 
 
 def test_automatic_soft_labels_are_k_of_n_pooled_over_runs_and_imports(rolled_out, tmp_path):
-    importing.import_pool(path=write(tmp_path, [shepherd(DUCKS, DUCK_STEPS, "++-")]))
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, [shepherd(DUCKS, DUCK_STEPS, "++-")]))
     rollouts, ducks = rows("soft", labels="automatic")
     assert (rollouts["k"], rollouts["n"], rollouts["soft_labels"]) == ([4, 1, 0], [4, 4, 4], [1.0, 0.25, 0.0])
     # An imported verdict has no rollout counts: one vote, 1 of 1 or 0 of 1.
@@ -66,7 +66,7 @@ def test_both_gives_the_human_rows_then_the_automatic_ones_each_saying_which(rol
 def test_processbench_gold_labels_export_as_trl_rows_up_to_the_first_unlabeled_step(tmp_path):
     line = {"id": "math-3", "generator": "Qwen2-7B-Instruct", "problem": "What is 3 * (2 + 5)?",
             "steps": ["2 + 5 = 7.", "3 * 7 = 24.", "So \\boxed{24}."], "final_answer_correct": False, "label": 1}
-    importing.import_pool(path=write(tmp_path, [line]), format="processbench")
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, [line]), format="processbench")
     assert rows("trl", labels="automatic") == [{"prompt": line["problem"], "completions": line["steps"][:2],
                                                 "labels": [True, False], "assistance": None,
                                                 "label_source": "automatic"}]

@@ -7,7 +7,7 @@ import zipfile
 import pytest
 from django.core.management import call_command
 
-from annotate.models import AutoLabelRun, ExportJob, Problem, Solution
+from annotate.models import AutoLabelRun, ExportJob, Problem, Project, Solution
 from annotate.pool import exporting, importing
 from annotate.pool.exporting import ExportOptions
 from jobs.states import JobState
@@ -149,7 +149,8 @@ def test_an_export_the_importer_reads_is_read_back_into_an_empty_pool_as_it_was(
     rows = jsonl_rows(tmp_path, name)
     Problem.objects.all().delete()
     AutoLabelRun.objects.all().delete()
-    summary = importing.import_pool(path=tmp_path / f"{name}.jsonl")  # the format is detected
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=tmp_path / f"{name}.jsonl")  # the format is detected
     assert (summary.format, summary.created, summary.errors) == (name, len(rows), 0)
     read_back, keys = READ_BACK[name]
     assert read_back(tmp_path / "again") == [{k: row[k] for k in keys} if keys else row for row in rows]

@@ -28,7 +28,7 @@ REWRITE = "Then 2x = 4."
 
 
 def rows(format: str, **options) -> list[dict]:
-    return list(exporting.iter_rows(format=format, options=ExportOptions(**options)))
+    return list(exporting.iter_rows(project=Project.objects.sole(), format=format, options=ExportOptions(**options)))
 
 
 @pytest.fixture
@@ -43,8 +43,8 @@ def label(annotator, ratings: list[int], rewrites: dict[int, str], *, is_correct
     """Claim a task of STEPS and label it through the labeling functions: rate each step in turn,
     rewrite the -1 steps named in `rewrites` right after rating them, submit."""
     SolutionFactory(steps=STEPS, is_correct=is_correct)
-    queueing.ensure_default_queue()
-    task = queueing.claim_next(annotator=annotator)
+    queueing.ensure_default_queue(Project.objects.sole())
+    task = queueing.claim_next(annotator=annotator, project=Project.objects.sole())
     for index, rating in enumerate(ratings):
         labeling.rate(annotation=task, index=index, rating=rating)
         if index in rewrites:
@@ -93,7 +93,8 @@ def test_trl_parquet_holds_the_same_rows(annotator, phase1_config, tmp_path, mon
 
     label(annotator, [1, -1, 1, 1], {1: REWRITE})
     out = tmp_path / "trl"
-    exporting.write_export(path=out, format="trl", options=ExportOptions(container="parquet"))
+    exporting.write_export(project=Project.objects.sole(),
+                           path=out, format="trl", options=ExportOptions(container="parquet"))
     table = datasets.load_dataset("parquet", data_files=str(out / "data" / "train.parquet"), split="train")
     assert table.to_list() == rows("trl")
     assert "rewrite is True in the path" in (out / "README.md").read_text()

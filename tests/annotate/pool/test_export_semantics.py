@@ -29,7 +29,8 @@ PROCESSBENCH_FIELDS = ["id", "generator", "problem", "steps", "final_answer_corr
 
 
 def rows(format: str, tally: ExportTally | None = None, **options) -> list[dict]:
-    return list(exporting.iter_rows(format=format, options=ExportOptions(**options), tally=tally))
+    return list(exporting.iter_rows(project=Project.objects.sole(),
+                                    format=format, options=ExportOptions(**options), tally=tally))
 
 
 @pytest.fixture
@@ -43,8 +44,8 @@ def rewrite_config():
 def label_with_a_rewrite(annotator, steps: list[str], *, wrong: int, rewrite: str) -> Annotation:
     """The real labeling flow: rate steps +1 up to `wrong`, rate it -1, write the step instead, submit."""
     SolutionFactory(steps=steps, is_correct=False)
-    queueing.ensure_default_queue()
-    task = queueing.claim_next(annotator=annotator)
+    queueing.ensure_default_queue(Project.objects.sole())
+    task = queueing.claim_next(annotator=annotator, project=Project.objects.sole())
     for index in range(wrong):
         labeling.rate(annotation=task, index=index, rating=1)
     labeling.rate(annotation=task, index=wrong, rating=-1)
@@ -191,7 +192,7 @@ def test_processbench_generator_comes_from_the_imported_provenance(tmp_path):
     path = tmp_path / "generic.jsonl"
     path.write_text(json.dumps({"problem": "1+1?", "ground_truth_answer": "2", "generator": "Qwen2.5-Math-1.5B",
                                 "steps": ["1+1 = 2.", "# Answer\n\n2"]}) + "\n")
-    importing.import_pool(path=path, format="generic")
+    importing.import_pool(project=Project.objects.sole(), path=path, format="generic")
     annotation = annotate(Annotation.solution.field.related_model.objects.get(), [1, 1])
     (row,) = rows("processbench")
     assert (row["generator"], row["final_answer_correct"], row["label"]) == ("Qwen2.5-Math-1.5B", True, -1)
@@ -256,7 +257,7 @@ def test_real_qwen_responses_export_as_processbench_and_trl_read_them(tmp_path, 
                     "generator": "Qwen2.5-Math-7B-Instruct", "source": "qwen-math"}) + "\n"
         for line in lines for response in line["response"][:2]
     ))
-    importing.import_pool(path=generic, format="generic")
+    importing.import_pool(project=Project.objects.sole(), path=generic, format="generic")
     solutions = list(Solution.objects.order_by("pk"))
     assert len(solutions) >= 4
     for i, solution in enumerate(solutions):

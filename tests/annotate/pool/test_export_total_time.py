@@ -10,7 +10,7 @@ from django.apps import apps
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing
 from annotate.labeling.actions import ActiveTime
-from annotate.models import Annotation, Completion, ExportJob, StepLabel
+from annotate.models import Annotation, Completion, ExportJob, Project, StepLabel
 from annotate.pool import exporting, prm800k
 from annotate.pool.exporting import ExportOptions, ExportTally
 from tests.annotations import PHASE2_LINE, import_lines
@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 def labeled(annotator, *, page: bool) -> Annotation:
     """A task labeled through the labeling functions: by the page (times reported) or an API client (none)."""
     SolutionFactory(steps=["One.", "Two.", "# Answer\n\n2"])
-    queueing.ensure_default_queue()
-    task = queueing.claim_next(annotator=annotator)
+    queueing.ensure_default_queue(Project.objects.sole())
+    task = queueing.claim_next(annotator=annotator, project=Project.objects.sole())
     for index in range(3):
         labeling.rate(annotation=task, index=index, rating=1,
                       times=ActiveTime(total_ms=700 * (index + 1), steps={index: 700}) if page else None)
@@ -36,7 +36,8 @@ def test_every_prm800k_line_has_a_whole_total_time_and_passes_the_schema(annotat
     import_lines(tmp_path, [PHASE2_LINE])
     assert from_api.total_time_ms is None and from_page.total_time_ms == 2500
     tally = ExportTally()
-    lines = [json.loads(line) for line in exporting.iter_jsonl(format="prm800k", options=ExportOptions(), tally=tally)]
+    lines = [json.loads(line) for line in exporting.iter_jsonl(project=Project.objects.sole(),
+                                                               format="prm800k", options=ExportOptions(), tally=tally)]
     for number, line in enumerate(lines, 1):
         parsed = prm800k.parse_line(line, number)
         assert type(line["label"]["total_time"]) is int and parsed.total_time_ms == line["label"]["total_time"]
@@ -51,7 +52,7 @@ def test_every_prm800k_line_has_a_whole_total_time_and_passes_the_schema(annotat
 
 def test_an_imported_line_without_a_time_keeps_its_null(tmp_path):
     import_lines(tmp_path, [{**PHASE2_LINE, "label": {**PHASE2_LINE["label"], "total_time": None}}])
-    (line,) = exporting.iter_rows(format="prm800k", options=ExportOptions())
+    (line,) = exporting.iter_rows(project=Project.objects.sole(), format="prm800k", options=ExportOptions())
     assert line["label"]["total_time"] is None
 
 
@@ -62,7 +63,8 @@ def test_the_export_job_and_the_dataset_card_say_where_total_time_came_from(anno
     assert job.report == {"total_time": {"claim_to_submit": 1}}
     assert ExportJob.objects.get(pk=job.pk).report == job.report
     out = tmp_path / "prm800k"
-    exporting.write_export(path=out, format="prm800k", options=ExportOptions(container="parquet"))
+    exporting.write_export(project=Project.objects.sole(),
+                           path=out, format="prm800k", options=ExportOptions(container="parquet"))
     assert "- `total_time`: 1 no time reported: from the claim to the submit" in (out / "README.md").read_text()
 
 

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from annotate.models import Annotation, ExportJob
+from annotate.models import Annotation, ExportJob, Project
 from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions
 from jobs.states import JobState
@@ -16,14 +16,14 @@ from tests.factories import SolutionFactory
 
 
 def rows(format: str, **options) -> list[dict]:
-    return list(exporting.iter_rows(format=format, options=ExportOptions(**options)))
+    return list(exporting.iter_rows(project=Project.objects.sole(), format=format, options=ExportOptions(**options)))
 
 
 @pytest.mark.django_db
 def test_phase2_found_error_line_is_exported_as_the_same_json_object(tmp_path):
     import_lines(tmp_path, [PHASE2_LINE])
     out = tmp_path / "out.jsonl"
-    exporting.write_export(path=out, format="prm800k", options=ExportOptions())
+    exporting.write_export(project=Project.objects.sole(), path=out, format="prm800k", options=ExportOptions())
     assert [json.loads(line) for line in out.read_text().splitlines()] == [PHASE2_LINE]
 
 
@@ -130,7 +130,8 @@ def test_a_file_being_written_is_never_visible_and_a_failed_export_leaves_the_ol
             raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        exporting.write_export(path=out, format="trl", options=ExportOptions(), on_progress=fail_midway,
+        exporting.write_export(project=Project.objects.sole(),
+                               path=out, format="trl", options=ExportOptions(), on_progress=fail_midway,
                                progress_every=1)
     # While writing, the destination still held the old file and the new one was a hidden .part.
     assert seen[0][1] == "previous export\n"
@@ -204,8 +205,9 @@ def test_an_export_job_left_running_by_a_dead_attempt_is_run_again(admin_user):
 def test_export_with_prefetching_makes_a_fixed_number_of_queries(django_assert_max_num_queries):
     for _ in range(30):
         annotate(SolutionFactory(), [1, 0, -1])
+    project = Project.objects.sole()
     with django_assert_max_num_queries(8):
-        assert len(rows("prm800k")) == 30
+        assert len(list(exporting.iter_rows(project=project, format="prm800k", options=ExportOptions()))) == 30
 
 
 @pytest.mark.django_db
@@ -238,7 +240,8 @@ def test_export_memory_does_not_grow_with_the_number_of_lines():
         Command().create_batch(range(n), 3)
         options = ExportOptions(generations=(BENCH_GENERATION,))
         tracemalloc.start()
-        lines = sum(1 for _ in exporting.iter_jsonl(format="prm800k", options=options, chunk_size=100))
+        lines = sum(1 for _ in exporting.iter_jsonl(project=Project.objects.sole(),
+                                                    format="prm800k", options=options, chunk_size=100))
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert lines == n
@@ -268,7 +271,8 @@ def test_a_filtered_chunk_carries_only_its_own_annotations_labels_and_steps():
     made = [annotate(SolutionFactory(steps=[f"s{i}a", f"s{i}b"]), [1, -1 if i % 2 else 1], generation=1 + i % 2)
             for i in range(9)]
     for chunk_size in (2, 3, 100):
-        lines = list(exporting.iter_rows(format="prm800k", options=ExportOptions(generations=(1,)),
+        lines = list(exporting.iter_rows(project=Project.objects.sole(),
+                                         format="prm800k", options=ExportOptions(generations=(1,)),
                                          chunk_size=chunk_size))
         wanted = [a for a in made if a.generation == 1]
         assert len(lines) == len(wanted)

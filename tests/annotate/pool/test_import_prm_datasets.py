@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from annotate.models import Annotation, AutoLabelRun, AutoStepLabel, Solution, StepLabel
+from annotate.models import Annotation, AutoLabelRun, AutoStepLabel, Project, Solution, StepLabel
 from annotate.pool import exporting, importing
 from annotate.pool.exporting import ExportOptions
 
@@ -60,7 +60,7 @@ def auto_labels(solution: Solution) -> list[float | None]:
 
 def test_math_shepherd_lines_become_steps_with_their_automatic_labels(tmp_path):
     path = write(tmp_path, [shepherd(DUCKS, DUCK_STEPS, "+++"), shepherd(ROBE, ROBE_STEPS, "+--")])
-    summary = importing.import_pool(path=path)  # The format is detected.
+    summary = importing.import_pool(project=Project.objects.sole(), path=path)  # The format is detected.
     assert (summary.format, summary.created, summary.errors) == ("math_shepherd", 2, 0)
     ducks, robe = Solution.objects.order_by("id")
     assert ducks.problem.statement == DUCKS
@@ -74,11 +74,12 @@ def test_math_shepherd_lines_become_steps_with_their_automatic_labels(tmp_path):
                           "file_name": "data.jsonl"}
     # Kept apart from human labels: no annotation, and the human exports do not see them.
     assert not Annotation.objects.exists() and not StepLabel.objects.exists()
-    assert list(exporting.iter_rows(format="soft", options=ExportOptions())) == []
+    assert list(exporting.iter_rows(project=Project.objects.sole(), format="soft", options=ExportOptions())) == []
 
 
 def test_processbench_first_errors_are_gold_labels_up_to_and_at_the_error(tmp_path):
-    summary = importing.import_pool(path=write(tmp_path, PROCESSBENCH), format="processbench")
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, PROCESSBENCH), format="processbench")
     assert (summary.created, summary.errors) == (2, 0)
     wrong, right = Solution.objects.order_by("id")
     assert auto_labels(wrong) == [1.0, 0.0, None]  # After the first error: not labeled.
@@ -91,12 +92,13 @@ def test_processbench_first_errors_are_gold_labels_up_to_and_at_the_error(tmp_pa
 
 def test_reimporting_a_dataset_adds_no_label_twice(tmp_path):
     path = write(tmp_path, [shepherd(DUCKS, DUCK_STEPS, "+++")])
-    importing.import_pool(path=path)
-    again = importing.import_pool(path=path)
+    importing.import_pool(project=Project.objects.sole(), path=path)
+    again = importing.import_pool(project=Project.objects.sole(), path=path)
     assert (again.created, again.duplicates) == (0, 1)
     assert AutoLabelRun.objects.count() == 1 and AutoStepLabel.objects.count() == 3
     # The same solution from another file of the dataset is labeled in that file's run too.
-    importing.import_pool(path=write(tmp_path, [shepherd(DUCKS, DUCK_STEPS, "+-+")], "other.jsonl"))
+    importing.import_pool(project=Project.objects.sole(),
+                          path=write(tmp_path, [shepherd(DUCKS, DUCK_STEPS, "+-+")], "other.jsonl"))
     assert AutoLabelRun.objects.count() == 2 and AutoStepLabel.objects.count() == 6
 
 
@@ -111,7 +113,8 @@ def test_bad_lines_are_named_by_line_and_field(tmp_path):
         {"input": "No step is numbered here. x ки", "label": "No step is numbered here. x +", "task": "MATH"},
     ]
     report = tmp_path / "report.jsonl"
-    summary = importing.import_pool(path=write(tmp_path, lines), format="math_shepherd", report_path=report)
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, lines), format="math_shepherd", report_path=report)
     errors = {e["line"]: e["error"] for e in map(json.loads, report.read_text().splitlines()) if e["error"]}
     assert summary.created == 1 and sorted(errors) == [2, 3, 4, 5]
     assert errors[2].startswith("field 'input': must end each step with the tag")
@@ -121,7 +124,8 @@ def test_bad_lines_are_named_by_line_and_field(tmp_path):
 
     bad_bench = [PROCESSBENCH[0] | {"label": 3}, PROCESSBENCH[1] | {"final_answer_correct": "yes"},
                  PROCESSBENCH[1] | {"steps": []}]
-    summary = importing.import_pool(path=write(tmp_path, bad_bench, "pb.jsonl"), format="processbench",
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, bad_bench, "pb.jsonl"), format="processbench",
                                     report_path=report)
     errors = [e["error"] for e in map(json.loads, report.read_text().splitlines()) if e["error"]]
     assert errors == ["field 'label': must be -1 or a step index below 3, got 3",
@@ -131,6 +135,7 @@ def test_bad_lines_are_named_by_line_and_field(tmp_path):
 
 def test_an_atomic_import_with_a_bad_line_writes_no_solution_and_no_label(tmp_path):
     lines = [*PROCESSBENCH, PROCESSBENCH[0] | {"label": "first"}]
-    summary = importing.import_pool(path=write(tmp_path, lines), format="processbench", atomic=True)
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, lines), format="processbench", atomic=True)
     assert summary.rolled_back
     assert not Solution.objects.exists() and not AutoLabelRun.objects.exists() and not AutoStepLabel.objects.exists()

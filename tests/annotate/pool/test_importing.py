@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from annotate.management.commands import import_pool
-from annotate.models import ImportJob, Problem, Solution, Step
+from annotate.models import ImportJob, Problem, Project, Solution, Step
 from annotate.pool import importing
 from annotate.tasks import import_pool_task
 from annotate.web.api import serializers
@@ -48,7 +48,7 @@ def generic(n: int, **fields) -> dict:
 ])
 def test_real_datasets_import_in_full_with_every_reference_graded_correct(tmp_path, relative, format, lines):
     report_path = tmp_path / "report.jsonl"
-    summary = importing.import_pool(path=TEST_DATA / relative, report_path=report_path)
+    summary = importing.import_pool(project=Project.objects.sole(), path=TEST_DATA / relative, report_path=report_path)
     assert summary.format == format
     assert (summary.lines, summary.created, summary.errors) == (lines, lines, 0), summary.first_errors
     report = read_report(report_path)
@@ -66,7 +66,8 @@ def test_real_datasets_import_in_full_with_every_reference_graded_correct(tmp_pa
 def test_gsm8k_reference_becomes_ground_truth_and_a_known_correct_solution(tmp_path):
     answer = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
     question = "Natalia sold clips to 48 of her friends in April, and half as many in May. How many in all?"
-    importing.import_pool(path=write(tmp_path, [{"question": question, "answer": answer}], "train.jsonl"))
+    importing.import_pool(project=Project.objects.sole(),
+                          path=write(tmp_path, [{"question": question, "answer": answer}], "train.jsonl"))
     problem = Problem.objects.get()
     assert (problem.statement, problem.ground_truth_answer, problem.ground_truth_solution) == (question, "72", answer)
     assert (problem.source, problem.split) == ("gsm8k", "train")
@@ -83,9 +84,10 @@ def test_a_reference_solution_with_one_wrong_step_is_graded_wrong(tmp_path):
                        "She earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"}
     wrong = {"problem": right["question"], "ground_truth_answer": "10",
              "solution": "Weng earns 12/60 = $0.2 per minute.\nShe earned 0.2 x 60 = $12.\n#### 12"}
-    importing.import_pool(path=write(tmp_path, [right], "a.jsonl"))
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, [right], "a.jsonl"))
     report_path = tmp_path / "r.jsonl"
-    importing.import_pool(path=write(tmp_path, [wrong], "b.jsonl"), report_path=report_path)
+    importing.import_pool(project=Project.objects.sole(),
+                          path=write(tmp_path, [wrong], "b.jsonl"), report_path=report_path)
     [entry] = read_report(report_path)
     assert (entry["answer"], entry["is_correct"], entry["n_steps"]) == ("12", False, 3)
     assert Problem.objects.count() == 1  # the same problem, found by its content hash
@@ -99,7 +101,7 @@ def test_math_lines_take_the_answer_from_boxed_or_the_answer_line(tmp_path):
         {"question": "What is $2^{10}$?", "answer": "$2^{10} = 1024$.\n\nThe answer is: 1,\\!024"},
         {"problem": "Solve $x+1=3$.", "solution": "Subtract: $x=\\boxed{2}$.", "answer": "2", "level": "Level 1"},
     ]
-    importing.import_pool(path=write(tmp_path, lines), format="math")
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, lines), format="math")
     got = {
         s.problem.ground_truth_answer: (s.final_answer, s.is_correct, s.steps.count())
         for s in Solution.objects.select_related("problem")
@@ -118,7 +120,8 @@ def test_generic_lines_take_steps_or_split_solution_text_and_grade_answers(tmp_p
     ]
     del lines[1]["steps"]
     report_path = tmp_path / "r.jsonl"
-    summary = importing.import_pool(path=write(tmp_path, lines), report_path=report_path)
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, lines), report_path=report_path)
     assert (summary.format, summary.created, summary.errors) == ("generic", 4, 0)
     report = read_report(report_path)
     assert [(e["answer"], e["is_correct"], e["n_steps"]) for e in report] == [
@@ -132,7 +135,8 @@ def test_generic_lines_take_steps_or_split_solution_text_and_grade_answers(tmp_p
 
 
 def test_the_source_option_names_where_everything_came_from(tmp_path):
-    importing.import_pool(path=write(tmp_path, [generic(1, source="ignored")]), source="run-7")
+    importing.import_pool(project=Project.objects.sole(),
+                          path=write(tmp_path, [generic(1, source="ignored")]), source="run-7")
     assert Solution.objects.get().source == Problem.objects.get().source == "run-7"
 
 
@@ -152,12 +156,13 @@ def test_step_splitting_can_be_chosen_per_import(tmp_path):
     text = "One is 1.\nTwo is 2.\n\nThree is 3.\n\n# Answer\n\n3"
     modes = ["line", "blank_line", "sentence", "lines", "blank"]
     for n, mode in enumerate(modes, start=1):
-        importing.import_pool(path=write(tmp_path, [_generic_text(n, text)]), split_mode=mode)
+        importing.import_pool(project=Project.objects.sole(),
+                              path=write(tmp_path, [_generic_text(n, text)]), split_mode=mode)
     by_line = ["One is 1.", "Two is 2.", "Three is 3.", "# Answer\n\n3"]
     by_paragraph = ["One is 1.\nTwo is 2.", "Three is 3.", "# Answer\n\n3"]
     assert [_step_texts(n) for n in range(1, 6)] == [by_line, by_paragraph, by_line, by_line, by_paragraph]
     with pytest.raises(ValueError, match="unknown split mode"):
-        importing.import_pool(path=write(tmp_path, [generic(9)]), split_mode="words")
+        importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, [generic(9)]), split_mode="words")
 
 
 def _real_response() -> dict:
@@ -168,7 +173,7 @@ def _real_response() -> dict:
 
 
 def test_a_real_model_response_imports_with_each_lead_in_kept_with_the_equation_it_introduces(tmp_path):
-    importing.import_pool(path=write(tmp_path, [_real_response()]))
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, [_real_response()]))
     steps = list(Step.objects.order_by("index").values_list("text", flat=True))
     assert not [step for step in steps[:-1] if step.rstrip("*").endswith(":")]
     assert not [step for step in steps if step.startswith("\\[")]
@@ -180,12 +185,14 @@ def test_a_real_model_response_imports_with_each_lead_in_kept_with_the_equation_
 def test_lines_may_give_their_steps_explicitly_and_explicit_mode_requires_it(tmp_path):
     math_line = {"problem": "What is $1+1$?", "solution": "We add: $1+1=\\boxed{2}$.",
                  "steps": ["We add.", "So $1+1=\\boxed{2}$."]}
-    importing.import_pool(path=write(tmp_path, [math_line], "math.jsonl"), split_mode="explicit")
+    importing.import_pool(project=Project.objects.sole(),
+                          path=write(tmp_path, [math_line], "math.jsonl"), split_mode="explicit")
     solution = Solution.objects.get()
     assert [step.text for step in solution.steps.order_by("index")] == math_line["steps"]
     assert solution.meta == {} and solution.is_correct is True
     report_path = tmp_path / "r.jsonl"
-    importing.import_pool(path=write(tmp_path, [generic(2), _generic_text(3, "So it is 6.")]), split_mode="explicit",
+    importing.import_pool(project=Project.objects.sole(),
+                          path=write(tmp_path, [generic(2), _generic_text(3, "So it is 6.")]), split_mode="explicit",
                           report_path=report_path)
     assert _step_texts(2) == generic(2)["steps"] and _step_texts(3) == []
     error = read_report(report_path)[1]["error"]
@@ -216,7 +223,7 @@ def test_the_import_command_and_the_upload_job_take_a_split_mode(tmp_path, clien
 def test_report_has_one_entry_per_line_in_the_documented_shape(tmp_path):
     report_path = tmp_path / "out" / "report.jsonl"
     path = write(tmp_path, [generic(1), "{broken", generic(1)])
-    importing.import_pool(path=path, report_path=report_path)
+    importing.import_pool(project=Project.objects.sole(), path=path, report_path=report_path)
     report = read_report(report_path)
     assert [list(entry) for entry in report] == [REPORT_KEYS] * 3
     created, error, duplicate = report
@@ -240,7 +247,8 @@ def test_bad_lines_are_reported_by_line_and_field_and_the_rest_imports(tmp_path)
         generic(6),
     ]
     report_path = tmp_path / "r.jsonl"
-    summary = importing.import_pool(path=write(tmp_path, lines), format="generic", report_path=report_path)
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, lines), format="generic", report_path=report_path)
     assert (summary.lines, summary.created, summary.errors) == (7, 2, 5)
     errors = {e["line"]: e["error"] for e in read_report(report_path) if e["status"] == "error"}
     assert errors[2].startswith("field 'line': is not valid JSON")
@@ -255,7 +263,8 @@ def test_bad_lines_are_reported_by_line_and_field_and_the_rest_imports(tmp_path)
 def test_an_atomic_import_with_a_bad_line_writes_nothing(tmp_path):
     report_path = tmp_path / "r.jsonl"
     path = write(tmp_path, [generic(1), generic(2), {"problem": "no answer", "steps": ["x"]}])
-    summary = importing.import_pool(path=path, format="generic", atomic=True, report_path=report_path)
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=path, format="generic", atomic=True, report_path=report_path)
     assert summary.rolled_back and not summary.ok
     assert (summary.created, summary.errors) == (0, 1)
     assert not Problem.objects.exists() and not Solution.objects.exists() and not Step.objects.exists()
@@ -265,14 +274,14 @@ def test_an_atomic_import_with_a_bad_line_writes_nothing(tmp_path):
     assert report[2]["error"] == "field 'ground_truth_answer': is missing"
     # The same file without the bad line imports in full.
     path = write(tmp_path, [generic(1), generic(2)])
-    assert importing.import_pool(path=path, atomic=True).created == 2
+    assert importing.import_pool(project=Project.objects.sole(), path=path, atomic=True).created == 2
 
 
 def test_reimporting_a_file_creates_nothing_new(tmp_path):
     path = write(tmp_path, [generic(n) for n in range(1, 30)])
-    first = importing.import_pool(path=path, batch_size=7)
+    first = importing.import_pool(project=Project.objects.sole(), path=path, batch_size=7)
     counts = (Problem.objects.count(), Solution.objects.count(), Step.objects.count())
-    second = importing.import_pool(path=path, batch_size=7)
+    second = importing.import_pool(project=Project.objects.sole(), path=path, batch_size=7)
     assert (first.created, second.created, second.duplicates) == (29, 0, 29)
     assert (Problem.objects.count(), Solution.objects.count(), Step.objects.count()) == counts == (29, 29, 58)
 
@@ -280,12 +289,14 @@ def test_reimporting_a_file_creates_nothing_new(tmp_path):
 def test_progress_is_reported_per_batch_up_to_the_line_count(tmp_path):
     calls = []
     path = write(tmp_path, [generic(n) for n in range(25)])
-    importing.import_pool(path=path, batch_size=10, progress=lambda done, total, s: calls.append((done, total)))
+    importing.import_pool(project=Project.objects.sole(),
+                          path=path, batch_size=10, progress=lambda done, total, s: calls.append((done, total)))
     assert calls == [(10, 25), (20, 25), (25, 25)]
 
 
 def test_a_file_in_no_known_format_is_rejected_line_by_line(tmp_path):
-    summary = importing.import_pool(path=write(tmp_path, [{"text": "hello"}, {"text": "again"}]))
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, [{"text": "hello"}, {"text": "again"}]))
     assert (summary.format, summary.errors) == ("auto", 2)
     assert "format not recognised" in summary.first_errors[0]
 
@@ -324,7 +335,7 @@ def test_every_registered_import_format_is_offered_detected_and_imported(tmp_pat
     assert name in option_choices(import_pool.Command, "format")
     assert name in serializers.ImportRequestSerializer().fields["format"].choices
     assert importing.detect_format(SAMPLE_LINES[name]) == name
-    summary = importing.import_pool(path=write(tmp_path, [SAMPLE_LINES[name]]))
+    summary = importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, [SAMPLE_LINES[name]]))
     assert (summary.format, summary.created, summary.errors) == (name, 1, 0)
 
 
@@ -358,7 +369,8 @@ def test_the_command_queues_what_it_imported_unless_told_not_to(tmp_path, capsys
 def test_a_line_the_database_rejects_is_reported_and_the_rest_of_its_batch_imports(tmp_path):
     report_path = tmp_path / "r.jsonl"
     lines = [generic(1), generic(2, problem="What is 2 + 2?\u0000"), generic(3)]
-    summary = importing.import_pool(path=write(tmp_path, lines), report_path=report_path)
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write(tmp_path, lines), report_path=report_path)
     statuses = [(e["status"], (e["error"] or "")[:26]) for e in read_report(report_path)]
     assert statuses == [("created", ""), ("error", "rejected by the database: "), ("created", "")]
     assert summary.created == 2 and Solution.objects.count() == 2
@@ -389,7 +401,8 @@ def test_a_redelivered_task_for_a_finished_import_does_nothing(tmp_path, atomic,
 def test_an_import_left_running_by_a_dead_attempt_is_resumed(tmp_path):
     job = import_job(tmp_path, [generic(1), generic(2), generic(3)])
     # What the dead attempt got done before it died: two lines written, the job running.
-    importing.import_pool(path=write(tmp_path, [generic(1), generic(2)], "first-two.jsonl"))
+    importing.import_pool(project=Project.objects.sole(),
+                          path=write(tmp_path, [generic(1), generic(2)], "first-two.jsonl"))
     ImportJob.objects.filter(pk=job.pk).update(state=JobState.RUNNING, done=2, total=3, created=2)
     assert import_pool_task(job.pk) == 1
     job.refresh_from_db()
@@ -438,7 +451,8 @@ def test_once_the_grading_budget_is_spent_the_rest_of_the_import_is_imported_ung
         return judge(answer=answer, truth=truth)
 
     monkeypatch.setattr(writing, "judge", slow_judge)
-    job = importing.create_import_job(path=write(tmp_path, [generic(n) for n in range(1, 9)]))
+    job = importing.create_import_job(project=Project.objects.sole(),
+                                      path=write(tmp_path, [generic(n) for n in range(1, 9)]))
     started = time.monotonic()
     importing.run_import_job(job_id=job.pk)
     assert time.monotonic() - started < 8 * 0.4  # not every line was graded

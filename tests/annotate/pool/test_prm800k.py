@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from annotate.models import Annotation, Completion, FinishReason, Generation, QueueItem, Solution, StepLabel
+from annotate.models import Annotation, Completion, FinishReason, Generation, Project, QueueItem, Solution, StepLabel
 from annotate.pool import importing, prm800k
 from annotate.pool.prm800k import LineError, line_for_annotation, parse_line
 from tests.factories import SolutionFactory
@@ -97,14 +97,15 @@ def rebuilt() -> list[dict]:
 
 @pytest.mark.django_db
 def test_phase1_and_phase2_lines_are_imported_with_labels_and_rebuilt_exactly(tmp_path):
-    summary = importing.import_pool(path=write_lines(tmp_path, [PHASE1, PHASE2]), format="prm800k")
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write_lines(tmp_path, [PHASE1, PHASE2]), format="prm800k")
     assert (summary.created, summary.errors) == (2, 0), summary.first_errors
     assert rebuilt() == [PHASE1, PHASE2]
 
 
 @pytest.mark.django_db
 def test_phase2_line_maps_onto_the_pool_and_its_labels(tmp_path):
-    importing.import_pool(path=write_lines(tmp_path, [PHASE2]), format="auto")
+    importing.import_pool(project=Project.objects.sole(), path=write_lines(tmp_path, [PHASE2]), format="auto")
     annotation = Annotation.objects.get()
     solution = annotation.solution
     assert [s.text for s in solution.steps.all()] == STEPS
@@ -123,7 +124,7 @@ def test_phase2_line_maps_onto_the_pool_and_its_labels(tmp_path):
 
 @pytest.mark.django_db
 def test_phase1_solution_follows_chosen_then_human_completions(tmp_path):
-    importing.import_pool(path=write_lines(tmp_path, [PHASE1]), format="prm800k")
+    importing.import_pool(project=Project.objects.sole(), path=write_lines(tmp_path, [PHASE1]), format="prm800k")
     solution = Solution.objects.get()
     assert [s.text for s in solution.steps.all()] == [
         "The common denominator is $6$.",
@@ -147,7 +148,7 @@ def test_absent_keys_unknown_keys_and_odd_timestamps_survive_the_round_trip(tmp_
     line["label"]["steps"][1]["note"] = "checked twice"
     line["label"]["reviewed"] = True
     line["batch"] = 17
-    importing.import_pool(path=write_lines(tmp_path, [line]), format="prm800k")
+    importing.import_pool(project=Project.objects.sole(), path=write_lines(tmp_path, [line]), format="prm800k")
     assert rebuilt() == [line]
     assert json.dumps(rebuilt()[0]) == json.dumps(line)  # same key order too
 
@@ -158,7 +159,8 @@ def test_lines_sharing_a_problem_keep_their_own_question_fields(tmp_path):
     other["labeler"] = "second-labeler"
     other["question"]["ground_truth_solution"] = "A different write-up: $n=\\boxed{5}$."
     other["question"]["pre_generated_verifier_score"] = 0.5
-    summary = importing.import_pool(path=write_lines(tmp_path, [PHASE2, other]), format="prm800k")
+    summary = importing.import_pool(project=Project.objects.sole(),
+                                    path=write_lines(tmp_path, [PHASE2, other]), format="prm800k")
     assert summary.created == 2
     # One problem and one solution, two labelers' annotations of it.
     assert Solution.objects.count() == 1
@@ -168,9 +170,9 @@ def test_lines_sharing_a_problem_keep_their_own_question_fields(tmp_path):
 @pytest.mark.django_db
 def test_reimporting_labels_creates_nothing_and_reports_duplicates(tmp_path):
     path = write_lines(tmp_path, [PHASE1, PHASE2, PHASE2])
-    first = importing.import_pool(path=path, format="prm800k")
+    first = importing.import_pool(project=Project.objects.sole(), path=path, format="prm800k")
     assert (first.created, first.duplicates) == (2, 1)
-    second = importing.import_pool(path=path, format="prm800k")
+    second = importing.import_pool(project=Project.objects.sole(), path=path, format="prm800k")
     assert (second.created, second.duplicates, second.errors) == (0, 3, 0)
     assert Annotation.objects.count() == 2
     assert StepLabel.objects.count() == 5

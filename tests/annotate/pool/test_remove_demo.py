@@ -2,11 +2,11 @@
 import io
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from annotate.models import Annotation, Problem, Solution
+from annotate.models import Annotation, Problem, Project, Solution
 from annotate.pool import demo
 from scoring.models import ModelVersion, StepScore
 from tests.factories import SolutionFactory, UserFactory
@@ -14,26 +14,38 @@ from tests.factories import SolutionFactory, UserFactory
 
 @pytest.mark.django_db
 def test_remove_demo_keeps_labeled_solutions_their_problems_and_every_other_pool():
-    call_command("seed_demo", problems=6, stdout=io.StringIO())
-    demo = Solution.objects.filter(source="demo").select_related("problem").order_by("pk")
+    call_command("seed_demo", problems=3, stdout=io.StringIO())
+    gsm8k, math = Project.objects.get(slug="gsm8k-demo"), Project.objects.get(slug="math-demo")
+    demo = Solution.objects.filter(project=gsm8k, source="demo").select_related("problem").order_by("pk")
     labeled = demo.first()
     drafted = demo.exclude(problem=labeled.problem).first()
-    Annotation.objects.create(solution=labeled, annotator=UserFactory(), labeler="a", status="submitted")
+    Annotation.objects.create(project=gsm8k, solution=labeled, annotator=UserFactory(), labeler="a",
+                              status="submitted")
     # A label being written counts too: it is someone's work.
-    Annotation.objects.create(solution=drafted, annotator=UserFactory(), labeler="b")
+    Annotation.objects.create(project=gsm8k, solution=drafted, annotator=UserFactory(), labeler="b")
     version = ModelVersion.objects.create(name="v", path="x", weights_sha256="0" * 64)
     scored = demo.exclude(pk__in=[labeled.pk, drafted.pk]).first()
     StepScore.objects.create(step=scored.steps.first(), model_version=version, p=0.5)
-    imported = SolutionFactory()
+    imported = SolutionFactory(problem__project=gsm8k, project=gsm8k)
+    math_pool = set(Solution.objects.filter(project=math))
 
     out = io.StringIO()
-    call_command("remove_demo", stdout=out)
+    call_command("remove_demo", "--project", "gsm8k-demo", stdout=out)
 
-    assert set(Solution.objects.all()) == {labeled, drafted, imported}
-    assert set(Problem.objects.filter(source="demo")) == {labeled.problem, drafted.problem}
+    assert set(Solution.objects.filter(project=gsm8k)) == {labeled, drafted, imported}
+    assert set(Problem.objects.filter(project=gsm8k, source="demo")) == {labeled.problem, drafted.problem}
     assert not StepScore.objects.exists()
-    assert out.getvalue().startswith("Demo pool: removed ") and "kept 2 labeled" in out.getvalue()
+    assert out.getvalue().startswith("Demo pool of gsm8k-demo: removed ") and "kept 2 labeled" in out.getvalue()
     assert "--no-demo" in out.getvalue()
+    # The other demo project's pool is its own: untouched.
+    assert set(Solution.objects.filter(project=math)) == math_pool
+
+
+@pytest.mark.django_db
+def test_remove_demo_with_several_projects_and_none_named_names_the_choices():
+    call_command("seed_demo", problems=1, stdout=io.StringIO())
+    with pytest.raises(CommandError, match="gsm8k-demo, math-demo"):
+        call_command("remove_demo", stdout=io.StringIO())
 
 
 def _client_for(user) -> Client:
@@ -67,7 +79,7 @@ def test_an_admin_sees_the_button_while_demo_data_exists_and_removing_says_how_m
 
 def test_the_command_and_the_button_apply_the_same_rule(demo_pool, admin_user):
     Annotation.objects.create(solution=demo_pool[0], annotator=UserFactory(), labeler="a")
-    assert set(demo.removable()) == set(demo_pool[1:])
+    assert set(demo.removable(demo_pool[0].project)) == set(demo_pool[1:])
     _client_for(admin_user).post(reverse("annotate:remove-demo"))
     assert set(Solution.objects.demo()) == {demo_pool[0]}
 

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from annotate.models import Problem, SampleLine, Solution
+from annotate.models import Problem, Project, SampleLine, Solution
 from annotate.pool import importing
 
 # Migrations run outside a test transaction.
@@ -71,17 +71,17 @@ def test_a_solution_imported_before_sample_lines_gets_its_line_and_the_next_file
     # Made after sample lines existed, not by the importer (a benchmark's pool): never a sample.
     made_otherwise = old_solution(later, ["5.", "# Answer\n\n5"])
 
-    migrate(BACKFILL)
+    backfilled = migrate(BACKFILL)  # the tables as they were then: read through that state's models
     assert list(SampleLine.objects.values_list("solution_id", "line_no")) == [(imported, imported)]
     assert SampleLine.objects.get().file_name == "(imported before sample lines were recorded)"
-    assert Solution.objects.get(pk=imported).sample_count == 1
+    assert backfilled.get_model("annotate", "Solution").objects.get(pk=imported).sample_count == 1
     assert not SampleLine.objects.filter(solution_id__in=[labeled, made_otherwise]).exists()
 
     # The consumer: the importer, given the same response in another file, counts two samples.
     migrate_to_latest()  # today's importer needs today's tables
     other = tmp_path / "more-samples.jsonl"
     other.write_text(json.dumps({"problem": STATEMENT, "ground_truth_answer": ANSWER, "steps": STEPS}) + "\n")
-    summary = importing.import_pool(path=other, format="generic")
+    summary = importing.import_pool(project=Project.objects.sole(), path=other, format="generic")
     assert (summary.created, summary.duplicates) == (0, 1)
     assert Solution.objects.get(pk=imported).sample_count == 2
 

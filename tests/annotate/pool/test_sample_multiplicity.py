@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from annotate.models import SampleLine, Solution
+from annotate.models import Project, SampleLine, Solution
 from annotate.pool import importing
 from scoring.core import evaluation
 from tests.conftest import TEST_DATA
@@ -47,7 +47,7 @@ def test_the_real_responses_repeat_so_these_tests_can_fail():
 
 def test_a_duplicate_response_is_one_solution_counted_once_per_line_with_its_source_lines(responses_file, tmp_path):
     report = tmp_path / "report.jsonl"
-    summary = importing.import_pool(path=responses_file, report_path=report)
+    summary = importing.import_pool(project=Project.objects.sole(), path=responses_file, report_path=report)
     assert (summary.created, summary.duplicates) == (143, 17)
     assert Solution.objects.count() == 143
     assert sum(Solution.objects.values_list("sample_count", flat=True)) == 160
@@ -67,18 +67,18 @@ def test_a_duplicate_response_is_one_solution_counted_once_per_line_with_its_sou
 
 
 def test_importing_the_same_file_again_counts_no_sample_twice(responses_file):
-    importing.import_pool(path=responses_file)
+    importing.import_pool(project=Project.objects.sole(), path=responses_file)
     before = dict(Solution.objects.values_list("pk", "sample_count"))
-    again = importing.import_pool(path=responses_file)
+    again = importing.import_pool(project=Project.objects.sole(), path=responses_file)
     assert (again.created, again.duplicates) == (0, 160)
     assert dict(Solution.objects.values_list("pk", "sample_count")) == before
     assert SampleLine.objects.count() == 160
 
 
 def test_the_same_responses_in_another_file_are_more_samples(responses_file, tmp_path):
-    importing.import_pool(path=responses_file)
+    importing.import_pool(project=Project.objects.sole(), path=responses_file)
     first_problem = real_lines()[:8]
-    importing.import_pool(path=write(tmp_path / "more-samples.jsonl", first_problem))
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path / "more-samples.jsonl", first_problem))
     counts = Counter()
     for line in SampleLine.objects.select_related("solution"):
         counts[line.solution.problem_id] += 1
@@ -88,7 +88,7 @@ def test_the_same_responses_in_another_file_are_more_samples(responses_file, tmp
 
 def test_an_atomic_import_that_rolls_back_leaves_no_sample(responses_file, tmp_path):
     bad = write(tmp_path / "bad.jsonl", [*real_lines()[:8], {"problem": "no answer"}])
-    summary = importing.import_pool(path=bad, atomic=True)
+    summary = importing.import_pool(project=Project.objects.sole(), path=bad, atomic=True)
     assert summary.rolled_back and summary.solution_ids == set()
     assert not SampleLine.objects.exists() and not Solution.objects.exists()
 
@@ -98,7 +98,7 @@ def test_prm800k_lines_are_annotations_not_samples(tmp_path):
 
     line = PHASE2
     other = {**line, "labeler": "someone-else"}
-    importing.import_pool(path=write(tmp_path / "prm.jsonl", [line, other]))
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path / "prm.jsonl", [line, other]))
     assert Solution.objects.get().sample_count == 1
     assert not SampleLine.objects.exists()
 
@@ -113,7 +113,7 @@ def _candidates_by_problem() -> list[list[evaluation.Candidate]]:
 
 
 def test_majority_vote_and_best_of_n_count_every_sample_of_the_real_responses(responses_file):
-    importing.import_pool(path=responses_file)
+    importing.import_pool(project=Project.objects.sole(), path=responses_file)
     problems = _candidates_by_problem()
     assert sum(len(c) < 8 for c in problems) > 0  # without the counts these problems drop out at N=8
     table = evaluation.best_of_n(problems, ns=[8])["by_n"]["8"]
@@ -137,7 +137,7 @@ def _unique_top(votes: Counter) -> bool:
 def test_the_api_gives_each_solution_its_sample_count(responses_file, admin_user):
     from tests.annotate.web.test_api import client_for
 
-    importing.import_pool(path=responses_file)
+    importing.import_pool(project=Project.objects.sole(), path=responses_file)
     repeated = Solution.objects.filter(sample_count__gt=1).first()
     answer = client_for(admin_user).get(f"/api/solutions/{repeated.pk}").json()
     assert answer["sample_count"] == repeated.sample_count > 1

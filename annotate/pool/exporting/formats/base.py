@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from annotate.labeling import assistance, verdicts
+from annotate.models import Project
 from annotate.pool.exporting.loading import AnnotationRecord
 from annotate.pool.exporting.options import ExportOptions
 
@@ -45,13 +46,14 @@ class ExportTally:
 class Rows(Protocol):
     """A format's rows from the selected annotations (human labels, or both for PRM800K's extras)."""
 
-    def __call__(self, *, options: ExportOptions, tally: ExportTally, chunk_size: int = ...) -> Iterator[dict]: ...
+    def __call__(self, *, project: Project, options: ExportOptions, tally: ExportTally,
+                 chunk_size: int = ...) -> Iterator[dict]: ...
 
 
 class AutomaticRows(Protocol):
-    """A format's rows from automatic labels: every solution that has some."""
+    """A format's rows from automatic labels: every solution of the project that has some."""
 
-    def __call__(self, *, tally: ExportTally, chunk_size: int = ...) -> Iterator[dict]: ...
+    def __call__(self, *, project: Project, tally: ExportTally, chunk_size: int = ...) -> Iterator[dict]: ...
 
 
 @dataclass(frozen=True)

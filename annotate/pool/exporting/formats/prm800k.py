@@ -5,22 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from annotate.models import Project
 from annotate.pool import prm800k
 from annotate.pool.exporting import automatic, loading
 from annotate.pool.exporting.formats.base import ArrowTypes, ExportFormat, ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
 
 
-def prm800k_lines(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def prm800k_lines(*, project: Project, options: ExportOptions, tally: ExportTally,
+                  chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     def line_for(annotation) -> dict:
         tally.read += 1
         tally.total_time[prm800k.total_time(annotation).source] += 1
         return prm800k.line_for_annotation(annotation)
 
     if options.labels != "human":  # Asked for: each step's automatic labels as an extra key.
-        yield from with_auto_labels(loading.annotation_chunks(options=options, chunk_size=chunk_size), line_for)
+        chunks = loading.annotation_chunks(project=project, options=options, chunk_size=chunk_size)
+        yield from with_auto_labels(chunks, line_for)
         return
-    for annotation in loading.annotations(options=options, chunk_size=chunk_size):
+    for annotation in loading.annotations(project=project, options=options, chunk_size=chunk_size):
         yield line_for(annotation)
 
 
@@ -51,7 +54,8 @@ def features(t: ArrowTypes, automatic_labels: bool) -> dict:
     return {"labeler": t.text, "timestamp": t.text, "generation": t.integer,
             "is_quality_control_question": t.boolean, "is_initial_screening_question": t.boolean,
             "question": question, "label": {"steps": t.list_of(step), "total_time": t.integer,
-                                            "finish_reason": t.text}}
+                                            "finish_reason": t.text},
+            "guideline_version": t.integer}
 
 
 def arrow_row(row: dict) -> dict:
@@ -78,6 +82,8 @@ FORMAT = ExportFormat(
         "label": "per step: the completions shown with their rating (-1, 0, +1) and flag, the human "
                  "completion written, the chosen completion (null where the human completion was gone on "
                  "from); total time (ms, always a whole number for tasks labeled here); the finish reason",
+        "guideline_version": "the project's guideline version the label was made under (a key PRM800K readers "
+                             "ignore; null, and absent from JSON Lines, where unknown: imported labels)",
     },
     semantics="The annotators' ratings as given: +1 good, 0 neutral (reasonable but no progress), "
               "-1 bad; a task ends at the first -1 unless the project has annotators rate every step "

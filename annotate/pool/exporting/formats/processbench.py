@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from annotate.models import FinishReason
+from annotate.models import FinishReason, Project
 from annotate.pool.exporting.formats.base import (
     ASSISTANCE,
     ArrowTypes,
@@ -17,7 +17,8 @@ from annotate.pool.exporting.loading import AnnotationRecord, solution_groups
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
 
 
-def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def processbench_rows(*, project: Project, options: ExportOptions, tally: ExportTally,
+                      chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     """ProcessBench rows, one per solution: its own steps and the index of the first wrong one.
 
     `label` is the first pool step whose verdict is -1 (-1: every step correct, the one place
@@ -29,7 +30,7 @@ def processbench_rows(*, options: ExportOptions, tally: ExportTally, chunk_size:
     solution whose answer grades as wrong is left out too (`answer_contradicts_labels`, counted):
     the row would state both; the review page lists it for a reviewer.
     """
-    for group in solution_groups(options=options, chunk_size=chunk_size):
+    for group in solution_groups(project=project, options=options, chunk_size=chunk_size):
         tally.read += 1
         solution = group[0].solution
         if solution.is_correct is None:

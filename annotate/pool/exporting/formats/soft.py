@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from annotate.labeling import verdicts
+from annotate.models import Project
 from annotate.pool.exporting import automatic
 from annotate.pool.exporting.formats.base import (
     ASSISTANCE,
@@ -19,9 +20,10 @@ from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
 from steps.ratings import is_good
 
 
-def soft_label_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def soft_label_rows(*, project: Project, options: ExportOptions, tally: ExportTally,
+                    chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     """Per solution and step: K annotators rated it good out of N who rated that very text."""
-    for group in solution_groups(options=options, chunk_size=chunk_size):
+    for group in solution_groups(project=project, options=options, chunk_size=chunk_size):
         tally.read += 1
         found = [(a, v) for a in group if (v := labeled(a, tally)) is not None]
         if found:
@@ -49,9 +51,9 @@ def _soft_labels(solution, labels: list[verdicts.Verdicts], *, neutral_is_good: 
     }
 
 
-def automatic_rows(*, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def automatic_rows(*, project: Project, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     """Per solution with automatic labels and step: K and N pooled over the runs that labeled it."""
-    for chunk in automatic.labeled_solution_chunks(chunk_size):
+    for chunk in automatic.labeled_solution_chunks(project, chunk_size):
         for solution, steps, labels in chunk:
             tally.read += 1
             votes = [automatic.pooled(labels.get(i, [])) for i in range(len(steps))]

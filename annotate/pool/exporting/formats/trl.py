@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 
+from annotate.models import Project
 from annotate.pool.exporting import automatic, loading
 from annotate.pool.exporting.formats.base import (
     ASSISTANCE,
@@ -18,7 +19,8 @@ from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
 from steps.ratings import is_error, is_good
 
 
-def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def trl_rows(*, project: Project, options: ExportOptions, tally: ExportTally,
+             chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     """TRL's stepwise-supervision rows, as TRL's own PRM800K converter writes them.
 
     Per annotation, walking its steps: every rated completion shown at a step and not
@@ -29,7 +31,7 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
     carry its labels.
     """
     good = functools.partial(is_good, neutral_is_good=options.neutral_is_good)
-    for annotation in loading.annotations(options=options, chunk_size=chunk_size):
+    for annotation in loading.annotations(project=project, options=options, chunk_size=chunk_size):
         tally.read += 1
         verdict = labeled(annotation, tally)
         if verdict is None:
@@ -55,10 +57,10 @@ def trl_rows(*, options: ExportOptions, tally: ExportTally, chunk_size: int = CH
             yield {"prompt": prompt, "completions": texts, "labels": labels, "assistance": seen}
 
 
-def automatic_rows(*, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+def automatic_rows(*, project: Project, tally: ExportTally, chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
     """A solution's steps up to its first unlabeled one, each good when K > 0 (Math-Shepherd's hard
     estimate), as TRL's Math-Shepherd converter keeps every labeled step."""
-    for chunk in automatic.labeled_solution_chunks(chunk_size):
+    for chunk in automatic.labeled_solution_chunks(project, chunk_size):
         for solution, steps, labels in chunk:
             tally.read += 1
             completions, good = [], []
