@@ -53,7 +53,7 @@ def _projects_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 @admin_required
 def remove_demo(request: HttpRequest) -> HttpResponse:
-    removal = demo.remove(request.project)
+    removal = demo.remove(project=request.project)
     kept = f" Kept {removal.kept} that someone annotated." if removal.kept else ""
     # A plain `./stepwise run` seeds the demo pool again; saying so spares a puzzled admin.
     messages.success(

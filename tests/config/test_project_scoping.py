@@ -144,7 +144,7 @@ def test_the_same_objects_answer_in_their_own_project(two_projects):
     client = Client()
     client.force_login(both)
     for name in ("annotate:review-detail", "annotate:label-task", "annotate:import-detail", "api-solution-detail"):
-        path = dict((n, p) for p, n in project_routes())[name]
+        path = {n: p for p, n in project_routes()}[name]
         assert client.get(f"/p/{b.slug}/" + fill(path, objects[ARGUMENT_KINDS[name]])).status_code == 200, name
 
 

@@ -28,7 +28,7 @@ from jobs.states import JobState
 
 def write_export(
     *,
-    project: Project,
+    project: Project | None = None,
     path: Path | str,
     format: str,
     options: ExportOptions,
@@ -40,6 +40,7 @@ def write_export(
 
     `tally`, when given, counts the annotations (or solutions) read and those left out.
     """
+    project = Project.objects.given(project)
     path = Path(path)
     check_format(format)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,8 +120,9 @@ def _suffix(job: ExportJob) -> str:
     return ".jsonl" if container == "jsonl" else f"-{container}.zip"
 
 
-def create_export_job(*, project: Project, format: str, options: ExportOptions, user=None) -> ExportJob:
+def create_export_job(*, project: Project | None = None, format: str, options: ExportOptions, user=None) -> ExportJob:
     """An ExportJob row for the project's labels, queued for a worker once the transaction commits."""
+    project = Project.objects.given(project)
     job = ExportJob.objects.create(project=project, format=check_format(format), options=options.to_dict(),
                                    created_by=user)
     transaction.on_commit(job.send_task)

@@ -91,8 +91,9 @@ def parse_since(value: str) -> datetime:
     return parsed
 
 
-def selected_annotations(*, project: Project, options: ExportOptions) -> QuerySet[Annotation]:
+def selected_annotations(*, project: Project | None = None, options: ExportOptions) -> QuerySet[Annotation]:
     """The project's submitted annotations passing the filters, in a stable order (id)."""
+    project = Project.objects.given(project)
     qs = Annotation.objects.filter(project=project).submitted()
     if options.generations:
         qs = qs.filter(generation__in=options.generations)

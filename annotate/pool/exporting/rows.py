@@ -20,9 +20,10 @@ def check_labels(format: str, options: ExportOptions) -> ExportFormat:
     return found
 
 
-def iter_rows(*, project: Project, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
+def iter_rows(*, project: Project | None = None, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
               tally: ExportTally | None = None) -> Iterator[dict]:
     """The project's rows in `format`: nothing of another project is read."""
+    project = Project.objects.given(project)
     tally = tally or ExportTally()
     found = check_labels(format, options)
     if options.labels == "human" or found.automatic_rows is None:
@@ -42,16 +43,18 @@ def _with_automatic(found: ExportFormat, *, project: Project, options: ExportOpt
         yield {**row, "assistance": None}
 
 
-def iter_jsonl(*, project: Project, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
+def iter_jsonl(*, project: Project | None = None, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
                tally: ExportTally | None = None) -> Iterator[str]:
     """JSON Lines, one string per line, for streaming responses and files alike."""
+    project = Project.objects.given(project)
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
     for row in iter_rows(project=project, format=format, options=options, chunk_size=chunk_size, tally=tally):
         yield dumps(row) + "\n"
 
 
-def count_inputs(*, project: Project, format: str, options: ExportOptions) -> int:
+def count_inputs(*, project: Project | None = None, format: str, options: ExportOptions) -> int:
     """How many of the project's annotations (per-solution formats: solutions) the export will read."""
+    project = Project.objects.given(project)
     found = check_labels(format, options)
     offers_automatic = found.automatic_rows is not None and options.labels != "human"
     automatic_count = automatic.count_labeled_solutions(project) if offers_automatic else 0

@@ -48,10 +48,11 @@ def save_upload(*, chunks: Iterable[bytes], original_name: str) -> Path:
 
 
 def create_import_job(
-    *, project: Project, path: Path, original_name: str = "", format: str = "auto", split_mode: str = "auto",
-    source: str = "", atomic: bool = False, user=None,
+    *, project: Project | None = None, path: Path, original_name: str = "", format: str = "auto",
+    split_mode: str = "auto", source: str = "", atomic: bool = False, user=None,
 ) -> ImportJob:
     """An ImportJob row for a saved file, into `project`, queued for a worker once the transaction commits."""
+    project = Project.objects.given(project)
     check_format(format)
     job = ImportJob.objects.create(
         project=project, path=str(path), original_name=original_name[:300], format=format,

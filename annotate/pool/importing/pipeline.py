@@ -32,7 +32,7 @@ class _Rollback(Exception):
 
 def import_pool(
     *,
-    project: Project,
+    project: Project | None = None,
     path: str | Path,
     format: str = "auto",
     source: str | None = None,
@@ -53,6 +53,7 @@ def import_pool(
     when the job began, so that the lines an earlier attempt of it wrote count as created
     (writing.SourceFile).
     """
+    project = Project.objects.given(project)
     check_format(format)
     split_mode = check_mode(split_mode)
     if source is not None and len(source) > 100:

@@ -97,13 +97,14 @@ class GradingBudget:
         return grade
 
 
-def write_batch(records: list[Record], *, project: Project, source_file: SourceFile | None = None,
+def write_batch(records: list[Record], *, project: Project | None = None, source_file: SourceFile | None = None,
                 budget: GradingBudget | None = None) -> list[Outcome]:
     """Grade and write one batch into `project` in one transaction; one outcome per record, in order.
 
     With `source_file`, every line is recorded as a sample of its solution; with `budget`,
     grading stops when it is spent.
     """
+    project = Project.objects.given(project)
     for record in records:
         record.is_correct, record.grading_note = _grade(record, budget)
     return _write_atomically(records, project, source_file)

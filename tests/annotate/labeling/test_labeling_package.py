@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from django.test import Client
-from django.urls import reverse
 
 import annotate
 from annotate.labeling import queueing
