@@ -88,5 +88,5 @@ def delete(project: Project) -> None:
                 model.objects.filter(project=project).delete()
             project.delete()
     except ProtectedError as error:
-        kinds = sorted({type(row)._meta.verbose_name_plural for row in error.protected_objects})
+        kinds = sorted({str(type(row)._meta.verbose_name_plural) for row in error.protected_objects})
         raise ProjectInUse(f"project {project.slug!r} still has {', '.join(kinds)}") from None

@@ -94,6 +94,7 @@ def enqueue(*, generation: Generation, picks: Iterable[Pick], model_version_name
     reason that is not a QueueItem.Reason is refused (ValueError) and nothing is written.
     """
     project_id = generation.project_id
+    assert project_id is not None  # never null (the column's default is the sole project)
     config = LabelingConfig.of(project_id)
     size = config.queue_size if size is None else size
     slots = max(1, config.overlap_k)
@@ -167,7 +168,7 @@ def enqueue_imported(*, project=None, solution_ids: Iterable[int], seed: int | N
     rng.shuffle(rows)
     rows.sort(key=lambda row: row[2] is not False)  # stable: wrong first, each group still shuffled
     if generation.model_version_name:
-        rows = _within_problem_cap(rows, generation, config.queue_per_problem)
+        rows = _within_problem_cap(rows, project, generation, config.queue_per_problem)
     held = (
         QueueItem.objects.filter(project=project, generation=generation.number).exclude(status=QueueItem.Status.RETIRED)
         .exclude(solution__in=Solution.objects.demo())  # demoted below everything anyway
@@ -197,9 +198,9 @@ def _importable(project, solution_ids: list[int]) -> list[tuple[int, int, bool |
     return sorted(rows)
 
 
-def _within_problem_cap(rows: list, generation: Generation, per_problem: int) -> list:
+def _within_problem_cap(rows: list, project: Project, generation: Generation, per_problem: int) -> list:
     held = (
-        QueueItem.objects.filter(project_id=generation.project_id, generation=generation.number)
+        QueueItem.objects.filter(project=project, generation=generation.number)
         .exclude(status=QueueItem.Status.RETIRED).values_list("solution__problem_id", "solution_id").distinct()
     )
     counts: dict[int, int] = {}
@@ -217,7 +218,7 @@ def add_to_screening(*, solution: Solution) -> QueueItem:
     """Put a (gold) solution in the screening set that every annotator labels first."""
     with transaction.atomic():
         item, _ = QueueItem.objects.update_or_create(
-            solution=solution, generation=Generation.SCREENING, slot=0, project_id=solution.project_id,
+            solution=solution, generation=Generation.SCREENING, slot=0, project=solution.project,
             defaults={"is_initial_screening": True, "reason": SCREENING_REASON, "status": QueueItem.Status.AVAILABLE},
         )
         withdraw(solution=solution)

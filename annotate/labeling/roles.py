@@ -8,6 +8,7 @@ of it (the project is not theirs to know of), and 403 to a member without the ro
 """
 from collections.abc import Callable
 from functools import wraps
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractUser, AnonymousUser
@@ -103,7 +104,7 @@ def make_site_admin(user) -> None:
 View = Callable[..., HttpResponseBase]
 
 
-def project_of(request: HttpRequest) -> Project:
+def project_of(request: Any) -> Project:
     """The request's project (annotate.web.project_urls), 404 when the URL names none and there
     are several, or when the user is not a member of it."""
     project = getattr(request, "project", None)

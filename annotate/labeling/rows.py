@@ -126,7 +126,7 @@ _VERSIONED_READ = statements.Compiled(lambda pk, annotator_id, project_id: (
 ), row=_VersionedRow)
 
 
-def _key(annotation: AnnotationOrRef) -> dict[str, int]:
+def _key(annotation: AnnotationOrRef) -> dict[str, int | None]:
     return {"pk": annotation.pk, "annotator_id": annotation.annotator_id, "project_id": annotation.project_id}
 
 

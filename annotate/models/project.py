@@ -117,8 +117,12 @@ class LabelingConfig(models.Model):
         return f"Settings of {self.project}"
 
     @classmethod
-    def of(cls, project: "Project | int") -> "LabelingConfig":
-        """The project's settings, from this process's memo (infra/memo.py) while they are fresh."""
+    def of(cls, project: "Project | int | None") -> "LabelingConfig":
+        """The project's settings, from this process's memo (infra/memo.py) while they are fresh.
+        (None is refused: it is what the type checker reads a row's `project_id` as, though the
+        column is never null.)"""
+        if project is None:
+            raise ValueError("settings of no project")
         project_id = project if isinstance(project, int) else project.pk
         return _memo.get(project_id, lambda: cls.objects.get_or_create(project_id=project_id)[0])
 

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling.roles import admin_required as admin_only
+from annotate.labeling.roles import project_of
 from annotate.models import ExportJob, FinishReason
 from annotate.pool import exporting
 from annotate.web.htmx import page_or_partial
@@ -62,9 +63,9 @@ def export_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         options = exporting.ExportOptions.from_dict(form.cleaned_data)
         job = exporting.create_export_job(format=form.cleaned_data["format"], options=options, user=request.user,
-                                          project=request.project)
+                                          project=project_of(request))
         return redirect("annotate:export-detail", pk=job.pk)
-    jobs = ExportJob.objects.filter(project=request.project).select_related("created_by").order_by("-id")[:20]
+    jobs = ExportJob.objects.filter(project=project_of(request)).select_related("created_by").order_by("-id")[:20]
     return render(request, "annotate/export_list.html", {"form": form, "jobs": jobs})
 
 
@@ -72,7 +73,7 @@ def export_list(request: HttpRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def export_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A job's page; its progress partial polls this URL (htmx gets the partial) until the job ends."""
-    job = get_object_or_404(ExportJob, pk=pk, project=request.project)
+    job = get_object_or_404(ExportJob, pk=pk, project=project_of(request))
     context = {"job": job, "available": exporting.finished_file(job) is not None}
     return render(request, page_or_partial(request, "annotate/export_detail.html", "job-progress"), context)
 
@@ -80,7 +81,7 @@ def export_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @admin_only
 def export_download(request: HttpRequest, pk: int) -> FileResponse:
     """The finished file; nothing is offered before the job has succeeded."""
-    job = get_object_or_404(ExportJob, pk=pk, project=request.project)
+    job = get_object_or_404(ExportJob, pk=pk, project=project_of(request))
     path = exporting.finished_file(job)
     if path is None:
         raise Http404("This export is not finished.")

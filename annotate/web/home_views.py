@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from annotate.labeling import queueing, reviewing, roles
-from annotate.labeling.roles import admin_required
+from annotate.labeling.roles import admin_required, project_of
 from annotate.models import Project
 from annotate.pool import demo
 from infra import processes, project_paths
@@ -53,7 +53,7 @@ def _projects_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 @admin_required
 def remove_demo(request: HttpRequest) -> HttpResponse:
-    removal = demo.remove(project=request.project)
+    removal = demo.remove(project=project_of(request))
     kept = f" Kept {removal.kept} that someone annotated." if removal.kept else ""
     # A plain `./stepwise run` seeds the demo pool again; saying so spares a puzzled admin.
     messages.success(

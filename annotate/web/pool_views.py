@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling.roles import admin_required as admin_only
+from annotate.labeling.roles import project_of
 from annotate.models import ImportJob, LabelingConfig
 from annotate.pool import importing
 from annotate.web.htmx import page_or_partial
@@ -47,10 +48,10 @@ def import_list(request: HttpRequest) -> HttpResponse:
             path=path, original_name=upload.name, format=form.cleaned_data["format"],
             split_mode=form.cleaned_data["split_mode"],
             source=form.cleaned_data["source"], atomic=form.cleaned_data["atomic"], user=request.user,
-            project=request.project,
+            project=project_of(request),
         )
         return redirect("annotate:import-detail", pk=job.pk)
-    jobs = ImportJob.objects.filter(project=request.project).select_related("created_by").order_by("-id")[:20]
+    jobs = ImportJob.objects.filter(project=project_of(request)).select_related("created_by").order_by("-id")[:20]
     return render(request, "annotate/import_list.html", {"form": form, "jobs": jobs})
 
 
@@ -60,8 +61,8 @@ def import_list(request: HttpRequest) -> HttpResponse:
 def import_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One import: what was uploaded, its progress, its graded counts and what happens next;
     htmx polls the `job-progress` partial."""
-    job = get_object_or_404(ImportJob.objects.filter(project=request.project).select_related("created_by"), pk=pk)
-    config = LabelingConfig.of(request.project)
+    job = get_object_or_404(ImportJob.objects.filter(project=project_of(request)).select_related("created_by"), pk=pk)
+    config = LabelingConfig.of(project_of(request))
     context = {
         "job": job, "has_report": importing.finished_report(job) is not None,
         # What limits the queue, so the page can say why some new solutions wait.
@@ -74,7 +75,7 @@ def import_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def import_report(request: HttpRequest, pk: int) -> FileResponse:
     """The finished job's report: one JSON line per input line."""
-    job = get_object_or_404(ImportJob, pk=pk, project=request.project)
+    job = get_object_or_404(ImportJob, pk=pk, project=project_of(request))
     path = importing.finished_report(job)
     if path is None:
         raise Http404("This import has no report yet.")

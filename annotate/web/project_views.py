@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from annotate.labeling import projects
-from annotate.labeling.roles import admin_required
+from annotate.labeling.roles import admin_required, project_of
 from annotate.models import LabelingConfig, QueueItem, SettingsChange
 
 
@@ -49,7 +49,7 @@ class SettingsForm(forms.ModelForm):
 @admin_required
 @require_http_methods(["GET", "POST"])
 def project_settings(request: HttpRequest) -> HttpResponse:
-    project = request.project  # type: ignore[attr-defined]
+    project = project_of(request)
     config = LabelingConfig.of(project)
     initial = {field: getattr(project, field) for field in projects.PROJECT_FIELDS}
     form = SettingsForm(request.POST or None, instance=config, initial=initial)

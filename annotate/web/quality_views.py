@@ -6,14 +6,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from annotate.labeling import quality, reviewing, roles
-from annotate.labeling.roles import admin_required, reviewer_required
+from annotate.labeling.roles import admin_required, project_of, reviewer_required
 from annotate.models import LabelingConfig
 
 
 @require_GET
 @reviewer_required
 def quality_report(request: HttpRequest) -> HttpResponse:
-    project = request.project
+    project = project_of(request)
     people = (get_user_model().objects.filter(annotations__project=project, annotations__annotator__isnull=False)
               .distinct().order_by("username"))
     rows = [
@@ -29,7 +29,7 @@ def quality_report(request: HttpRequest) -> HttpResponse:
 @require_POST
 @admin_required
 def quality_reset_screening(request: HttpRequest, user_id: int) -> HttpResponse:
-    person = get_object_or_404(get_user_model(), pk=user_id, memberships__project=request.project)
-    quality.reset_screening(annotator=person, project=request.project)
+    person = get_object_or_404(get_user_model(), pk=user_id, memberships__project=project_of(request))
+    quality.reset_screening(annotator=person, project=project_of(request))
     messages.success(request, f"{person.get_username()} can take the screening set again.")
     return redirect("annotate:quality")

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotate.labeling import quality, queueing, reviewing, roles
 from annotate.labeling.refusals import LabelingError
-from annotate.labeling.roles import admin_required, reviewer_required
+from annotate.labeling.roles import admin_required, project_of, reviewer_required
 from annotate.models import Annotation
 from annotate.templatetags import workspace
 from annotate.web.params import int_param, plain_text
@@ -25,14 +25,14 @@ def review_list(request: HttpRequest) -> HttpResponse:
     except LabelingError as error:
         return plain_text(str(error), status=400)
     annotations = reviewing.annotations_for_review(
-        project=request.project, annotator_id=annotator_id, generation=generation,
+        project=project_of(request), annotator_id=annotator_id, generation=generation,
         disagreement=request.GET.get("disagreement") == "1",
         contradiction=request.GET.get("contradiction") == "1",
     )
     page = Paginator(annotations, 50).get_page(request.GET.get("page"))
     return render(request, "annotate/review_list.html", {
         "page": page,
-        "annotators": (get_user_model().objects.filter(annotations__project=request.project).distinct()
+        "annotators": (get_user_model().objects.filter(annotations__project=project_of(request)).distinct()
                        .order_by("username")),
         "filters": request.GET,
         "querystring": _without_page(request),
@@ -53,7 +53,8 @@ def review_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _detail_page(request: HttpRequest, pk: int, *, status: int = 200) -> HttpResponse:
     annotation = get_object_or_404(
-        Annotation.objects.submitted().filter(project=request.project).select_related("solution__problem", "annotator"),
+        Annotation.objects.submitted().filter(project=project_of(request))
+        .select_related("solution__problem", "annotator"),
         pk=pk,
     )
     others = list(
@@ -65,7 +66,7 @@ def _detail_page(request: HttpRequest, pk: int, *, status: int = 200) -> HttpRes
         "annotation": annotation, "others": others, "problem": annotation.solution.problem, "rows": rows,
         "review_reasons": [reviewing.REVIEW_REASONS[r] for r in reviewing.review_reasons(annotation)],
         "flagged_steps": [row.index + 1 for row in rows if row.cells and row.cells[0].flagged],
-        "is_admin": roles.is_admin(request.user, request.project), "rating_buttons": workspace.RATING_BUTTONS,
+        "is_admin": roles.is_admin(request.user, project_of(request)), "rating_buttons": workspace.RATING_BUTTONS,
     }, status=status)
 
 
@@ -78,7 +79,7 @@ def _refuse(request: HttpRequest, pk: int, message: str) -> HttpResponse:
 @require_POST
 @reviewer_required
 def review_override(request: HttpRequest, pk: int) -> HttpResponse:
-    annotation = _submitted(request.project, pk)
+    annotation = _submitted(project_of(request), pk)
     try:
         index = int_param(request.POST, "index")
         override = reviewing.override_rating(
@@ -97,7 +98,7 @@ def review_override(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @admin_required
 def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
-    quality.make_gold(annotation=_submitted(request.project, pk))
+    quality.make_gold(annotation=_submitted(project_of(request), pk))
     messages.success(request, "This solution is now a gold item with these ratings.")
     return redirect("annotate:review-detail", pk=pk)
 
@@ -105,7 +106,7 @@ def review_make_gold(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @admin_required
 def review_add_to_screening(request: HttpRequest, pk: int) -> HttpResponse:
-    annotation = _submitted(request.project, pk)
+    annotation = _submitted(project_of(request), pk)
     if not annotation.solution.is_gold:
         return _refuse(request, pk, "Make the solution gold first: screening is graded against gold labels.")
     queueing.add_to_screening(solution=annotation.solution)

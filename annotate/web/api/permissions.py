@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 from rest_framework.permissions import BasePermission
 
 from annotate.labeling import roles
+from annotate.labeling.roles import project_of
 from annotate.models import Annotation, Project
 
 
@@ -43,13 +44,16 @@ class ReviewerSomewhere(BasePermission):
             and any(roles.has_role(user, roles.REVIEWER, p) for p in Project.objects.visible_to(user)))
 
 
-class OwnAnnotationOrReviewer(IsAnnotator):
+class OwnAnnotationOrReviewer(BasePermission):
     """Object level: an annotation is its annotator's, and visible to the project's reviewers and admins."""
 
     message = "This annotation belongs to someone else."
 
+    def has_permission(self, request, view) -> bool:
+        return IsAnnotator().has_permission(request, view)
+
     def has_object_permission(self, request, view, obj: Annotation) -> bool:
-        return roles.is_reviewer(request.user, request.project) or obj.annotator_id == request.user.pk
+        return roles.is_reviewer(request.user, project_of(request)) or obj.annotator_id == request.user.pk
 
 
 def annotations_visible_to(user, project: Project) -> QuerySet[Annotation]:

@@ -12,6 +12,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework import serializers as drf_serializers
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.generics import GenericAPIView
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import IsAuthenticated
@@ -20,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.labeling import roles
+from annotate.labeling.roles import project_of
 from annotate.models import (
     Annotation,
     ExportJob,
@@ -63,17 +65,14 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
         return Project.objects.visible_to(self.request.user).order_by("slug")
 
 
-class ProjectScoped:
+class ProjectScoped(GenericAPIView):
     """A viewset over one project's rows: those of the request's project (annotate.web.project_urls)
     and no other, so an object of another project answers 404 as one that does not exist."""
 
-    queryset: QuerySet
-    request: Request
-
     def get_queryset(self) -> QuerySet:
         if getattr(self, "swagger_fake_view", False):  # the schema's generator asks with no project
-            return self.queryset.none()
-        return self.queryset.filter(project=self.request.project)
+            return super().get_queryset().none()
+        return super().get_queryset().filter(project=project_of(self.request))
 
 
 class ProblemViewSet(ProjectScoped, viewsets.ReadOnlyModelViewSet):
@@ -114,7 +113,7 @@ class AnnotationViewSet(viewsets.ReadOnlyModelViewSet):
         if getattr(self, "swagger_fake_view", False):  # the schema's generator asks with no project
             return Annotation.objects.none()
         return (
-            annotations_visible_to(self.request.user, self.request.project)
+            annotations_visible_to(self.request.user, project_of(self.request))
             .select_related("annotator")
             .prefetch_related("step_labels__completions")
             .order_by("id")
@@ -127,7 +126,7 @@ class QueueStatsView(APIView):
     @extend_schema(responses=serializers.QueueStatsSerializer, summary="Queue items by generation and status")
     def get(self, request: Request) -> Response:
         counts = {s: Count("id", filter=Q(status=s)) for s in QueueItem.Status.values}
-        project = request.project
+        project = project_of(request)
         rows = QueueItem.objects.filter(project=project).values("generation").annotate(**counts).order_by("generation")
         data = {
             "current_generation": Generation.objects.filter(project=project).current_number(),
@@ -152,7 +151,7 @@ class JobViewSet(ProjectScoped, mixins.CreateModelMixin, viewsets.ReadOnlyModelV
     def create(self, request: Request, *args, **kwargs) -> Response:
         body = self.request_serializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = self.start(body.validated_data, user=request.user, project=request.project)
+        job = self.start(body.validated_data, user=request.user, project=project_of(request))
         return Response(self.get_serializer(job).data, status=status.HTTP_201_CREATED)
 
 
@@ -251,7 +250,7 @@ class StreamExportView(APIView):
         if not body.is_valid():
             raise ValidationError(body.errors)
         rows = exporting.iter_jsonl(format=format, options=exporting.ExportOptions.from_dict(body.validated_data),
-                                    project=request.project)
+                                    project=project_of(request))
         response = StreamingHttpResponse(rows, content_type="application/jsonl; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="stepwise-{format}.jsonl"'
         return response
