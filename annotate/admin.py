@@ -25,6 +25,7 @@ from annotate.models import (
     RatingOverride,
     SampleLine,
     ScreeningResult,
+    SettingsChange,
     Solution,
     Step,
     StepLabel,
@@ -296,6 +297,21 @@ class ProjectAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # annotate.labeling.projects.delete, which refuses while the project holds labels
+
+
+@admin.register(SettingsChange)
+class SettingsChangeAdmin(admin.ModelAdmin):
+    """The record of a project's settings changes: read only."""
+
+    list_display = ("changed_at", "project", "user", "field", "old_value", "new_value")
+    list_filter = ("project", "field")
+    search_fields = ("field",)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(Membership)

@@ -44,12 +44,14 @@ class SolutionFactory(factory.django.DjangoModelFactory):
             Step.objects.bulk_create(Step(solution=obj, index=i, text=text) for i, text in enumerate(texts))
 
 
-def user_with_role(username: str, role: str, **fields):
-    """A user in one of the roles of annotate.labeling.roles (annotator, reviewer, admin)."""
+def user_with_role(username: str, role: str, project=None, **fields):
+    """A user in one of the roles of annotate.labeling.roles (annotator, reviewer, admin), in `project`
+    (the sole one when None). A superuser is a site admin: every role in every project, no membership."""
     from annotate.labeling.roles import grant_role
 
     user = UserFactory(username=username, **fields)
-    grant_role(user, role)
+    if not user.is_superuser:
+        grant_role(user, role, project)
     return user
 
 

@@ -74,7 +74,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(max_length=200)),
-                ('slug', models.CharField(help_text="In the project's URLs (/p/<slug>/) and the commands' --project", max_length=50, unique=True, validators=[django.core.validators.RegexValidator('^[a-z0-9][a-z0-9-]{0,48}$', 'a slug is lowercase letters, digits and hyphens, starting with a letter or digit')])),
+                ('slug', models.CharField(help_text="In the project's URLs (/p/<slug>/) and the commands' --project", max_length=50, validators=[django.core.validators.RegexValidator('^[a-z0-9][a-z0-9-]{0,48}$', 'a slug is lowercase letters, digits and hyphens, starting with a letter or digit')])),
                 ('description', models.TextField(blank=True)),
                 ('guideline', models.TextField(blank=True, help_text='What annotators are asked to do, shown on the labeling page')),
                 ('guideline_version', models.PositiveIntegerField(default=1, help_text='Stamped on every annotation; raised each time the guideline text changes')),
@@ -182,7 +182,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='membership',
             name='project',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='annotate.project'),
+            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='annotate.project'),
         ),
         migrations.AddField(
             model_name='annotation',
@@ -267,6 +267,10 @@ class Migration(migrations.Migration):
             model_name='settingschange',
             name='user',
             field=models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+        ),
+        migrations.AddConstraint(
+            model_name='project',
+            constraint=models.UniqueConstraint(fields=('slug',), name='unique_project_slug'),
         ),
         migrations.AddConstraint(
             model_name='membership',

@@ -59,7 +59,7 @@ class ProjectQuerySet(models.QuerySet["Project"]):
 
 class Project(models.Model):
     name = models.CharField(max_length=200)
-    slug = models.CharField(max_length=50, unique=True, validators=[SLUG_VALIDATOR],
+    slug = models.CharField(max_length=50, validators=[SLUG_VALIDATOR],
                             help_text="In the project's URLs (/p/<slug>/) and the commands' --project")
     description = models.TextField(blank=True)
     guideline = models.TextField(blank=True, help_text="What annotators are asked to do, shown on the labeling page")
@@ -71,6 +71,8 @@ class Project(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # A constraint, not unique=True, which adds a LIKE index nothing uses (tests/config/test_schema.py).
+        constraints = [models.UniqueConstraint(fields=["slug"], name="unique_project_slug")]
 
     def __str__(self) -> str:
         return self.name
@@ -95,7 +97,8 @@ class Membership(models.Model):
         REVIEWER = "reviewer", "reviewer"
         ADMIN = "admin", "project admin"
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships",
+                                db_index=False)  # one_membership_per_project starts with it
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=20, choices=Role.choices)
     created_at = models.DateTimeField(auto_now_add=True)

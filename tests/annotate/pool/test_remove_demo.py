@@ -9,7 +9,7 @@ from django.urls import reverse
 from annotate.models import Annotation, Problem, Project, Solution
 from annotate.pool import demo
 from scoring.models import ModelVersion, StepScore
-from tests.factories import SolutionFactory, UserFactory
+from tests.factories import SolutionFactory, UserFactory, user_with_role
 
 
 @pytest.mark.django_db
@@ -54,54 +54,66 @@ def _client_for(user) -> Client:
     return client
 
 
+PROJECT = "/p/gsm8k-demo"  # the demo project these pages are asked in
+
+
+def url(name: str) -> str:
+    return PROJECT + reverse(name)
+
+
 @pytest.fixture
 def demo_pool(db):
+    """The GSM8K demo project's demo solutions (seed_demo makes two projects)."""
     call_command("seed_demo", problems=2, stdout=io.StringIO())
-    return list(Solution.objects.demo())
+    return list(demo_of())
+
+
+def demo_of(project_slug: str = "gsm8k-demo"):
+    return Solution.objects.demo().filter(project__slug=project_slug)
 
 
 def test_an_admin_sees_the_button_while_demo_data_exists_and_removing_says_how_many(demo_pool, admin_user):
     labeled = demo_pool[0]
-    Annotation.objects.create(solution=labeled, annotator=UserFactory(), labeler="a", status="submitted")
+    Annotation.objects.create(project=labeled.project, solution=labeled, annotator=UserFactory(), labeler="a", status="submitted")
     client = _client_for(admin_user)
-    home = client.get(reverse("annotate:home")).content.decode()
-    assert "Remove demo data" in home and reverse("annotate:remove-demo") in home
+    home = client.get(url("annotate:home")).content.decode()
+    assert "Remove demo data" in home and url("annotate:remove-demo") in home
 
-    response = client.post(reverse("annotate:remove-demo"), follow=True)
+    response = client.post(url("annotate:remove-demo"), follow=True)
 
     page = response.content.decode()
-    assert response.redirect_chain == [(reverse("annotate:home"), 302)]
+    assert response.redirect_chain == [(url("annotate:home"), 302)]
     assert f"Removed {len(demo_pool) - 1} demo solutions" in page and "Kept 1 that someone annotated" in page
-    assert list(Solution.objects.demo()) == [labeled]
+    assert list(demo_of()) == [labeled]
     # Only the annotated solution is left, so there is nothing for the button to remove.
     assert "Remove demo data" not in page
 
 
 def test_the_command_and_the_button_apply_the_same_rule(demo_pool, admin_user):
-    Annotation.objects.create(solution=demo_pool[0], annotator=UserFactory(), labeler="a")
+    Annotation.objects.create(project=demo_pool[0].project, solution=demo_pool[0], annotator=UserFactory(), labeler="a")
     assert set(demo.removable(demo_pool[0].project)) == set(demo_pool[1:])
-    _client_for(admin_user).post(reverse("annotate:remove-demo"))
-    assert set(Solution.objects.demo()) == {demo_pool[0]}
+    _client_for(admin_user).post(url("annotate:remove-demo"))
+    assert set(demo_of()) == {demo_pool[0]}
 
 
-def test_an_annotator_neither_sees_the_button_nor_may_remove_the_demo(demo_pool, annotator):
-    client = _client_for(annotator)
-    assert "Remove demo data" not in client.get(reverse("annotate:home")).content.decode()
-    assert client.post(reverse("annotate:remove-demo")).status_code == 403
-    assert Solution.objects.demo().count() == len(demo_pool)
+def test_an_annotator_neither_sees_the_button_nor_may_remove_the_demo(demo_pool):
+    client = _client_for(user_with_role("ann", "annotator", demo_pool[0].project))
+    assert "Remove demo data" not in client.get(url("annotate:home")).content.decode()
+    assert client.post(url("annotate:remove-demo")).status_code == 403
+    assert demo_of().count() == len(demo_pool)
 
 
 def test_a_get_removes_nothing(demo_pool, admin_user):
-    assert _client_for(admin_user).get(reverse("annotate:remove-demo")).status_code == 405
-    assert Solution.objects.demo().count() == len(demo_pool)
+    assert _client_for(admin_user).get(url("annotate:remove-demo")).status_code == 405
+    assert demo_of().count() == len(demo_pool)
 
 
 def test_the_button_is_hidden_without_demo_data(admin_user):
-    assert "Remove demo data" not in _client_for(admin_user).get(reverse("annotate:home")).content.decode()
+    assert "Remove demo data" not in _client_for(admin_user).get(reverse("annotate:home"), follow=True).content.decode()
 
 
 def test_the_removal_needs_a_csrf_token(demo_pool, admin_user):
     client = Client(enforce_csrf_checks=True)
     client.force_login(admin_user)
-    assert client.post(reverse("annotate:remove-demo")).status_code == 403
-    assert Solution.objects.demo().count() == len(demo_pool)
+    assert client.post(url("annotate:remove-demo")).status_code == 403
+    assert demo_of().count() == len(demo_pool)
