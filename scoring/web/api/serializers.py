@@ -22,11 +22,14 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     parent: serializers.SlugRelatedField[ModelVersion] = serializers.SlugRelatedField(  # type: ignore[assignment]
         slug_field="name", read_only=True, allow_null=True
     )
+    # The request's project's current model (`ModelVersion.objects.with_current`).
+    is_current = serializers.BooleanField(read_only=True, default=False)
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = ModelVersion
         fields = [
-            "id", "name", "kind", "status", "is_current", "parent", "weights_sha256", "config", "metrics",
+            "id", "name", "kind", "status", "is_current", "project", "parent", "weights_sha256", "config", "metrics",
             "trust_remote_code", "created_at",
         ]
 
