@@ -53,7 +53,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
             self.message_user(request, f"{version.name} belongs to no project: choose the project under "
                                        "Current models.", messages.ERROR)
             return
-        registry.make_current(version, project=version.project)
+        registry.set_current_model(version, project=version.project)
 
 
 @admin.register(CurrentModel)

@@ -17,7 +17,8 @@ def annotate(solution, ratings: list[int], *, labeler: str = "lab-1", annotator=
     if finish_reason is None:
         finish_reason = "found_error" if -1 in ratings else "solution"
     annotation = Annotation.objects.create(
-        solution=solution, labeler=labeler, annotator=annotator, status=status, generation=generation,
+        solution=solution, project_id=solution.project_id, labeler=labeler, annotator=annotator, status=status,
+        generation=generation,
         finish_reason=finish_reason, is_quality_control=quality_control, total_time_ms=1000,
         timestamp=timestamp or timezone.now(),
     )

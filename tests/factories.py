@@ -73,5 +73,5 @@ def scored_by_current_model(solution, ps: list[float]) -> None:
     if version is None:
         version = ModelVersion.objects.create(name=f"current-{solution.project_id}", path="/x", weights_sha256="0" * 64,
                                               project_id=solution.project_id)
-        registry.make_current(version, project=solution.project)
+        registry.set_current_model(version, project=solution.project)
     store_step_scores(version, solution, ps)

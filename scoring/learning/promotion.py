@@ -345,5 +345,5 @@ def promote(version: ModelVersion, *, project: Project) -> None:
     """Make the version the project's current model; the rescore of the project's pool (and its
     queue's new generation) follows on its own. Other projects keep their models and queues."""
     with transaction.atomic():
-        registry.make_current(version, project=project)
+        registry.set_current_model(version, project=project)
         scoring.start_rescore(model_version=version, project=project, rebuild_queue=True)

@@ -292,9 +292,18 @@ def schedule_name(project: Project) -> str:
     return f"{SCHEDULE_NAME} in {project.slug}"
 
 
+def projects_on_the_shared_schedule() -> list[int]:
+    """The projects the site's schedule (SCHEDULE_NAME, made by migration 0004) retrains, one task
+    each: those without a schedule of their own (`ensure_schedule`)."""
+    own = PeriodicTask.objects.filter(task=SCHEDULE_TASK, name__startswith=f"{SCHEDULE_NAME} in ")
+    scheduled = {json.loads(kwargs or "{}").get("project_id") for kwargs in own.values_list("kwargs", flat=True)}
+    return [pk for pk in Project.objects.order_by("pk").values_list("pk", flat=True) if pk not in scheduled]
+
+
 def ensure_schedule(*, project: Project, every_minutes: int = 30, min_new_labels: int = 50) -> object:
-    """Create the project's periodic retrain task once (one per project, so projects retrain on
-    their own labels and thresholds; admins edit it in the admin; we never overwrite)."""
+    """Create the project's own periodic retrain task once, in place of the site's schedule for it
+    (its interval and threshold, edited in the admin; we never overwrite). Without one, a project
+    is retrained by the site's schedule, which sends one task per project."""
     interval, _ = IntervalSchedule.objects.get_or_create(every=every_minutes, period=IntervalSchedule.MINUTES)
     task, _ = PeriodicTask.objects.get_or_create(
         name=schedule_name(project),

@@ -12,15 +12,18 @@ def add_project_argument(parser: CommandParser) -> None:
 def registering_options(parser: CommandParser) -> None:
     """`--project` and `--make-current` of the commands that register a model version."""
     parser.add_argument("--project", metavar="SLUG",
-                        help="the project it is registered in (default: none, a public PRM every project may use)")
+                        help="the project it is registered in (default: none, a public PRM every project may use; "
+                             "with --make-current, the only project)")
     parser.add_argument("--make-current", action="store_true",
                         help="make it the current model of --project (default: the only project)")
 
 
-def registering_projects(options: dict) -> tuple[Project | None, Project | None]:
-    """(the project a version is registered in or None, the project it is made current in or None)."""
-    named = project_option(options) if options.get("project") else None
-    return named, project_option(options) if options.get("make_current") else None
+def registering_project(options: dict) -> Project | None:
+    """The project a version is registered in: the one `--project` names, else none (a public PRM)
+    unless it is made current, in the only project."""
+    if options.get("project") or options.get("make_current"):
+        return project_option(options)
+    return None
 
 
 def project_option(options: dict) -> Project:

@@ -114,5 +114,5 @@ def ensure_default_model(*, project: Project | None = None) -> ModelVersion:
             name=VERSION_NAME, path=folder, metrics={"note": "untrained head"}
         )
     if project is not None and registry.current_model(project) is None:
-        registry.make_current(version, project=project)
+        registry.set_current_model(version, project=project)
     return version

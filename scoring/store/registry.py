@@ -2,7 +2,7 @@
 them safely.
 
 A project's current model is its `CurrentModel` row, read and written here only
-(`current_model`, `make_current`). Any version may be current in a project: one trained there,
+(`current_model`, `set_current_model`). Any version may be current in a project: one trained there,
 one trained in another project, or a public PRM registered in none.
 
 A version is its folder plus the sha256 of the files that decide its scores. Loading checks
@@ -56,10 +56,11 @@ _lock = threading.Lock()
 
 def register_model_version(
     *, name: str, path: str | Path, project: Project | None = None, parent: ModelVersion | None = None,
-    metrics: dict | None = None, make_current_in: Project | None = None, trust_remote_code: bool = False,
+    metrics: dict | None = None, make_current: bool = False, trust_remote_code: bool = False,
 ) -> ModelVersion:
     """Record a model folder under a name (validated and hashed now), trained or registered in
-    `project` (None: a public PRM any project may use); optionally make it current in a project."""
+    `project` (None: a public PRM any project may use); optionally make it current in `project`
+    (None: in the sole project, an error naming the choices when there are several)."""
     folder = Path(path).resolve()
     config = model_files.read_model_config(folder)
     model_files.check_safetensors_only(model_files.backbone_folder(folder, config))
@@ -69,30 +70,31 @@ def register_model_version(
         name=name, kind=config["kind"], path=str(folder), weights_sha256=model_files.weights_sha256(folder),
         parent=parent, config=config, metrics=metrics or {}, trust_remote_code=trust_remote_code, project=project,
     )
-    if make_current_in is not None:
-        make_current(version, project=make_current_in)
+    if make_current:
+        set_current_model(version, project=project or Project.objects.sole())
     return version
 
 
 def register_remote_version(*, name: str, config: dict, project: Project | None = None,
-                            make_current_in: Project | None = None) -> ModelVersion:
+                            make_current: bool = False) -> ModelVersion:
     """Record a PRM served at a /pooling endpoint (scoring.store.remote_scorer.RemoteConfig fields).
 
     Its path is the endpoint and its fingerprint the hash of what decides its scores (URL,
     served model, separator, read-out), so pointing a name at another server is a new version.
-    Nothing is contacted here; a bad field raises ValueError naming it.
+    Nothing is contacted here; a bad field raises ValueError naming it. `project` and
+    `make_current` as for `register_model_version`.
     """
     remote = RemoteConfig.from_dict(config)
     version = ModelVersion.objects.create(
         name=name, kind=ModelVersion.Kind.REMOTE, path=remote.endpoint, weights_sha256=remote.fingerprint(),
         config=remote.to_dict(), project=project,
     )
-    if make_current_in is not None:
-        make_current(version, project=make_current_in)
+    if make_current:
+        set_current_model(version, project=project or Project.objects.sole())
     return version
 
 
-def make_current(version: ModelVersion, *, project: Project) -> None:
+def set_current_model(version: ModelVersion, *, project: Project) -> None:
     """Make `version` the project's current model (promoted); other projects keep theirs."""
     with transaction.atomic():
         CurrentModel.objects.update_or_create(project=project, defaults={"model_version": version})

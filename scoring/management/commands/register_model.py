@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scoring.core.model_files import CONFIG_NAME, ModelFormatError, write_model_config
-from scoring.management.projects import registering_options, registering_projects
+from scoring.management.projects import registering_options, registering_project
 from scoring.models import ModelVersion
 from scoring.store import registry
 from scoring.store.public_checkpoints import STYLES, describe_checkpoint
@@ -35,8 +35,8 @@ class Command(BaseCommand):
         registering_options(parser)
 
     def handle(self, *args, folder, style, name=None, separator=None, good_token=None, bad_token=None,
-               trust_remote_code=False, **options):
-        project, current_in = registering_projects(options)
+               trust_remote_code=False, make_current=False, **options):
+        project = registering_project(options | {"make_current": make_current})
         folder_path = Path(folder).resolve()
         name = name or folder_path.name
         if ModelVersion.objects.filter(name=name).exists():
@@ -50,7 +50,7 @@ class Command(BaseCommand):
                                          bad_token=bad_token, trust_remote_code=trust_remote_code)
             write_model_config(folder_path, config)
             version = registry.register_model_version(name=name, path=folder_path, project=project,
-                                                      make_current_in=current_in,
+                                                      make_current=make_current,
                                                       trust_remote_code=trust_remote_code,
                                                       metrics={"source": f"registered {style} checkpoint"})
         except (ModelFormatError, ValueError, OSError) as error:

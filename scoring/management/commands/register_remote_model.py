@@ -8,7 +8,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from scoring.management.projects import registering_options, registering_projects
+from scoring.management.projects import registering_options, registering_project
 from scoring.store import registry
 from scoring.store.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 
@@ -53,10 +53,10 @@ class Command(BaseCommand):
                 raise CommandError(f"--check: {error}") from None
             self.stdout.write(f"Checked: {len(steps)} steps scored, p = {[round(s.p, 4) for s in steps]}")
         try:
-            project, current_in = registering_projects(options)
+            project = registering_project(options)
             version = registry.register_remote_version(name=name, config=config, project=project,
-                                                       make_current_in=current_in)
+                                                       make_current=options["make_current"])
         except IntegrityError:
             raise CommandError(f"a model version named {name!r} already exists") from None
-        current = f" (current in {current_in.slug})" if current_in else ""
+        current = f" (current in {project.slug})" if project and options["make_current"] else ""
         self.stdout.write(f"Registered remote model version {version.name}{current} at {version.path}.")

@@ -35,7 +35,7 @@ class Command(BaseCommand):
             raise CommandError("--make-current needs --model")
         version = registry.version_for_command(model, project=project)
         if make_current:
-            registry.make_current(version, project=project)
+            registry.set_current_model(version, project=project)
         job = scoring.start_rescore(model_version=version, project=project, rebuild_queue=not no_queue)
         current = " (now its current model)" if make_current else ""
         self.stdout.write(f"Rescore job {job.pk} of {project.slug} queued for model {version.name}{current}.")

@@ -19,7 +19,7 @@ def _version(name: str, **fields) -> ModelVersion:
 
 def _current(name: str, project: Project | None = None) -> ModelVersion:
     version = _version(name)
-    registry.make_current(version, project=project or Project.objects.sole())
+    registry.set_current_model(version, project=project or Project.objects.sole())
     return version
 
 
@@ -41,7 +41,7 @@ def test_a_candidates_scores_are_shown_only_once_it_is_current():
     candidate = _version("v2")
     store_step_scores(candidate, solution, [0.3, 0.4])
     assert assistance.model_ps(solution_id=solution.pk) == [0.9, 0.8]
-    registry.make_current(candidate, project=solution.project)
+    registry.set_current_model(candidate, project=solution.project)
     assert assistance.model_ps(solution_id=solution.pk) == [0.3, 0.4]
 
 
@@ -67,11 +67,11 @@ def test_each_project_sees_its_own_current_models_scores():
 def test_one_version_may_be_current_in_two_projects_and_making_it_current_in_one_changes_only_that_one():
     gsm8k, math = two_projects()
     shared = _version("public-prm")  # registered in no project
-    registry.make_current(shared, project=gsm8k)
-    registry.make_current(shared, project=math)
+    registry.set_current_model(shared, project=gsm8k)
+    registry.set_current_model(shared, project=math)
     assert registry.current_model(gsm8k) == registry.current_model(math) == shared
     trained = _version("trained-in-math", project=math)
-    registry.make_current(trained, project=gsm8k)  # a version of another project may serve this one
+    registry.set_current_model(trained, project=gsm8k)  # a version of another project may serve this one
     assert (registry.current_model(gsm8k), registry.current_model(math)) == (trained, shared)
     assert list(ModelVersion.objects.lineage(math).order_by("name")) == [shared, trained]
     assert list(ModelVersion.objects.lineage(gsm8k)) == [trained]
