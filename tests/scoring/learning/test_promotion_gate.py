@@ -71,7 +71,8 @@ def test_a_gain_within_the_noise_is_rejected():
 @pytest.mark.django_db
 def test_the_projects_min_gain_and_the_runs_tolerance_move_the_bar():
     gsm8k, math = two_projects()
-    LabelingConfig.objects.update_or_create(project=gsm8k, defaults={"promotion_min_gain": 0.9})  # more than any AUC gain
+    # More than any AUC gain can be:
+    LabelingConfig.objects.update_or_create(project=gsm8k, defaults={"promotion_min_gain": 0.9})
     LabelingConfig.objects.update_or_create(project=math, defaults={"promotion_min_gain": 0.0})
     rows = held_out(120)
     better, worse = scored(rows, separation=0.6, seed=1), scored(rows, separation=0.0, seed=2)

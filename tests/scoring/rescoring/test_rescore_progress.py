@@ -2,8 +2,8 @@
 import pytest
 from django.urls import reverse
 
-from jobs.states import JobState
 from annotate.models import Project
+from jobs.states import JobState
 from scoring.models import ModelVersion, RescoreJob
 from scoring.store import registry
 

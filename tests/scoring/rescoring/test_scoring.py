@@ -9,11 +9,11 @@ from annotate.models import Project, QueueItem, Step
 from bench.tiny import build_tiny_prm
 from jobs.states import JobState
 from scoring.core.prm import aggregate
+from scoring.learning import promotion
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring
 from scoring.rescoring import scores
 from scoring.store import registry
-from scoring.learning import promotion
 from tests.factories import SolutionFactory
 from tests.scoring.projects import solution_in, two_projects
 
@@ -190,7 +190,8 @@ def test_a_job_that_cannot_load_its_model_ends_failed_with_the_reason(tiny_versi
 
     registry.forget_loaded()
     StepHead(32, "beta").save(tiny_version.path)  # the files no longer match the registered hash
-    job = scoring.start_rescore(model_version=tiny_version, project=Project.objects.sole())  # the web side only records it
+    # The web side only records the job:
+    job = scoring.start_rescore(model_version=tiny_version, project=Project.objects.sole())
     (chunk, *_) = scoring.plan_chunks(job=job, chunk_size=4)
     with pytest.raises(registry.ModelIntegrityError):
         scoring.run_chunk(chunk_id=chunk.pk)

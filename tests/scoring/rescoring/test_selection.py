@@ -19,6 +19,11 @@ def here() -> Project:
     return Project.objects.sole()
 
 
+def rebuild(version: ModelVersion, **policy) -> Generation:
+    """The queue rebuilt in this project by `version`, with the project's policy but `policy`."""
+    return selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), **policy))
+
+
 def configure(project: Project, **settings) -> None:
     LabelingConfig.objects.update_or_create(project=project, defaults=settings)
 
@@ -60,7 +65,7 @@ def served_order(generation: Generation) -> list[QueueItem]:
 
 def test_a_convincing_wrong_answer_is_served_first(version, fixture_pool):
     _, convincing_wrong = fixture_pool
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=20, seed=1))
+    generation = rebuild(version, size=20, seed=1)
     first = served_order(generation)[0]
     assert first.solution_id == convincing_wrong.pk
     assert first.reason == "convincing_wrong"
@@ -78,7 +83,7 @@ def test_shares_decide_how_many_items_each_reason_gets(version, fixture_pool):
 
 
 def test_reasons_are_interleaved_not_served_in_blocks(version, fixture_pool):
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=40, seed=3))
+    generation = rebuild(version, size=40, seed=3)
     first_ten = {item.reason for item in served_order(generation)[:10]}
     assert {"convincing_wrong", "convincing", "random"} <= first_ten
 
@@ -106,7 +111,7 @@ def test_no_problem_gets_more_than_its_cap(version, fixture_pool):
     problem = ProblemFactory()
     for n in range(6):
         scored(version, score=0.99 - n / 100, is_correct=False, problem=problem)
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=60, per_problem=1, seed=6))
+    generation = rebuild(version, size=60, per_problem=1, seed=6)
     per_problem = Counter(
         item.solution.problem_id
         for item in QueueItem.objects.filter(generation=generation.number).select_related("solution")
@@ -116,13 +121,13 @@ def test_no_problem_gets_more_than_its_cap(version, fixture_pool):
 
 def test_rebuild_starts_a_new_generation_and_retires_only_waiting_items(version, fixture_pool, annotator):
     pool, _ = fixture_pool
-    first = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=10, seed=7))
+    first = rebuild(version, size=10, seed=7)
     waiting, leased, done = served_order(first)[:3]
     QueueItem.objects.filter(pk=leased.pk).update(status=QueueItem.Status.LEASED, leased_to=annotator)
     QueueItem.objects.filter(pk=done.pk).update(status=QueueItem.Status.DONE)
     qc = QueueItem.objects.create(solution=pool[0], generation=first.number, slot=5, is_quality_control=True)
 
-    second = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=10, seed=7))
+    second = rebuild(version, size=10, seed=7)
     assert second.number == first.number + 1
     statuses = dict(
         QueueItem.objects.filter(pk__in=[waiting.pk, leased.pk, done.pk, qc.pk]).values_list("pk", "status")
@@ -140,7 +145,7 @@ def test_labeled_and_gold_solutions_are_not_selected(version, annotator):
     gold.is_gold = True
     gold.save(update_fields=["is_gold"])
     fresh = scored(version, score=0.5, is_correct=False)
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=10, seed=8))
+    generation = rebuild(version, size=10, seed=8)
     assert [item.solution_id for item in served_order(generation)] == [fresh.pk]
 
 
@@ -173,7 +178,7 @@ def test_with_overlap_two_different_annotators_label_each_selected_solution_afte
     from tests.factories import user_with_role
 
     LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"overlap_k": 2})
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=3, seed=10))
+    generation = rebuild(version, size=3, seed=10)
     selected = set(QueueItem.objects.filter(generation=generation.number).values_list("solution_id", flat=True))
     assert len(selected) == 3
     labelers: dict[int, set[str]] = {}
@@ -204,8 +209,7 @@ def test_solutions_imported_during_a_rescore_stay_queued_after_the_rebuild(versi
     unscored_wrong = SolutionFactory(is_correct=False)
     unscored_right = SolutionFactory(is_correct=True)
     queueing.enqueue_imported(solution_ids=[unscored_wrong.pk, unscored_right.pk])
-    policy = selection.Policy.of(here(), size=200, seed=3, per_problem=2, shares=selection.parse_shares("convincing_wrong=1"))
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=policy)
+    generation = rebuild(version, size=200, seed=3, per_problem=2, shares=selection.parse_shares("convincing_wrong=1"))
     picked = {item.solution_id: item for item in served_order(generation)}
     assert picked[unscored_wrong.pk].score_at_selection is None
     assert picked[unscored_right.pk].reason == "random"  # "convincing" needs a score
@@ -223,7 +227,7 @@ def test_once_scored_imported_solutions_are_ranked_by_the_model_like_the_rest(ve
     assert QueueItem.objects.get(solution=imported).reason == queueing.IMPORTED_WRONG_REASON
     SolutionScore.objects.create(solution=imported, model_version=version, product=0.99, min=0.99, last=0.99,
                                  mean=0.99)
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=20, seed=1))
+    generation = rebuild(version, size=20, seed=1)
     first = served_order(generation)[0]
     assert (first.solution_id, first.reason) == (imported.pk, "convincing_wrong")
     assert QueueItem.objects.get(solution=imported, generation=0).status == QueueItem.Status.RETIRED
@@ -243,7 +247,7 @@ def test_by_default_convincing_wrong_answers_lead_with_random_exploration_beside
 
     monkeypatch.setattr(ensemble, "for_model_version", no_ensemble)
     _, convincing_wrong = fixture_pool
-    generation = selection.rebuild_queue(model_version=version, project=here(), policy=selection.Policy.of(here(), size=20, seed=4))
+    generation = rebuild(version, size=20, seed=4)
     served = served_order(generation)
     assert Counter(item.reason for item in served) == {"convincing_wrong": 10, "random": 10}
     assert served[0].solution_id == convincing_wrong.pk and served[0].reason == "convincing_wrong"
