@@ -4,9 +4,10 @@ A version that is not the current one (a candidate, a rejected or retired model)
 only after a confirmation page that says the queue will be rebuilt from its scores; a
 running rescore can be cancelled from its page, which shows tokens/s and an ETA.
 
-Everything is the request's project's (`request.project`): the models page shows its lineage
-(versions trained in it and its current model, `ModelVersion.objects.lineage`), jobs and queue
-are its own, and an object of another project answers 404.
+Everything is the request's project's (`request.project`): the models page shows the versions it
+may use (`ModelVersion.objects.usable_in`: its lineage, the versions trained in it and its current
+model wherever that came from, and the public PRMs it could make current), its jobs and its queue;
+an object of another project answers 404.
 
 Thin views: parse, one call into scoring.rescoring.rescore / a query, render. The job page
 (`jobs/rescore/<pk>/`) polls itself with htmx while the job runs and answers with its
@@ -37,7 +38,7 @@ from scoring.web.charts import dotted
 @roles.reviewer_required
 def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
-    versions = list(ModelVersion.objects.lineage(request.project).with_current(request.project)
+    versions = list(ModelVersion.objects.usable_in(request.project).with_current(request.project)
                     .select_related("parent").prefetch_related("training_runs").order_by("-is_current", "-created_at"))
     jobs = RescoreJob.objects.filter(project=request.project).select_related("model_version")[:20]
     for version in versions:  # only admins see (and may build) exports
