@@ -68,11 +68,13 @@ class ModelVersion(models.Model):
     @property
     def state(self) -> str:
         """What the version is now in a project, in words: a promoted version another one replaced is
-        superseded. "current" needs the project: read from `ModelVersion.objects.with_current(project)`."""
-        if getattr(self, "is_current", False):
+        superseded. Current or superseded is the project's word: read from
+        `ModelVersion.objects.with_current(project)`; without it a promoted version is "promoted"."""
+        is_current = getattr(self, "is_current", None)
+        if is_current:
             return "current"
         if self.status == self.Status.PROMOTED:
-            return "superseded"
+            return "promoted" if is_current is None else "superseded"
         return self.Status(self.status).label.lower()
 
 

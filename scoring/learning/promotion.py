@@ -212,12 +212,12 @@ def evaluate_and_gate(
     )
     new_samples, new_problems = scored(registry.load(version), data, backbone_id=model_backbone_id(version))
     new = evaluation.evaluate(new_samples, new_problems)
-    current = registry.current_model(run.project_id)
+    current = registry.current_model(run.project)
     old, old_samples = None, None
     if current is not None:
         old_samples, old_problems = scored(registry.load(current), data, backbone_id=model_backbone_id(current))
         old = evaluation.evaluate(old_samples, old_problems)
-    rule = Evidence.of(run.project_id, tolerance=options.tolerance, val_fraction=config.val_fraction,
+    rule = Evidence.of(run.project, tolerance=options.tolerance, val_fraction=config.val_fraction,
                        seed=config.seed)
     decision = gate(new=new_samples, current=old_samples, metric=options.gate_metric, evidence=rule)
     decision |= {"current_version": current.name if current else None, "new_version": version.name}

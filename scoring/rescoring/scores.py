@@ -83,9 +83,9 @@ def current_step_ps(solution_id: int) -> QuerySet:
     this app gives it the query when it is ready (scoring.apps), and the labeling side runs it
     (annotate.labeling.assistance). Read where the scores are stored, it changes with them and with
     the project's current model."""
-    current = StepScore.objects.filter(step_id=OuterRef("pk"),
-                                       model_version__current_in__project_id=OuterRef("solution__project_id"))
-    current = current.values("p")[:1]
+    by_current = StepScore.objects.filter(step_id=OuterRef("pk"),
+                                          model_version__current_in__project_id=OuterRef("solution__project_id"))
+    current = by_current.values("p")[:1]
     return Step.objects.filter(solution_id=solution_id).order_by("index").annotate(p=Subquery(current)).values_list("p")
 
 

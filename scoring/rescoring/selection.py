@@ -86,13 +86,15 @@ class Policy:
     seed: int | None = None
 
     @classmethod
-    def of(cls, project: Project | int, **overrides) -> Policy:
+    def of(cls, project: Project | int, *, size: int | None = None, shares: dict[str, float] | None = None,
+           per_problem: int | None = None, score: str = "product", seed: int | None = None) -> Policy:
         """The project's policy (its settings' queue size, per-problem cap and selection shares),
-        with `overrides` (any field) in place of them."""
+        with those given here in place of its settings."""
         config = LabelingConfig.of(project)
-        fields = {"size": config.queue_size, "shares": dict(config.selection_shares),
-                  "per_problem": config.queue_per_problem}
-        return cls(**(fields | overrides))
+        return cls(size=config.queue_size if size is None else size,
+                   shares=dict(config.selection_shares) if shares is None else shares,
+                   per_problem=config.queue_per_problem if per_problem is None else per_problem,
+                   score=score, seed=seed)
 
 
 @dataclass

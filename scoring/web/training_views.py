@@ -76,7 +76,8 @@ def training_run(request: HttpRequest, pk: int) -> HttpResponse:
 @admin_only
 def model_evaluation(request: HttpRequest, version_id: int) -> HttpResponse:
     """A version's metrics and plots next to those of the version it was compared with."""
-    version = get_object_or_404(ModelVersion.objects.usable_in(request.project), pk=version_id)
+    version = get_object_or_404(ModelVersion.objects.usable_in(request.project).with_current(request.project),
+                                pk=version_id)
     metrics = version.metrics or {}
     new, old = metrics.get("eval"), metrics.get("compared_eval")
     names = [version.name, metrics.get("compared_with") or "previous"]

@@ -15,6 +15,7 @@ Thin views: parse, one call into scoring.rescoring.rescore / a query, render. Th
 """
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db.models import F
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -39,7 +40,8 @@ from scoring.web.charts import dotted
 def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
     versions = list(ModelVersion.objects.usable_in(request.project).with_current(request.project)
-                    .select_related("parent").prefetch_related("training_runs").order_by("-is_current", "-created_at"))
+                    .select_related("parent").prefetch_related("training_runs")
+                    .order_by(F("is_current").desc(), "-created_at"))
     jobs = RescoreJob.objects.filter(project=request.project).select_related("model_version")[:20]
     for version in versions:  # only admins see (and may build) exports
         is_head = version.kind == ModelVersion.Kind.HEAD

@@ -4,6 +4,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from annotate.models import Project
 from scoring.core import step_scores
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 from steps import splitting
@@ -24,7 +25,8 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     )
     # The request's project's current model (`ModelVersion.objects.with_current`).
     is_current = serializers.BooleanField(read_only=True, default=False)
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = ModelVersion
