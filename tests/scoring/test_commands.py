@@ -73,7 +73,6 @@ PROJECT_COMMANDS = {
     "retrain_schedule": lambda tmp_path: ["retrain_schedule"],
     "generate_solutions": lambda tmp_path: ["generate_solutions", "--problem-ids", "1"],
     "label_rollouts": lambda tmp_path: ["label_rollouts"],
-    "init_default_model": lambda tmp_path: ["init_default_model"],
 }
 
 
