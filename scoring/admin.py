@@ -2,6 +2,7 @@
 from django.contrib import admin, messages
 
 from scoring.models import (
+    CurrentModel,
     GenerationChunk,
     GenerationRun,
     ModelVersion,
@@ -18,8 +19,8 @@ from scoring.store import registry
 
 @admin.register(ModelVersion)
 class ModelVersionAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "status", "is_current", "parent", "created_at"]
-    list_filter = ["kind", "status", "is_current"]
+    list_display = ["name", "kind", "status", "project", "parent", "created_at"]
+    list_filter = ["kind", "status", "project"]
     search_fields = ["name", "path"]
     readonly_fields = ["weights_sha256", "config", "created_at"]
     actions = ["rescore_with_version", "make_current"]
@@ -28,22 +29,40 @@ class ModelVersionAdmin(admin.ModelAdmin):
         # A saved version's folder stays the one its fingerprint was taken from.
         return self.readonly_fields + (["path"] if obj is not None else [])
 
-    @admin.action(description="Rescore the pool with this version")
+    @admin.action(description="Rescore its project's pool with this version")
     def rescore_with_version(self, request, queryset):
         for version in queryset:
+            if version.project is None:
+                self.message_user(request, f"{version.name} belongs to no project: rescore from a project's "
+                                           "models page or `manage.py rescore --project`.", messages.ERROR)
+                continue
             try:
-                job = scoring.start_rescore(model_version=version, created_by=request.user)
+                job = scoring.start_rescore(model_version=version, project=version.project, created_by=request.user)
             except registry.ModelIntegrityError as error:
                 self.message_user(request, str(error), messages.ERROR)
                 continue
             self.message_user(request, f"Rescore job {job.pk} queued for {version.name}.", messages.SUCCESS)
 
-    @admin.action(description="Make this the current version")
+    @admin.action(description="Make this the current version of its project")
     def make_current(self, request, queryset):
         if queryset.count() != 1:
             self.message_user(request, "Choose exactly one version.", messages.ERROR)
             return
-        registry.make_current_version(queryset.get())
+        version = queryset.get()
+        if version.project is None:
+            self.message_user(request, f"{version.name} belongs to no project: choose the project under "
+                                       "Current models.", messages.ERROR)
+            return
+        registry.set_current_model(version, project=version.project)
+
+
+@admin.register(CurrentModel)
+class CurrentModelAdmin(admin.ModelAdmin):
+    """Each project's current model; any version may be current in any project."""
+
+    list_display = ["project", "model_version", "since"]
+    list_select_related = ["project", "model_version"]
+    autocomplete_fields = ["model_version"]
 
 
 @admin.register(StepScore)
@@ -72,16 +91,17 @@ class RescoreChunkInline(admin.TabularInline):
 @admin.register(RescoreJob)
 class RescoreJobAdmin(admin.ModelAdmin):
     list_display = [
-        "pk", "model_version", "state", "done", "total", "chunks_done", "chunks_total", "generation", "created_at"
+        "pk", "project", "model_version", "state", "done", "total", "chunks_done", "chunks_total", "generation",
+        "created_at",
     ]
-    list_filter = ["state"]
+    list_filter = ["state", "project"]
     inlines = [RescoreChunkInline]
 
 
 @admin.register(TrainingRun)
 class TrainingRunAdmin(admin.ModelAdmin):
-    list_display = ["pk", "state", "parent", "result", "n_labels", "created_at"]
-    list_filter = ["state"]
+    list_display = ["pk", "project", "state", "parent", "result", "n_labels", "created_at"]
+    list_filter = ["state", "project"]
 
 
 class GenerationChunkInline(admin.TabularInline):

@@ -1,5 +1,6 @@
 """The model side's data: PRM versions, their scores of the pool, and model jobs."""
 from django.db import models
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from annotate.models import AutoLabelRun, Project, Solution, Step
@@ -8,8 +9,23 @@ from jobs.models import Held, Job
 
 
 class ModelVersionQuerySet(models.QuerySet["ModelVersion"]):
-    def current(self) -> "ModelVersion | None":
-        return self.filter(is_current=True).first()
+    def with_current(self, project: Project) -> "ModelVersionQuerySet":
+        """Each version with `is_current`: whether it is the project's current model (its
+        CurrentModel row; `scoring.store.registry.current_model` reads the same row)."""
+        return self.annotate(is_current=Exists(
+            CurrentModel.objects.filter(project=project, model_version=OuterRef("pk"))))
+
+    def lineage(self, project: Project) -> "ModelVersionQuerySet":
+        """The versions a project's models page shows: those trained or registered in it, and its
+        current model wherever that came from (another project, a public PRM)."""
+        current = CurrentModel.objects.filter(project=project, model_version=OuterRef("pk"))
+        return self.filter(Q(project=project) | Q(Exists(current)))
+
+    def usable_in(self, project: Project) -> "ModelVersionQuerySet":
+        """The versions a project may score with or make current: its lineage and the public PRMs
+        (registered in no project)."""
+        current = CurrentModel.objects.filter(project=project, model_version=OuterRef("pk"))
+        return self.filter(Q(project=project) | Q(project__isnull=True) | Q(Exists(current)))
 
 
 class ModelVersion(models.Model):
@@ -38,7 +54,6 @@ class ModelVersion(models.Model):
     config = models.JSONField(default=dict, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.CANDIDATE)
-    is_current = models.BooleanField(default=False)
     trust_remote_code = models.BooleanField(default=False, help_text="Only an admin may set this")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -46,22 +61,20 @@ class ModelVersion(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["is_current"], condition=models.Q(is_current=True), name="one_current_model"
-            ),
-        ]
 
     def __str__(self) -> str:
         return self.name
 
     @property
     def state(self) -> str:
-        """What the version is now, in words: a promoted version another one replaced is superseded."""
-        if self.is_current:
+        """What the version is now in a project, in words: a promoted version another one replaced is
+        superseded. Current or superseded is the project's word: read from
+        `ModelVersion.objects.with_current(project)`; without it a promoted version is "promoted"."""
+        is_current = getattr(self, "is_current", None)
+        if is_current:
             return "current"
         if self.status == self.Status.PROMOTED:
-            return "superseded"
+            return "promoted" if is_current is None else "superseded"
         return self.Status(self.status).label.lower()
 
 

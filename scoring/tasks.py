@@ -146,11 +146,22 @@ def train_prm_task(run_id: int) -> str:
 
 
 @shared_task
-def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None) -> int | None:
-    """Beat's entry: start a run when enough labels are new; returns the run id or None."""
+def scheduled_retrain_task(min_new_labels: int = 50, options: dict | None = None,
+                           project_id: int | None = None) -> int | None:
+    """Beat's entry: start a run in the project when enough of its labels are new; returns the run
+    id or None. Without a project (the site's schedule) it sends one task per project that has no
+    schedule of its own (`retraining.projects_on_the_shared_schedule`)."""
+    from annotate.models import Project  # with the task body (docstring)
     from scoring.learning import retraining  # training loads torch: worker only (docstring)
 
-    run = retraining.scheduled_retrain(min_new_labels=min_new_labels, options=options)
+    if project_id is None:  # the site's schedule
+        for pk in retraining.projects_on_the_shared_schedule():
+            scheduled_retrain_task.delay(min_new_labels=min_new_labels, options=options, project_id=pk)
+        return None
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:  # deleted since the schedule was made
+        return None
+    run = retraining.scheduled_retrain(project=project, min_new_labels=min_new_labels, options=options)
     return run.pk if run else None
 
 

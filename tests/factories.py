@@ -66,10 +66,14 @@ def store_step_scores(version, solution, ps: list[float]) -> None:
 
 
 def scored_by_current_model(solution, ps: list[float]) -> None:
-    """The current model version's scores for each step of `solution` (a current version is made
-    when there is none)."""
+    """The scores of the current model of the solution's project for each step of `solution` (a
+    current version is made when the project has none)."""
     from scoring.models import ModelVersion
+    from scoring.store import registry
 
-    version = ModelVersion.objects.current() or ModelVersion.objects.create(
-        name="current", path="/x", weights_sha256="0" * 64, is_current=True)
+    version = registry.current_model(solution.project_id)
+    if version is None:
+        version = ModelVersion.objects.create(name=f"current-{solution.project_id}", path="/x", weights_sha256="0" * 64,
+                                              project_id=solution.project_id)
+        registry.set_current_model(version, project=solution.project)
     store_step_scores(version, solution, ps)

@@ -20,7 +20,7 @@ from pathlib import Path
 from django.db import transaction
 from django.db.models import F
 
-from annotate.models import AutoLabelRun, AutoStepLabel, Solution
+from annotate.models import AutoLabelRun, AutoStepLabel, Project, Solution
 from scoring.generation import rollouts
 from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import (
@@ -42,9 +42,9 @@ _generators: dict[str, Generator] = {}
 # --- choosing solutions and starting a job ----------------------------------------------------------
 
 
-def eligible_solutions(*, ids=None, source: str | None = None, unlabeled: bool = False):
-    """Solutions rollouts can label: with steps and a known answer; not references or gold items."""
-    solutions = Solution.objects.with_steps().filter(is_reference=False, is_gold=False).exclude(
+def eligible_solutions(*, project: Project, ids=None, source: str | None = None, unlabeled: bool = False):
+    """The project's solutions rollouts can label: with steps and a known answer; not references or gold items."""
+    solutions = Solution.objects.with_steps().filter(project=project, is_reference=False, is_gold=False).exclude(
         problem__ground_truth_answer__isnull=True).exclude(problem__ground_truth_answer="")
     if ids is not None:
         solutions = solutions.filter(pk__in=ids)
@@ -67,12 +67,13 @@ def resolve_spec(spec: dict | None) -> dict:
 
 
 def start_rollout_labeling(
-    *, method: str, n: int, solution_ids=None, source: str | None = None, unlabeled: bool = False,
+    *, project: Project, method: str, n: int, solution_ids=None, source: str | None = None, unlabeled: bool = False,
     limit: int | None = None, generator_spec: dict | None = None, params: SamplingParams | None = None,
     template: str = DEFAULT_PROMPT_TEMPLATE, delimiter: str = DEFAULT_STEP_DELIMITER, created_by=None,
     enqueue: bool = True,
 ) -> RolloutLabelJob:
-    """A pending job labeling the eligible solutions the filter selects (`eligible_solutions`).
+    """A pending job of the project labeling the eligible solutions of the project the filter
+    selects (`eligible_solutions`), into a new AutoLabelRun of the project.
 
     Solutions asked for by id but not eligible (no steps, no known answer) are counted as skipped.
     """
@@ -81,14 +82,16 @@ def start_rollout_labeling(
     sampling = replace(params or SamplingParams(), n=n, stop=())  # a rollout runs to the end of the solution
     spec = resolve_spec(generator_spec)
     wanted = None if solution_ids is None else list(dict.fromkeys(int(i) for i in solution_ids))
-    chosen = eligible_solutions(ids=wanted, source=source, unlabeled=unlabeled).values_list("pk", flat=True)
-    chosen = list(chosen[:limit] if limit else chosen)
+    eligible = eligible_solutions(project=project, ids=wanted, source=source, unlabeled=unlabeled)
+    eligible_ids = eligible.values_list("pk", flat=True)
+    chosen = list(eligible_ids[:limit] if limit else eligible_ids)
     with transaction.atomic():
-        run = AutoLabelRun.objects.create(method=method, source=describe_spec(spec), params={
+        run = AutoLabelRun.objects.create(project=project, method=method, source=describe_spec(spec), params={
             "n": n, "sampling": sampling.as_dict(), "template": template, "delimiter": delimiter, "generator": spec,
         })
-        job = RolloutLabelJob.objects.create(run=run, generator_spec=spec, solution_ids=chosen, total=len(chosen),
-                                             skipped=len(wanted or chosen) - len(chosen), created_by=created_by)
+        job = RolloutLabelJob.objects.create(project=project, run=run, generator_spec=spec, solution_ids=chosen,
+                                             total=len(chosen), skipped=len(wanted or chosen) - len(chosen),
+                                             created_by=created_by)
     if enqueue:
         transaction.on_commit(job.send_task)
     return job

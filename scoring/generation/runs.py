@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.labeling import queueing
-from annotate.models import Problem
+from annotate.models import Problem, Project
 from annotate.pool.importing import Record, SourceFile, write_batch
 from annotate.pool.importing.formats import check_size
 from annotate.pool.prm800k import LineError
@@ -49,11 +49,13 @@ _generators: dict[str, Generator] = {}  # loaded once per worker process, by spe
 
 
 def start_generation_run(
-    *, problem_filter: dict, samples_per_problem: int, generator_spec: dict, sampling: dict | None = None,
+    *, project: Project, problem_filter: dict, samples_per_problem: int, generator_spec: dict,
+    sampling: dict | None = None,
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE, seed: int | None = None, split_mode: str = "blank_line",
     chunk_size: int = 8, created_by=None, enqueue: bool = True,
 ) -> GenerationRun:
-    """Check everything a worker will need, record the run, and (after commit) send its task.
+    """Check everything a worker will need, record the run in the project (its problems are the
+    project's, and so are the solutions it writes), and (after commit) send its task.
 
     A ValueError names the field at fault; nothing is recorded then.
     """
@@ -63,10 +65,10 @@ def start_generation_run(
     render_prompt(prompt_template, "")
     if chunk_size < 1:
         raise ValueError(f"chunk_size: must be at least 1, not {chunk_size}")
-    if not select_problems(problem_filter):
-        raise ValueError("problem_filter: matches no problem")
+    if not select_problems(problem_filter, project=project):
+        raise ValueError(f"problem_filter: matches no problem in {project.slug}")
     run = GenerationRun.objects.create(
-        problem_filter=problem_filter, samples_per_problem=samples_per_problem,
+        project=project, problem_filter=problem_filter, samples_per_problem=samples_per_problem,
         generator_spec=check_spec(generator_spec), sampling=sampling, prompt_template=prompt_template,
         split_mode=check_mode(split_mode), seed=seed, chunk_size=chunk_size, created_by=created_by,
     )
@@ -75,14 +77,14 @@ def start_generation_run(
     return run
 
 
-def select_problems(problem_filter: dict) -> list[int]:
-    """Problem ids, in id order: the listed ones, or those of a source / split (up to `limit`)."""
+def select_problems(problem_filter: dict, *, project: Project) -> list[int]:
+    """The project's problem ids, in id order: the listed ones, or those of a source / split (up to `limit`)."""
     if not isinstance(problem_filter, dict):
         raise ValueError("problem_filter: must be an object")
     unknown = sorted(set(problem_filter) - FILTER_FIELDS)
     if unknown:
         raise ValueError(f"problem_filter.{unknown[0]}: unknown (expected {', '.join(sorted(FILTER_FIELDS))})")
-    problems = Problem.objects.order_by("pk")
+    problems = Problem.objects.filter(project=project).order_by("pk")
     if "problem_ids" in problem_filter:
         wanted = [int(pk) for pk in problem_filter["problem_ids"]]
         found = set(problems.filter(pk__in=wanted).values_list("pk", flat=True))
@@ -119,7 +121,7 @@ def run_generation(*, run_id: int, time_budget: float | None = None) -> Generati
     itself on after the chunk that passes it: back to pending and its task sent again, so
     no task outlives its time limit and a redelivery never has hours to redo.
     """
-    run = GenerationRun.objects.get(pk=run_id)
+    run = GenerationRun.objects.select_related("project").get(pk=run_id)
     if not plan_chunks(run=run):
         return run
     started = time.monotonic()
@@ -157,7 +159,7 @@ def plan_chunks(*, run: GenerationRun) -> bool:
         run.refresh_from_db()
         if run.state != JobState.PENDING or run.chunks.exists():  # running, finished, or handed on
             return run.start()
-        ids, size = select_problems(run.problem_filter), run.chunk_size
+        ids, size = select_problems(run.problem_filter, project=run.project), run.chunk_size
         GenerationChunk.objects.bulk_create(
             GenerationChunk(run=run, index=i, problem_ids=ids[start : start + size])
             for i, start in enumerate(range(0, len(ids), size))
@@ -174,7 +176,7 @@ def generator_for(spec: dict) -> Generator:
 
 def generate_chunk(*, run: GenerationRun, chunk: GenerationChunk, generator: Generator) -> None:
     """Generate one chunk's samples, then write them and mark the chunk done in one transaction."""
-    problems = Problem.objects.in_bulk(chunk.problem_ids)
+    problems = Problem.objects.filter(project=run.project_id).in_bulk(chunk.problem_ids)
     present = [pk for pk in chunk.problem_ids if pk in problems]  # a problem deleted since planning is left out
     params = sampling_params(run.sampling, n=run.samples_per_problem,
                              seed=None if run.seed is None else run.seed + chunk.index)
@@ -194,7 +196,7 @@ def generate_chunk(*, run: GenerationRun, chunk: GenerationChunk, generator: Gen
         # Claimed as done first: the row stays locked until the solutions are written (or rolled back).
         if not claim(chunk_row, to=GenerationChunk.State.DONE, finished_at=timezone.now()):
             return  # another attempt wrote it meanwhile
-        outcomes = write_batch([r for r in records if r is not None],
+        outcomes = write_batch([r for r in records if r is not None], project=run.project,
                                source_file=SourceFile(digest=run_digest(run), name=str(run)))
         failed = [o for o in outcomes if o.status == "error"]
         if failed:
@@ -202,7 +204,7 @@ def generate_chunk(*, run: GenerationRun, chunk: GenerationChunk, generator: Gen
         # (A created outcome always names its solution: `is not None` is for the type checker.)
         created = [o.solution for o in outcomes if o.status == "created" and o.solution is not None]
         chunk_row.update(created=len(created), duplicates=len(outcomes) - len(created),
-                         queued=queueing.enqueue_imported(solution_ids=created), **counts)
+                         queued=queueing.enqueue_imported(project=run.project, solution_ids=created), **counts)
 
 
 def record_for(*, run: GenerationRun, chunk: GenerationChunk, problem: Problem, sample_no: int, sample: Sample,

@@ -6,12 +6,14 @@ split (by problem, stable as data grows) plus pool problems the split would hold
 with their reference solutions (paired AUC) and graded candidates (best-of-N). The
 metrics themselves are plain functions in `scoring.core.evaluation`.
 
-Evidence: the gain in the gate metric over the current model, with a paired bootstrap interval
-over the held-out solutions (`evaluation.paired_bootstrap`). A version is promoted only when
-the interval's lower bound is above `STEPWISE_PROMOTION_MIN_GAIN` and the held-out set has at
-least `STEPWISE_PROMOTION_MIN_SOLUTIONS` labeled solutions and `STEPWISE_PROMOTION_MIN_STEPS`
-labeled steps; a smaller set ends "not enough evidence" (two solutions once "proved" 1.00 vs
-0.50), an interval that does not clear the bar ends "rejected".
+Everything is the run's project's: its labels and pool, its current model, its thresholds.
+
+Evidence: the gain in the gate metric over the project's current model, with a paired bootstrap
+interval over the held-out solutions (`evaluation.paired_bootstrap`). A version is promoted only
+when the interval's lower bound is above the project's `promotion_min_gain` and the held-out set
+has at least its `promotion_min_solutions` labeled solutions and `promotion_min_steps` labeled
+steps (LabelingConfig); a smaller set ends "not enough evidence" (two solutions once "proved"
+1.00 vs 0.50), an interval that does not clear the bar ends "rejected".
 
 What can be decided first is: the counts need no model. When they are short of the rule, both
 models are measured on the held-out labeled solutions alone (for the values shown beside the
@@ -27,10 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.db import transaction
 
-from annotate.models import Solution
+from annotate.models import LabelingConfig, Project, Solution
 from scoring.core import evaluation
 from scoring.core.model_files import backbone_folder, read_model_config
 from scoring.core.training_data import Example, TrainConfig, build_examples, is_validation_problem, split_by_problem
@@ -57,6 +58,7 @@ class EvalSet:
 
 def eval_set(
     *,
+    project: Project,
     examples: list[Example],
     trained_on: set[int],
     val_fraction: float,
@@ -64,13 +66,15 @@ def eval_set(
     max_problems: int,
     max_candidates: int,
 ) -> EvalSet:
-    """Held-out labeled solutions plus, on held-out problems, references and graded candidates.
+    """Held-out labeled solutions plus, on held-out problems of the project, references and graded
+    candidates.
 
     Held out: the labeled validation problems and any pool problem the split would hold
     out, never a problem the new model was trained on.
     """
     problems = {e.row.problem_id for e in examples}
-    pool = Solution.objects.with_steps().filter(is_gold=False).select_related("problem").order_by("pk")
+    pool = (Solution.objects.with_steps().filter(project=project, is_gold=False)
+            .select_related("problem").order_by("pk"))
     by_problem: dict[int, list[Solution]] = defaultdict(list)
     references = []
     for solution in pool.iterator(chunk_size=2000):
@@ -155,15 +159,18 @@ def model_backbone_id(version: ModelVersion) -> str:
 def evaluate_version(
     *,
     version: ModelVersion,
+    project: Project,
     val_fraction: float = 0.2,
     seed: int = 0,
     threshold: float = 0.5,
     max_problems: int = 32,
     max_candidates: int = 8,
 ) -> dict:
-    """Metrics of any registered version on today's held-out set (`eval_prm`)."""
-    train, val = split_by_problem(build_examples(label_rows.gather_rows()), val_fraction=val_fraction, seed=seed)
+    """Metrics of any registered version on the project's held-out set today (`eval_prm`)."""
+    train, val = split_by_problem(build_examples(label_rows.gather_rows(project=project)),
+                                  val_fraction=val_fraction, seed=seed)
     data = eval_set(
+        project=project,
         examples=val,
         trained_on={e.row.problem_id for e in train},
         val_fraction=val_fraction,
@@ -182,9 +189,9 @@ def evaluate_and_gate(
     options: RunOptions,
     log: Callable[[str], None],
 ) -> dict:
-    """Measure the new version and the current one on the same held-out data, record the
-    decision on both rows, and promote the new version, reject it, or mark it as not enough
-    evidence; returns the decision.
+    """Measure the new version and the run's project's current one on the same held-out data of
+    the project, record the decision on both rows, and promote the new version in the project,
+    reject it, or mark it as not enough evidence; returns the decision.
 
     Held out is what the version's own split says (`metrics["split"]`, recorded when it was
     registered): `examples` of its validation problems, never a problem it trained on. So an
@@ -196,6 +203,7 @@ def evaluate_and_gate(
         raise ValueError(f"{version.name} was registered without its train/validation split: train a new run")
     held_out = set(split["val_problem_ids"])
     data = eval_set(
+        project=run.project,
         examples=[e for e in examples if e.row.problem_id in held_out],
         trained_on=set(split["train_problem_ids"]),
         val_fraction=config.val_fraction,
@@ -203,8 +211,9 @@ def evaluate_and_gate(
         max_problems=options.bon_max_problems,
         max_candidates=options.bon_max_candidates,
     )
-    current = ModelVersion.objects.current()
-    rule = Evidence.from_settings(tolerance=options.tolerance, val_fraction=config.val_fraction, seed=config.seed)
+    current = registry.current_model(run.project)
+    rule = Evidence.of(run.project, tolerance=options.tolerance, val_fraction=config.val_fraction,
+                       seed=config.seed)
     n_solutions, n_steps = labeled_counts(data.labeled)
     if current is not None and rule.short_by(n_solutions=n_solutions, n_steps=n_steps):
         log(f"{n_solutions} held-out labeled solutions with {n_steps} labeled steps; the gate needs "
@@ -234,7 +243,7 @@ def evaluate_and_gate(
     TrainingRun.objects.filter(pk=run.pk).update(gate=decision)
     log(f"gate on {decision['metric']}: {describe(decision)}")
     if decision["promoted"]:
-        promote(version)
+        promote(version, project=run.project)
     else:
         ModelVersion.objects.filter(pk=version.pk).update(status=decision["outcome"])
     return decision
@@ -242,7 +251,7 @@ def evaluate_and_gate(
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a gain must show before a version is promoted (settings `STEPWISE_PROMOTION_*`).
+    """What a gain must show before a version is promoted (a project's `promotion_*` settings).
 
     `tolerance` is the run's own option: how much worse the new model may be (negative: how
     much better it must be), so the interval's lower bound must clear `min_gain - tolerance`.
@@ -258,11 +267,12 @@ class Evidence:
     seed: int = 0
 
     @classmethod
-    def from_settings(cls, *, tolerance: float = 0.0, val_fraction: float = 0.2, seed: int = 0) -> Evidence:
-        return cls(min_gain=settings.STEPWISE_PROMOTION_MIN_GAIN,
-                   min_solutions=settings.STEPWISE_PROMOTION_MIN_SOLUTIONS,
-                   min_steps=settings.STEPWISE_PROMOTION_MIN_STEPS,
-                   tolerance=tolerance, val_fraction=val_fraction, seed=seed)
+    def of(cls, project: Project | int, *, tolerance: float = 0.0, val_fraction: float = 0.2,
+           seed: int = 0) -> Evidence:
+        """The project's bar (LabelingConfig), with the run's tolerance and split."""
+        config = LabelingConfig.of(project)
+        return cls(min_gain=config.promotion_min_gain, min_solutions=config.promotion_min_solutions,
+                   min_steps=config.promotion_min_steps, tolerance=tolerance, val_fraction=val_fraction, seed=seed)
 
     @property
     def bar(self) -> float:
@@ -286,14 +296,14 @@ def gate(
     new: Sequence[evaluation.LabeledSample],
     current: Sequence[evaluation.LabeledSample] | None,
     metric: str,
-    evidence: Evidence | None = None,
+    evidence: Evidence,
 ) -> dict:
     """The promotion decision from both models' scores of the same held-out solutions.
 
     `outcome` is "promoted", "rejected" or "not_enough_evidence" (a ModelVersion status);
     the counts, the gain and its interval are kept, so the pages can show why.
     """
-    rule = evidence or Evidence.from_settings()
+    rule = evidence
     labeled = [s for s in new if not s.is_reference]
     n_steps = len(evaluation.step_arrays(labeled)[1])
     decision = {
@@ -348,8 +358,9 @@ def describe(decision: dict) -> str:
     return text
 
 
-def promote(version: ModelVersion) -> None:
-    """Make the version current; its rescore (and the new queue generation) follows on its own."""
+def promote(version: ModelVersion, *, project: Project) -> None:
+    """Make the version the project's current model; the rescore of the project's pool (and its
+    queue's new generation) follows on its own. Other projects keep their models and queues."""
     with transaction.atomic():
-        registry.make_current_version(version)
-        scoring.start_rescore(model_version=version, rebuild_queue=True)
+        registry.set_current_model(version, project=project)
+        scoring.start_rescore(model_version=version, project=project, rebuild_queue=True)

@@ -6,9 +6,11 @@ this module reads labels from the database (through the one step verdict,
 page can poll it, and hands the new version to the gate (`scoring.learning.promotion`). The run's
 state changes only through the shared job methods (`Job.start`, `succeed`, `fail`).
 
-At most one run is pending or running at any time: the run row holds the unique
-`active_slot` while it is active, so a second start (another scheduler, a double click)
-fails in the database, whatever the timing.
+Everything is a project's: a run trains on its project's labels, starts from its project's
+current model and is gated by its project's rules. At most one run per project is pending or
+running at any time: the run row holds the `active_slot`, unique per project, while it is
+active, so a second start in a project (another scheduler, a double click) fails in the
+database, whatever the timing, and two projects train side by side.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from annotate.models import Annotation, Generation
+from annotate.models import Annotation, Generation, Project
 from scoring.core.model_files import DEFAULT_SEPARATOR, backbone_folder, read_model_config
 from scoring.core.training_data import Example, TrainConfig, build_examples
 from scoring.learning import promotion
@@ -44,19 +46,21 @@ SCHEDULE_TASK = "scoring.tasks.scheduled_retrain_task"
 
 
 class TrainingAlreadyActive(Exception):
-    """Another training run is pending or running; the message names it."""
+    """Another training run of the project is pending or running; the message names it."""
 
 
 # --- starting runs and the lock ---------------------------------------------------------------
 
 
-def active_run() -> TrainingRun | None:
-    return TrainingRun.objects.filter(active_slot__isnull=False).first()
+def active_run(project: Project) -> TrainingRun | None:
+    """The project's pending or running training run, if any."""
+    return TrainingRun.objects.filter(project=project, active_slot__isnull=False).first()
 
 
-def start_training_run(*, options: dict | None = None, created_by=None,
+def start_training_run(*, project: Project, options: dict | None = None, created_by=None,
                        trigger: str = TrainingRun.Trigger.MANUAL, enqueue: bool = True) -> TrainingRun:
-    """Create a pending run and enqueue it after commit; raises TrainingAlreadyActive if one is.
+    """Create a pending run in the project and enqueue it after commit; raises TrainingAlreadyActive
+    if one of the project's is.
 
     `enqueue=False` leaves the run for the caller to execute in-process (`train_prm --inline`).
     """
@@ -65,12 +69,15 @@ def start_training_run(*, options: dict | None = None, created_by=None,
     try:
         with transaction.atomic():
             run = TrainingRun.objects.create(
-                config=asdict(parsed), created_by=created_by, trigger=trigger,
-                parent=ModelVersion.objects.current(), n_labels=Annotation.objects.trainable().count(),
+                project=project, config=asdict(parsed), created_by=created_by, trigger=trigger,
+                parent=registry.current_model(project),
+                n_labels=Annotation.objects.trainable().filter(project=project).count(),
             )
     except IntegrityError:
-        # The unique active_slot: someone else's run holds it (maybe committed a moment ago).
-        raise TrainingAlreadyActive(f"training run {_describe(active_run())} is still active") from None
+        # The active_slot, unique per project: another run of the project holds it (maybe committed
+        # a moment ago).
+        raise TrainingAlreadyActive(
+            f"training run {_describe(active_run(project))} of {project.slug} is still active") from None
     if enqueue:
         transaction.on_commit(run.send_task)
     return run
@@ -90,10 +97,10 @@ def fail_stale_runs(*, now: dt.datetime | None = None) -> int:
 # --- labels -------------------------------------------------------------------------------------
 
 
-def new_label_count() -> int:
-    """Labeled solutions submitted (or changed) since the last run started."""
-    last = TrainingRun.objects.order_by("-created_at").first()
-    labels = Annotation.objects.trainable()
+def new_label_count(project: Project) -> int:
+    """The project's labeled solutions submitted (or changed) since its last run started."""
+    last = TrainingRun.objects.filter(project=project).order_by("-created_at").first()
+    labels = Annotation.objects.trainable().filter(project=project)
     return (labels.filter(updated_at__gt=last.created_at) if last else labels).count()
 
 
@@ -112,7 +119,7 @@ def run_training(*, run_id: int) -> TrainingRun:
     Any exception, in training, evaluation or promotion, ends the run failed with its
     message and frees the slot (`Job.failure_recorded`); nothing half-written stays behind.
     """
-    run = TrainingRun.objects.select_related("parent").get(pk=run_id)
+    run = TrainingRun.objects.select_related("parent", "project").get(pk=run_id)
     if not run.start(started_at=timezone.now()):
         return run
     try:
@@ -139,10 +146,12 @@ def run_training(*, run_id: int) -> TrainingRun:
 
 
 def run_inputs(run: TrainingRun) -> tuple[RunOptions, list[Example]]:
-    """What a run is asked to do, and today's labeled examples it learns from (and is gated on)."""
+    """What a run is asked to do, and its project's labeled examples today, that it learns from (and
+    is gated on)."""
     options = RunOptions.parse(run.config)
     config = TrainConfig.from_dict(options.train)
-    return options, build_examples(label_rows.gather_rows(labels=config.labels), neutral=config.neutral)
+    rows = label_rows.gather_rows(project=run.project, labels=config.labels)
+    return options, build_examples(rows, neutral=config.neutral)
 
 
 def _log(run: TrainingRun, line: str) -> None:
@@ -151,10 +160,11 @@ def _log(run: TrainingRun, line: str) -> None:
     TrainingRun.objects.filter(pk=run.pk).update(log=run.log)
 
 
-def _parent_backbone(parent: ModelVersion | None) -> tuple[ModelVersion, Path, str, dict]:
-    """(parent, backbone folder, separator, head config) training starts from: the current model's."""
+def _parent_backbone(parent: ModelVersion | None, project: Project) -> tuple[ModelVersion, Path, str, dict]:
+    """(parent, backbone folder, separator, head config) training starts from: the project's current
+    model's (the default model's, made current there, when it has none)."""
     if parent is None:
-        parent = default_model.ensure_default_model()
+        parent = default_model.ensure_default_model(project=project)
     if parent.kind == ModelVersion.Kind.REMOTE:
         raise ValueError(f"model {parent.name!r} is served at {parent.path}: there are no weights here to train from")
     config = read_model_config(parent.path)
@@ -209,7 +219,7 @@ def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[
         raise ValueError(f"no labeled steps to train on ({config.labels} labels): submit or compute some first")
     _log(run, f"labels: {config.labels}; {sum(e.human_labels for e in examples)} human and "
               f"{sum(e.automatic_labels for e in examples)} automatic step labels")
-    parent, backbone_folder, separator, parent_head = _parent_backbone(run.parent)
+    parent, backbone_folder, separator, parent_head = _parent_backbone(run.parent, run.project)
     if config.layer is None and parent_head.get("layer") is not None:
         config.layer = parent_head["layer"]  # same read-out layer: the feature cache stays warm
     _log(run, f"{len(examples)} labeled solutions; backbone {backbone_folder.name}; "
@@ -227,11 +237,12 @@ def train_and_register(run: TrainingRun, *, options: RunOptions, examples: list[
     # after this finds all three (`registered_version`), one killed before finds none.
     # What it learned from, for the models page: labels up to the queue generation served now.
     trained_on = {"solutions": len(examples), "step_labels": sum(sum(e.n) for e in examples),
-                  "labels": config.labels, "generation": Generation.objects.current_number(),
+                  "labels": config.labels,
+                  "generation": Generation.objects.filter(project=run.project_id).current_number(),
                   "head": config.head, "mode": config.mode, "backbone": backbone_folder.name}
     with transaction.atomic():
         version = registry.register_model_version(
-            name=folder.name, path=folder, parent=run.parent,
+            name=folder.name, path=folder, project=run.project, parent=run.parent,
             metrics={"training": result.metrics, "split": result.split(), "trained_on": trained_on},
         )
         TrainingRun.objects.filter(pk=run.pk).update(result=version, config=run.config | {"train": asdict(config)})
@@ -265,23 +276,38 @@ class _ProgressWriter:
 # --- the schedule ---------------------------------------------------------------------------------
 
 
-def scheduled_retrain(*, min_new_labels: int, options: dict | None = None) -> TrainingRun | None:
-    """Start a run when at least `min_new_labels` labeled solutions are new; else do nothing."""
+def scheduled_retrain(*, project: Project, min_new_labels: int, options: dict | None = None) -> TrainingRun | None:
+    """Start a run in the project when at least `min_new_labels` of its labeled solutions are new;
+    else do nothing."""
     fail_stale_runs()
-    if active_run() is not None or new_label_count() < min_new_labels:
+    if active_run(project) is not None or new_label_count(project) < min_new_labels:
         return None
     try:
-        return start_training_run(options=options, trigger=TrainingRun.Trigger.SCHEDULE)
+        return start_training_run(project=project, options=options, trigger=TrainingRun.Trigger.SCHEDULE)
     except TrainingAlreadyActive:
         return None  # another scheduler won the race: exactly what the lock is for
 
 
-def ensure_schedule(*, every_minutes: int = 30, min_new_labels: int = 50) -> object:
-    """Create the periodic retrain task once (admins edit it in the admin; we never overwrite)."""
+def schedule_name(project: Project) -> str:
+    return f"{SCHEDULE_NAME} in {project.slug}"
+
+
+def projects_on_the_shared_schedule() -> list[int]:
+    """The projects the site's schedule (SCHEDULE_NAME, made by migration 0004) retrains, one task
+    each: those without a schedule of their own (`ensure_schedule`)."""
+    own = PeriodicTask.objects.filter(task=SCHEDULE_TASK, name__startswith=f"{SCHEDULE_NAME} in ")
+    scheduled = {json.loads(kwargs or "{}").get("project_id") for kwargs in own.values_list("kwargs", flat=True)}
+    return [pk for pk in Project.objects.order_by("pk").values_list("pk", flat=True) if pk not in scheduled]
+
+
+def ensure_schedule(*, project: Project, every_minutes: int = 30, min_new_labels: int = 50) -> object:
+    """Create the project's own periodic retrain task once, in place of the site's schedule for it
+    (its interval and threshold, edited in the admin; we never overwrite). Without one, a project
+    is retrained by the site's schedule, which sends one task per project."""
     interval, _ = IntervalSchedule.objects.get_or_create(every=every_minutes, period=IntervalSchedule.MINUTES)
     task, _ = PeriodicTask.objects.get_or_create(
-        name=SCHEDULE_NAME,
+        name=schedule_name(project),
         defaults={"task": SCHEDULE_TASK, "interval": interval, "queue": "ml",
-                  "kwargs": json.dumps({"min_new_labels": min_new_labels})},
+                  "kwargs": json.dumps({"project_id": project.pk, "min_new_labels": min_new_labels})},
     )
     return task

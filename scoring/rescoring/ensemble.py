@@ -154,15 +154,16 @@ def pool_uncertainty(ensemble: Ensemble, solution_ids, *, backbone, cache, backb
     return dict(zip(ids, uncertainties(ensemble, features)))
 
 
-def for_model_version(model_version, solution_ids, *, members: int = MEMBERS) -> dict[int, SolutionUncertainty]:
+def for_model_version(model_version, solution_ids, *, project,
+                      members: int = MEMBERS) -> dict[int, SolutionUncertainty]:
     """What rebuild_queue uses when the shares ask for an ensemble reason and none was given:
-    the version's ensemble on every trainable label (`fitted_for_version`: fitted once per
+    the version's ensemble on every trainable label of the project (`fitted_for_version`: fitted once per
     labels, stored) and the pool's uncertainties under it (`pool_uncertainty_for`: computed
     once per solution, stored). Empty without labels or for a model that is not a head on a
     backbone (its reasons' shares then go to random picks)."""
     if model_version.kind != ModelVersion.Kind.HEAD:
         return {}
-    rows = label_rows.gather_rows()
+    rows = label_rows.gather_rows(project=project)
     if not any(any(r is not None for r in ratings) for row in rows for ratings in row.ratings):
         return {}
     fitted = fitted_for_version(model_version, rows, members=members)

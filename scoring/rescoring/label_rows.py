@@ -10,15 +10,17 @@ from django.conf import settings
 from django.db.models import Count, F
 
 from annotate.labeling import verdicts
-from annotate.models import Annotation, AutoStepLabel, Solution, Step
+from annotate.models import Annotation, AutoStepLabel, Project, Solution, Step
 from scoring.core.training_data import LABEL_SOURCES, LabeledRow, stratum_weights
 
 if TYPE_CHECKING:
     from scoring.core.training import FeatureCache
 
 
-def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]:
-    """Every labeled solution as a LabeledRow, from the labels `labels` names (TrainConfig.labels).
+def gather_rows(*, project: Project | None = None, solution_ids=None, labels: str = "human") -> list[LabeledRow]:
+    """Every labeled solution of the project as a LabeledRow, from the labels `labels` names
+    (TrainConfig.labels), reweighted to the project's pool. No project: the sole one (an error
+    naming the choices when there are several), as for every `project` column's default.
 
     "human": one rating list per trainable annotation. Each rating is the verdict of the
     pool's own step, the text the row trains on (`annotate.labeling.verdicts`' `pool_path`: a step
@@ -29,12 +31,13 @@ def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]
     """
     if labels not in LABEL_SOURCES:
         raise ValueError(f"labels={labels!r}; expected one of {', '.join(LABEL_SOURCES)}")
-    ratings = human_ratings(solution_ids=solution_ids) if labels != "automatic" else {}
-    counts = automatic_counts(solution_ids=solution_ids) if labels != "human" else {}
+    project = project or Project.objects.sole()
+    ratings = human_ratings(project=project, solution_ids=solution_ids) if labels != "automatic" else {}
+    counts = automatic_counts(project=project, solution_ids=solution_ids) if labels != "human" else {}
     labeled = sorted(set(ratings) | set(counts))
     solutions = list(Solution.objects.filter(pk__in=labeled).select_related("problem").order_by("pk"))
     texts = step_texts(labeled)
-    weights = stratum_weights([s.is_correct for s in solutions], pool_strata())
+    weights = stratum_weights([s.is_correct for s in solutions], pool_strata(project))
     result = []
     for solution, weight in zip(solutions, weights):
         steps = texts.get(solution.pk, [])
@@ -47,14 +50,15 @@ def gather_rows(*, solution_ids=None, labels: str = "human") -> list[LabeledRow]
     return result
 
 
-def human_ratings(*, solution_ids=None) -> dict[int, tuple[tuple[int | None, ...], ...]]:
-    """Per solution, one rating list per trainable annotation (in annotation order).
+def human_ratings(*, project: Project | None = None,
+                  solution_ids=None) -> dict[int, tuple[tuple[int | None, ...], ...]]:
+    """Per solution of the project, one rating list per trainable annotation (in annotation order).
 
     An annotation whose labels may not leave Stepwise is left out by the export's own rule
     (`Verdicts.withheld`: a finish reason its ratings contradict), so a model never learns
     from labels no export would hand out.
     """
-    annotations = Annotation.objects.trainable()
+    annotations = Annotation.objects.trainable().filter(project=project or Project.objects.sole())
     if solution_ids is not None:
         annotations = annotations.filter(solution_id__in=solution_ids)
     finished = {pk: (solution_id, reason) for pk, solution_id, reason
@@ -68,9 +72,10 @@ def human_ratings(*, solution_ids=None) -> dict[int, tuple[tuple[int | None, ...
             for solution_id, pairs in labeled.items()}
 
 
-def automatic_counts(*, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
-    """Per solution, step index -> (K, N) summed over every automatic label of that step."""
-    labels = AutoStepLabel.objects.annotate(solution_id=F("step__solution_id"), index=F("step__index"))
+def automatic_counts(*, project: Project, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per solution of the project, step index -> (K, N) summed over every automatic label of that step."""
+    labels = AutoStepLabel.objects.filter(step__solution__project=project).annotate(
+        solution_id=F("step__solution_id"), index=F("step__index"))
     if solution_ids is not None:
         labels = labels.filter(step__solution_id__in=solution_ids)
     found: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
@@ -89,9 +94,9 @@ def step_texts(solution_ids) -> dict[int, list[str]]:
     return texts
 
 
-def pool_strata() -> dict[bool | None, int]:
-    """How the pool splits by answer correctness: the mix labels are reweighted to."""
-    pool = Solution.objects.filter(is_reference=False, is_gold=False)
+def pool_strata(project: Project) -> dict[bool | None, int]:
+    """How the project's pool splits by answer correctness: the mix its labels are reweighted to."""
+    pool = Solution.objects.filter(project=project, is_reference=False, is_gold=False)
     return {row["is_correct"]: row["n"] for row in pool.values("is_correct").annotate(n=Count("pk"))}
 
 

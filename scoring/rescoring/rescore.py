@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
+from annotate.models import Project
 from jobs.holders import heartbeats
 from jobs.states import JobState
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob
@@ -36,12 +37,9 @@ if TYPE_CHECKING:
     from scoring.store.remote_scorer import RemotePRM
 
 
-def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersion | None = None) -> list[list[dict]]:
+def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersion) -> list[list[dict]]:
     """Score texts that are not in the pool (the scoring API): per step {"p", "mean", "sigma", "spread"}
     (spread: the std of p over the version's ensemble members; None when it has no ensemble)."""
-    version = model_version or registry.current_model_version()
-    if version is None:
-        raise LookupError("no current model version; run `manage.py init_default_model`")
     for index, (problem, steps) in enumerate(items):
         if not isinstance(problem, str) or not problem.strip():
             raise ValueError(f"item {index}: 'problem' must be a non-empty string")
@@ -49,9 +47,9 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
             raise ValueError(f"item {index}: 'steps' must be a non-empty list of non-empty strings")
     from scoring.rescoring import ensemble  # torch: /api/score runs this on the worker, never in the web process
 
-    loaded = registry.load(version)
+    loaded = registry.load(model_version)
     # The version's stored ensemble (scoring/rescoring/ensemble.py), fitted at its last queue rebuild with labels.
-    fitted = ensemble.stored_ensemble(version)
+    fitted = ensemble.stored_ensemble(model_version)
     if fitted is None:
         results = loaded.step_probabilities(items)
         spreads: Sequence[Sequence[float | None]] = [[None] * len(steps) for steps in results]
@@ -65,14 +63,16 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
 
 
 def start_rescore(
-    *, model_version: ModelVersion, created_by=None, rebuild_queue: bool = True
+    *, model_version: ModelVersion, project: Project, created_by=None, rebuild_queue: bool = True
 ) -> RescoreJob:
-    """Record a rescore job and enqueue it (after commit) on the ml queue.
+    """Record a rescore of the project's pool and enqueue it (after commit) on the ml queue; its
+    queue rebuild fills the project's queue.
 
     Nothing is loaded or hashed here, so the web process never imports torch: the worker
     verifies the model's files when it loads them, and a changed model fails the job.
     """
-    job = RescoreJob.objects.create(model_version=model_version, created_by=created_by, rebuild_queue=rebuild_queue)
+    job = RescoreJob.objects.create(model_version=model_version, project=project, created_by=created_by,
+                                    rebuild_queue=rebuild_queue)
     transaction.on_commit(job.send_task)
     return job
 
@@ -89,7 +89,7 @@ def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[Resco
         RescoreJob.objects.select_for_update().filter(pk=job.pk).first()
         job.refresh_from_db()
         if job.state == JobState.PENDING:
-            todo = scores.unscored_solution_ids(model_version=job.model_version)
+            todo = scores.unscored_solution_ids(model_version=job.model_version, project=job.project)
             RescoreChunk.objects.bulk_create(
                 RescoreChunk(job=job, index=i, solution_ids=todo[start : start + chunk_size])
                 for i, start in enumerate(range(0, len(todo), chunk_size))
@@ -107,7 +107,7 @@ def run_chunk(*, chunk_id: int) -> int:
     The worker holds the job (its heartbeat) while the chunk runs; a job that ended meanwhile
     (cancelled, failed) is left alone: nothing more is scored and the queue is not rebuilt.
     """
-    chunk = RescoreChunk.objects.select_related("job__model_version").get(pk=chunk_id)
+    chunk = RescoreChunk.objects.select_related("job__model_version", "job__project").get(pk=chunk_id)
     job = chunk.job
     if chunk.state == RescoreChunk.State.DONE or not job.take_turn() or not chunk.claim():
         return 0
@@ -257,7 +257,8 @@ def finish(*, job: RescoreJob) -> bool:
     with job.failure_recorded(), transaction.atomic():
         if not RescoreJob.objects.select_for_update().filter(pk=job.pk, state=JobState.RUNNING).exists():
             return False
-        generation = selection.rebuild_queue(model_version=job.model_version) if job.rebuild_queue else None
+        generation = (selection.rebuild_queue(model_version=job.model_version, project=job.project)
+                      if job.rebuild_queue else None)
         return job.succeed(generation=generation.number if generation else None)
 
 
@@ -267,4 +268,4 @@ def stalled_jobs(*, idle_seconds: float = 0) -> list[RescoreJob]:
     since = timezone.now() - timedelta(seconds=idle_seconds)
     jobs = RescoreJob.objects.filter(state__in=[JobState.PENDING, JobState.RUNNING], created_at__lte=since)
     busy = RescoreChunk.objects.filter(finished_at__gt=since).values("job_id")
-    return list(jobs.exclude(pk__in=busy).select_related("model_version"))
+    return list(jobs.exclude(pk__in=busy).select_related("model_version", "project"))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from django.db import connection, models, transaction
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
-from annotate.models import Solution, Step
+from annotate.models import Project, Solution, Step
 from scoring.core.step_scores import StepProbability, aggregate
 from scoring.models import ModelVersion, SolutionScore, StepScore
 from scoring.store import registry
@@ -24,10 +24,16 @@ if TYPE_CHECKING:
     from scoring.store.remote_scorer import RemotePRM
 
 
-def unscored_solution_ids(*, model_version: ModelVersion, solution_ids: Sequence[int] | None = None) -> list[int]:
-    """Solutions with steps that this version has not scored yet, in id order."""
+def unscored_solution_ids(*, model_version: ModelVersion, project: Project | None = None,
+                          solution_ids: Sequence[int] | None = None) -> list[int]:
+    """Solutions with steps that this version has not scored yet, in id order: of the project's
+    pool, or of the given solutions (a chunk's, of one project), or both."""
+    if project is None and solution_ids is None:
+        raise ValueError("unscored_solution_ids needs a project or solution ids: nothing reads across projects")
     scored = Exists(SolutionScore.objects.filter(solution_id=OuterRef("pk"), model_version=model_version))
     solutions = Solution.objects.with_steps()
+    if project is not None:
+        solutions = solutions.filter(project=project)
     if solution_ids is not None:
         solutions = solutions.filter(pk__in=solution_ids)
     return list(solutions.exclude(scored).order_by("pk").values_list("pk", flat=True))
@@ -71,12 +77,15 @@ def write_scores(
 
 
 def current_step_ps(solution_id: int) -> QuerySet:
-    """The current version's P(step right) of each step of the solution, in step order (None where
-    it has not scored the step), as one query: the model's view that an assisted labeling project
-    shows. The labeling side may not import this app (import-linter's layers), so this app gives it
-    the query when it is ready (scoring.apps), and the labeling side runs it (annotate.labeling.
-    assistance). Read where the scores are stored, it changes with them and with the current version."""
-    current = StepScore.objects.filter(step_id=OuterRef("pk"), model_version__is_current=True).values("p")[:1]
+    """The P(step right) of each step of the solution by its project's current model, in step order
+    (None where it has not scored the step), as one query: the model's view that an assisted
+    labeling project shows. The labeling side may not import this app (import-linter's layers), so
+    this app gives it the query when it is ready (scoring.apps), and the labeling side runs it
+    (annotate.labeling.assistance). Read where the scores are stored, it changes with them and with
+    the project's current model."""
+    by_current = StepScore.objects.filter(step_id=OuterRef("pk"),
+                                          model_version__current_in__project_id=OuterRef("solution__project_id"))
+    current = by_current.values("p")[:1]
     return Step.objects.filter(solution_id=solution_id).order_by("index").annotate(p=Subquery(current)).values_list("p")
 
 

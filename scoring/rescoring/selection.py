@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from annotate.labeling import queueing
-from annotate.models import AutoLabelRun, AutoStepLabel, Generation, QueueItem, Solution
+from annotate.models import AutoLabelRun, AutoStepLabel, Generation, LabelingConfig, Project, QueueItem, Solution
 from infra import env
 from scoring.models import ModelVersion, SolutionScore, StepScore
 
@@ -77,14 +76,25 @@ def check_shares_setting(shares: Mapping[str, float]) -> None:
         raise ImproperlyConfigured(f"{SHARES_SETTING}: unknown reason {unknown[0]!r} (use {', '.join(REASONS)})")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Policy:
-    size: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_SIZE)
-    shares: dict[str, float] = field(default_factory=lambda: dict(settings.STEPWISE_SELECTION_SHARES))
-    per_problem: int = field(default_factory=lambda: settings.STEPWISE_QUEUE_PER_PROBLEM)
+    size: int
+    shares: dict[str, float]
+    per_problem: int
     # The solution score that says "convincing": P(all steps good) as in PRM800K.
     score: str = "product"
     seed: int | None = None
+
+    @classmethod
+    def of(cls, project: Project | int, *, size: int | None = None, shares: dict[str, float] | None = None,
+           per_problem: int | None = None, score: str = "product", seed: int | None = None) -> Policy:
+        """The project's policy (its settings' queue size, per-problem cap and selection shares),
+        with those given here in place of its settings."""
+        config = LabelingConfig.of(project)
+        return cls(size=config.queue_size if size is None else size,
+                   shares=dict(config.selection_shares) if shares is None else shares,
+                   per_problem=config.queue_per_problem if per_problem is None else per_problem,
+                   score=score, seed=seed)
 
 
 @dataclass
@@ -108,11 +118,14 @@ class Pick:
     reason: Reason
 
 
-def candidates(*, model_version: ModelVersion, score: str = "product",
+def candidates(*, model_version: ModelVersion, project: Project, score: str = "product",
                uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> list[Candidate]:
-    """Unlabeled pool solutions that nobody is labeling or has labeled: scored, then unscored."""
-    busy = QueueItem.objects.filter(status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
-    solutions = Solution.objects.unlabeled().filter(is_gold=False, is_reference=False).exclude(pk__in=busy)
+    """Unlabeled solutions of the project's pool that nobody is labeling or has labeled: scored,
+    then unscored."""
+    busy = QueueItem.objects.filter(
+        project=project, status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
+    solutions = (Solution.objects.unlabeled().filter(project=project, is_gold=False, is_reference=False)
+                 .exclude(pk__in=busy))
     scores = SolutionScore.objects.filter(model_version=model_version)
     rows = scores.filter(solution_id__in=solutions.values("pk")).values_list(
         "solution_id", "solution__problem_id", "solution__is_correct", score, "sigma"
@@ -263,23 +276,24 @@ def interleave(lists: dict[Reason, list[Candidate]]) -> list[Pick]:
     return [pick for *_, pick in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
-def rebuild_queue(*, model_version: ModelVersion, policy: Policy | None = None,
+def rebuild_queue(*, model_version: ModelVersion, project: Project, policy: Policy | None = None,
                   uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> Generation:
-    """Start a new generation with this model's picks; annotate's queueing writes the items.
+    """Start a new generation of the project's queue with this model's picks of the project's pool
+    (by the project's policy unless one is given); annotate's queueing writes the items.
 
     `uncertainty` (solution id -> ensemble.SolutionUncertainty) feeds the ensemble reasons;
     without it they read the version's stored ensemble (`ensemble.for_model_version`: fitted
     once per set of labels, the pool's numbers computed once per solution under it).
     """
-    policy = policy or Policy()
-    pool = candidates(model_version=model_version, score=policy.score, uncertainty=uncertainty)
+    policy = policy or Policy.of(project)
+    pool = candidates(model_version=model_version, project=project, score=policy.score, uncertainty=uncertainty)
     if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:
         from scoring.rescoring.ensemble import for_model_version  # torch: never imported by the web process
 
-        pool = with_uncertainty(pool, for_model_version(model_version, [c.solution_id for c in pool]))
+        pool = with_uncertainty(pool, for_model_version(model_version, [c.solution_id for c in pool], project=project))
     picks = select(pool, policy)
     with transaction.atomic():
-        generation = queueing.start_generation(model_version_name=model_version.name)
+        generation = queueing.start_generation(project=project, model_version_name=model_version.name)
         queueing.enqueue(
             generation=generation, model_version_name=model_version.name, size=policy.size,
             picks=[(pick.candidate.solution_id, float(len(picks) - rank), pick.reason, pick.candidate.score)

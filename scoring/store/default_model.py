@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from annotate.models import Project
 from scoring.core.model_files import DEFAULT_SEPARATOR
 from scoring.core.step_marker import STEP_MARKER, marker_id
 from scoring.models import ModelVersion
@@ -103,14 +104,15 @@ def build_default_model(models_dir: Path | None = None) -> Path:
     return folder
 
 
-def ensure_default_model(*, make_current: bool = True) -> ModelVersion:
-    """Build (once) and register the default model; current unless another version already is."""
+def ensure_default_model(*, project: Project | None = None) -> ModelVersion:
+    """Build (once) and register the default model, a public PRM (in no project, so every project
+    may use it); current in `project` unless the project already has a current model."""
     version = ModelVersion.objects.filter(name=VERSION_NAME).first()
     if version is None:
         folder = build_default_model()
         version = registry.register_model_version(
             name=VERSION_NAME, path=folder, metrics={"note": "untrained head"}
         )
-    if make_current and registry.current_model_version() is None:
-        registry.make_current_version(version)
+    if project is not None and registry.current_model(project) is None:
+        registry.set_current_model(version, project=project)
     return version

@@ -32,7 +32,7 @@ def version_facts(version: ModelVersion) -> dict:
     facts = {"name": version.name, "metrics": version.metrics, "data": meta.get("data")}
     run = version.training_runs.order_by("-created_at").first()
     if run is not None:
-        labels = Annotation.objects.trainable().filter(created_at__lte=run.created_at)
+        labels = Annotation.objects.trainable().filter(project=run.project_id, created_at__lte=run.created_at)
         facts["n_labels"] = run.n_labels
         facts["generations"] = sorted(
             g for g in labels.values_list("generation", flat=True).distinct() if g is not None

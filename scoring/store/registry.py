@@ -1,4 +1,9 @@
-"""The model registry: which PRM versions exist, which is current, and loading them safely.
+"""The model registry: which PRM versions exist, which is each project's current one, and loading
+them safely.
+
+A project's current model is its `CurrentModel` row, read and written here only
+(`current_model`, `set_current_model`). Any version may be current in a project: one trained there,
+one trained in another project, or a public PRM registered in none.
 
 A version is its folder plus the sha256 of the files that decide its scores. Loading checks
 the hash again, so a model whose files changed on disk is refused rather than silently
@@ -23,9 +28,10 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import transaction
 
+from annotate.models import Project
 from scoring.core import model_files
 from scoring.core.model_files import ModelFormatError, identity_files
-from scoring.models import ModelVersion
+from scoring.models import CurrentModel, ModelVersion
 from scoring.store.remote_scorer import RemoteConfig, RemotePRM
 
 if TYPE_CHECKING:
@@ -49,10 +55,12 @@ _lock = threading.Lock()
 
 
 def register_model_version(
-    *, name: str, path: str | Path, parent: ModelVersion | None = None, metrics: dict | None = None,
-    make_current: bool = False, trust_remote_code: bool = False,
+    *, name: str, path: str | Path, project: Project | None = None, parent: ModelVersion | None = None,
+    metrics: dict | None = None, make_current: bool = False, trust_remote_code: bool = False,
 ) -> ModelVersion:
-    """Record a model folder under a name (validated and hashed now); optionally make it current."""
+    """Record a model folder under a name (validated and hashed now), trained or registered in
+    `project` (None: a public PRM any project may use); optionally make it current in `project`
+    (None: in the sole project, an error naming the choices when there are several)."""
     folder = Path(path).resolve()
     config = model_files.read_model_config(folder)
     model_files.check_safetensors_only(model_files.backbone_folder(folder, config))
@@ -60,68 +68,81 @@ def register_model_version(
         raise ValueError("trust_remote_code needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true")
     version = ModelVersion.objects.create(
         name=name, kind=config["kind"], path=str(folder), weights_sha256=model_files.weights_sha256(folder),
-        parent=parent, config=config, metrics=metrics or {}, trust_remote_code=trust_remote_code,
+        parent=parent, config=config, metrics=metrics or {}, trust_remote_code=trust_remote_code, project=project,
     )
     if make_current:
-        make_current_version(version)
+        set_current_model(version, project=project or Project.objects.sole())
     return version
 
 
-def register_remote_version(*, name: str, config: dict, make_current: bool = False) -> ModelVersion:
+def register_remote_version(*, name: str, config: dict, project: Project | None = None,
+                            make_current: bool = False) -> ModelVersion:
     """Record a PRM served at a /pooling endpoint (scoring.store.remote_scorer.RemoteConfig fields).
 
     Its path is the endpoint and its fingerprint the hash of what decides its scores (URL,
     served model, separator, read-out), so pointing a name at another server is a new version.
-    Nothing is contacted here; a bad field raises ValueError naming it.
+    Nothing is contacted here; a bad field raises ValueError naming it. `project` and
+    `make_current` as for `register_model_version`.
     """
     remote = RemoteConfig.from_dict(config)
     version = ModelVersion.objects.create(
         name=name, kind=ModelVersion.Kind.REMOTE, path=remote.endpoint, weights_sha256=remote.fingerprint(),
-        config=remote.to_dict(),
+        config=remote.to_dict(), project=project,
     )
     if make_current:
-        make_current_version(version)
+        set_current_model(version, project=project or Project.objects.sole())
     return version
 
 
-def make_current_version(version: ModelVersion) -> None:
-    # Two statements in one transaction: the partial unique index allows one current row.
+def set_current_model(version: ModelVersion, *, project: Project) -> None:
+    """Make `version` the project's current model (promoted); other projects keep theirs."""
     with transaction.atomic():
-        ModelVersion.objects.filter(is_current=True).exclude(pk=version.pk).update(is_current=False)
-        ModelVersion.objects.filter(pk=version.pk).update(is_current=True, status=ModelVersion.Status.PROMOTED)
-    version.is_current, version.status = True, ModelVersion.Status.PROMOTED
+        CurrentModel.objects.update_or_create(project=project, defaults={"model_version": version})
+        ModelVersion.objects.filter(pk=version.pk).update(status=ModelVersion.Status.PROMOTED)
+    version.status = ModelVersion.Status.PROMOTED
 
 
-def current_model_version() -> ModelVersion | None:
-    return ModelVersion.objects.current()
+def current_model(project: Project | int) -> ModelVersion | None:
+    """The model the project scores its pool and selects its queue with; None until one is made current."""
+    project_id = project if isinstance(project, int) else project.pk
+    row = CurrentModel.objects.filter(project_id=project_id).select_related("model_version").first()
+    return row.model_version if row else None
 
 
 class UnknownModelVersion(LookupError):
     """A model version was asked for by a name no version has."""
 
 
-def find_version(name: str | None) -> ModelVersion | None:
-    """The version called `name`, or the current one when no name is given (None if none is)."""
+def find_version(name: str | None, *, project: Project, anywhere: bool = False) -> ModelVersion | None:
+    """The version called `name` among those the project may use (`ModelVersion.objects.usable_in`;
+    `anywhere`: among all, for the site's operator), or the project's current one when no name is
+    given (None if none is)."""
     if not name:
-        return current_model_version()
+        return current_model(project)
+    usable = ModelVersion.objects.all() if anywhere else ModelVersion.objects.usable_in(project)
     try:
-        return ModelVersion.objects.get(name=name)
+        return usable.get(name=name)
     except ModelVersion.DoesNotExist:
-        known = ", ".join(ModelVersion.objects.values_list("name", flat=True)) or "none"
-        raise UnknownModelVersion(f"{name!r}: no such model version (known: {known})") from None
+        known = ", ".join(usable.order_by("name").values_list("name", flat=True)) or "none"
+        raise UnknownModelVersion(f"{name!r}: no such model version in {project.slug} (known: {known})") from None
 
 
-def version_for_command(name: str | None, *, option: str = "--model") -> ModelVersion:
-    """What a management command's `--model NAME` means: that version, else the current one.
+def version_for_command(name: str | None, *, project: Project | None = None, option: str = "--model") -> ModelVersion:
+    """What a management command's `--model NAME` means: that version (any project's: the operator
+    may score one project's pool with another's model), else the project's current one.
 
     Neither is a CommandError naming the option, worded the same by every command.
     """
+    if not name and project is None:
+        raise CommandError(f"{option}: name a model version")
     try:
-        version = find_version(name)
-    except UnknownModelVersion as error:
-        raise CommandError(f"{option} {error}") from None
+        version = find_version(name, project=project, anywhere=True) if project else ModelVersion.objects.get(name=name)
+    except (UnknownModelVersion, ModelVersion.DoesNotExist):
+        known = ", ".join(ModelVersion.objects.order_by("name").values_list("name", flat=True)) or "none"
+        raise CommandError(f"{option} {name!r}: no such model version (known: {known})") from None
     if version is None:
-        raise CommandError(f"no current model version: run `manage.py init_default_model` or pass {option}")
+        where = f" in {project.slug}" if project else ""
+        raise CommandError(f"no current model version{where}: run `manage.py init_default_model` or pass {option}")
     return version
 
 

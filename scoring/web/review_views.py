@@ -11,16 +11,18 @@ from django.views.decorators.vary import vary_on_headers
 from annotate.labeling.roles import reviewer_required
 from annotate.models import Solution
 from annotate.web.htmx import page_or_partial
-from scoring.models import ModelVersion, SolutionScore, StepScore
+from scoring.models import SolutionScore, StepScore
+from scoring.store import registry
 
 
 @require_GET
 @reviewer_required
 @vary_on_headers("HX-Request")
 def review_scores(request: HttpRequest, solution_id: int) -> HttpResponse:
-    """The current model's score of every step of one solution, and its solution-level scores."""
-    solution = get_object_or_404(Solution.objects.select_related("problem"), pk=solution_id)
-    version = ModelVersion.objects.current()
+    """The project's current model's score of every step of one of its solutions, and its
+    solution-level scores."""
+    solution = get_object_or_404(Solution.objects.select_related("problem"), pk=solution_id, project=request.project)
+    version = registry.current_model(request.project)
     score = SolutionScore.objects.filter(solution=solution, model_version=version).first() if version else None
     p_by_index = dict(
         StepScore.objects.filter(step__solution=solution, model_version=version).values_list("step__index", "p")

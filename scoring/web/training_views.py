@@ -49,22 +49,26 @@ def training_runs(request: HttpRequest) -> HttpResponse:
     form = StartRunForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            run = retraining.start_training_run(options=form.options(), created_by=request.user)
+            run = retraining.start_training_run(project=request.project, options=form.options(),
+                                                created_by=request.user)
         except retraining.TrainingAlreadyActive as error:
             messages.error(request, str(error))
             return redirect("scoring:training-runs")
         return redirect("scoring:training-run", pk=run.pk)
-    runs = TrainingRun.objects.select_related("parent", "result", "created_by").order_by("-id")[:50]
+    project = request.project
+    runs = (TrainingRun.objects.filter(project=project).select_related("parent", "result", "created_by")
+            .order_by("-id")[:50])
+    versions = ModelVersion.objects.lineage(project).with_current(project).order_by("-created_at")[:20]
     return render(request, "scoring/training_runs.html",
-                  {"form": form, "runs": runs, "active": retraining.active_run(),
-                   "versions": ModelVersion.objects.order_by("-created_at")[:20]})
+                  {"form": form, "runs": runs, "active": retraining.active_run(project), "versions": versions})
 
 
 @admin_only
 @vary_on_headers("HX-Request")
 def training_run(request: HttpRequest, pk: int) -> HttpResponse:
     """One run; the job progress partial polls this URL until the run has finished."""
-    run = get_object_or_404(TrainingRun.objects.select_related("parent", "result"), pk=pk)
+    run = get_object_or_404(TrainingRun.objects.filter(project=request.project).select_related("parent", "result"),
+                            pk=pk)
     context = {"run": run, "loss_chart": loss_chart(run.loss_curve)}
     return render(request, page_or_partial(request, "scoring/training_run.html", "job-progress"), context)
 
@@ -72,7 +76,8 @@ def training_run(request: HttpRequest, pk: int) -> HttpResponse:
 @admin_only
 def model_evaluation(request: HttpRequest, version_id: int) -> HttpResponse:
     """A version's metrics and plots next to those of the version it was compared with."""
-    version = get_object_or_404(ModelVersion, pk=version_id)
+    version = get_object_or_404(ModelVersion.objects.usable_in(request.project).with_current(request.project),
+                                pk=version_id)
     metrics = version.metrics or {}
     new, old = metrics.get("eval"), metrics.get("compared_eval")
     names = [version.name, metrics.get("compared_with") or "previous"]

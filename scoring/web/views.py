@@ -4,12 +4,18 @@ A version that is not the current one (a candidate, a rejected or retired model)
 only after a confirmation page that says the queue will be rebuilt from its scores; a
 running rescore can be cancelled from its page, which shows tokens/s and an ETA.
 
+Everything is the request's project's (`request.project`): the models page shows the versions it
+may use (`ModelVersion.objects.usable_in`: its lineage, the versions trained in it and its current
+model wherever that came from, and the public PRMs it could make current), its jobs and its queue;
+an object of another project answers 404.
+
 Thin views: parse, one call into scoring.rescoring.rescore / a query, render. The job page
 (`jobs/rescore/<pk>/`) polls itself with htmx while the job runs and answers with its
 `progress` partial, the one job progress partial; without JavaScript it is a plain page.
 """
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db.models import F
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -24,7 +30,7 @@ from annotate.web.htmx import page_or_partial
 from scoring.core.model_files import EXPORT_KINDS
 from scoring.models import ModelVersion, RescoreJob
 from scoring.rescoring import rescore as scoring
-from scoring.store import model_exports
+from scoring.store import model_exports, registry
 from scoring.tasks import export_model_task
 from scoring.web import search_report
 from scoring.web.charts import dotted
@@ -33,9 +39,10 @@ from scoring.web.charts import dotted
 @roles.reviewer_required
 def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
-    versions = list(ModelVersion.objects.select_related("parent").prefetch_related("training_runs")
-                    .order_by("-is_current", "-created_at"))
-    jobs = RescoreJob.objects.select_related("model_version")[:20]
+    versions = list(ModelVersion.objects.usable_in(request.project).with_current(request.project)
+                    .select_related("parent").prefetch_related("training_runs")
+                    .order_by(F("is_current").desc(), "-created_at"))
+    jobs = RescoreJob.objects.filter(project=request.project).select_related("model_version")[:20]
     for version in versions:  # only admins see (and may build) exports
         is_head = version.kind == ModelVersion.Kind.HEAD
         # Attributes for the template only, not model fields.
@@ -99,7 +106,7 @@ def _export_links(version: ModelVersion) -> list[tuple[str, bool]]:
 @roles.admin_required
 def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
     """Start building a version's standard-checkpoint archive on the ml worker (once)."""
-    version = get_object_or_404(ModelVersion, pk=version_id)
+    version = get_object_or_404(ModelVersion.objects.usable_in(request.project), pk=version_id)
     as_kind = request.POST.get("as", "")
     if as_kind not in EXPORT_KINDS:
         return HttpResponse(f"'as' must be one of {', '.join(EXPORT_KINDS)}", status=400)
@@ -113,7 +120,7 @@ def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
 @roles.admin_required
 def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileResponse:
     """The built archive; nothing before it is complete, nothing outside the exports folder."""
-    version = get_object_or_404(ModelVersion, pk=version_id)
+    version = get_object_or_404(ModelVersion.objects.usable_in(request.project), pk=version_id)
     path = model_exports.finished_archive(version, as_kind) if as_kind in EXPORT_KINDS else None
     if path is None:
         raise Http404("This export is not built yet.")
@@ -123,23 +130,27 @@ def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileR
 @require_POST
 @roles.admin_required
 def rescore(request: HttpRequest, version_id: int) -> HttpResponse:
-    """Record a rescore job; for a version that is not the current one, only once the admin
-    confirmed (`confirm=1`) on a page saying what will happen to the queue."""
-    version = get_object_or_404(ModelVersion, pk=version_id)
-    if not version.is_current and request.POST.get("confirm") != "1":
+    """Record a rescore of the project's pool; for a version that is not the project's current one,
+    only once the admin confirmed (`confirm=1`) on a page saying what will happen to the queue."""
+    project = request.project
+    version = get_object_or_404(ModelVersion.objects.usable_in(project), pk=version_id)
+    current = registry.current_model(project)
+    if version != current and request.POST.get("confirm") != "1":
         return render(request, "scoring/rescore_confirm.html",
-                      {"version": version, "current": ModelVersion.objects.current(),
-                       "generation": Generation.objects.current_number()})
+                      {"version": version, "current": current,
+                       "generation": Generation.objects.filter(project=project).current_number()})
     rebuild_queue = request.POST.get("rebuild_queue", "1") == "1"
     # Only records the job: the ml worker verifies and loads the model (no torch here).
-    job = scoring.start_rescore(model_version=version, created_by=request.user, rebuild_queue=rebuild_queue)
+    job = scoring.start_rescore(model_version=version, project=project, created_by=request.user,
+                                rebuild_queue=rebuild_queue)
     return redirect("scoring:rescore-job", pk=job.pk)
 
 
 @roles.reviewer_required
 @vary_on_headers("HX-Request")
 def rescore_job(request: HttpRequest, pk: int) -> HttpResponse:
-    job = get_object_or_404(RescoreJob.objects.select_related("model_version"), pk=pk)
+    job = get_object_or_404(RescoreJob.objects.filter(project=request.project).select_related("model_version"),
+                            pk=pk)
     context = {"job": job, "rates": job.rates(), "can_cancel": roles.is_admin(request.user)}
     return render(request, page_or_partial(request, "scoring/rescore_job.html", "progress"), context)
 
@@ -148,18 +159,21 @@ def rescore_job(request: HttpRequest, pk: int) -> HttpResponse:
 @roles.admin_required
 def cancel_rescore(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel a running rescore: the worker stops at its next chunk; the queue is not rebuilt."""
-    scoring.cancel_rescore(job=get_object_or_404(RescoreJob, pk=pk), user=request.user)
+    scoring.cancel_rescore(job=get_object_or_404(RescoreJob, pk=pk, project=request.project), user=request.user)
     return redirect("scoring:rescore-job", pk=pk)
 
 
 @roles.reviewer_required
 def queue(request: HttpRequest) -> HttpResponse:
+    project = request.project
     generation = request.GET.get("generation", "")
-    number = int(generation) if generation.lstrip("-").isdigit() else Generation.objects.current_number()
+    generations = Generation.objects.filter(project=project)
+    number = int(generation) if generation.lstrip("-").isdigit() else generations.current_number()
     items = (
-        QueueItem.objects.filter(generation=number, status__in=[QueueItem.Status.AVAILABLE, QueueItem.Status.LEASED])
+        QueueItem.objects.filter(project=project, generation=number,
+                                 status__in=[QueueItem.Status.AVAILABLE, QueueItem.Status.LEASED])
         .select_related("solution__problem").order_by("-priority", "id")
     )
     page = Paginator(items, 50).get_page(request.GET.get("page"))
-    generations = Generation.objects.filter(number__gte=0)
+    generations = generations.filter(number__gte=0)
     return render(request, "scoring/queue.html", {"page": page, "number": number, "generations": generations})

@@ -1,7 +1,7 @@
 """Rescoring through a real Celery worker process, including one killed mid-job."""
 import pytest
 
-from annotate.models import Problem, QueueItem, Solution, Step
+from annotate.models import Problem, Project, QueueItem, Solution, Step
 from annotate.models.pool import content_hash
 from bench.tiny import build_tiny_prm
 from jobs.states import JobState
@@ -59,7 +59,7 @@ def job_state(job_id: int) -> str:
 def test_worker_rescores_the_pool_and_rebuilds_the_queue(tiny_current, worker_factory):
     make_pool(20)
     worker_factory()
-    job = scoring.start_rescore(model_version=tiny_current)
+    job = scoring.start_rescore(model_version=tiny_current, project=Project.objects.sole())
     wait_for(lambda: job_state(job.pk) in {JobState.SUCCEEDED, JobState.FAILED}, timeout=120)
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED, job.error
@@ -69,7 +69,7 @@ def test_worker_rescores_the_pool_and_rebuilds_the_queue(tiny_current, worker_fa
     assert QueueItem.objects.filter(generation=job.generation, model_version_name="tiny").count() == 20
 
     # Same model, unchanged pool: a second job has nothing to score and plans no chunk.
-    again = scoring.start_rescore(model_version=tiny_current, rebuild_queue=False)
+    again = scoring.start_rescore(model_version=tiny_current, project=Project.objects.sole(), rebuild_queue=False)
     wait_for(lambda: job_state(again.pk) == JobState.SUCCEEDED, timeout=60)
     assert RescoreJob.objects.get(pk=again.pk).chunks_total == 0
 
@@ -78,7 +78,7 @@ def test_worker_rescores_the_pool_and_rebuilds_the_queue(tiny_current, worker_fa
 def test_killed_worker_mid_job_leaves_every_score_exactly_once(tiny_current, worker_factory):
     make_pool(120)
     worker = worker_factory()
-    job = scoring.start_rescore(model_version=tiny_current)
+    job = scoring.start_rescore(model_version=tiny_current, project=Project.objects.sole())
     wait_for(lambda: RescoreJob.objects.get(pk=job.pk).chunks_done >= 1, timeout=120, interval=0.05)
     worker.kill()
     job.refresh_from_db()

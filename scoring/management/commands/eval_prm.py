@@ -1,13 +1,15 @@
-"""`manage.py eval_prm [--model VERSION] [--json] [--save]`: evaluate a model on held-out labels.
+"""`manage.py eval_prm [--project SLUG] [--model VERSION] [--json] [--save]`: evaluate a model on a
+project's held-out labels.
 
-The held-out set is the one training uses: labeled solutions of validation problems (split
-by problem), plus graded solutions of held-out problems for best-of-N.
+The held-out set is the one the project's training uses: labeled solutions of validation
+problems (split by problem), plus graded solutions of held-out problems for best-of-N.
 """
 import json
 
 from django.core.management.base import BaseCommand
 
 from scoring.learning import promotion
+from scoring.management.projects import add_project_argument, project_option
 from scoring.store import registry
 
 
@@ -15,7 +17,8 @@ class Command(BaseCommand):
     help = "Step AUC, paired AUC, ProcessBench F1, best-of-N and calibration of a model version."
 
     def add_arguments(self, parser):
-        parser.add_argument("--model", help="version name (default: the current one)")
+        add_project_argument(parser)
+        parser.add_argument("--model", help="version name (default: the project's current one)")
         parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
         parser.add_argument("--save", action="store_true", help="store them on the version (metrics.eval)")
         parser.add_argument("--val-fraction", type=float, default=0.2)
@@ -23,8 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--threshold", type=float, default=0.5, help="ProcessBench first-error threshold")
 
     def handle(self, *args, **options):
-        version = registry.version_for_command(options["model"])
-        metrics = promotion.evaluate_version(version=version, val_fraction=options["val_fraction"],
+        project = project_option(options)
+        version = registry.version_for_command(options["model"], project=project)
+        metrics = promotion.evaluate_version(version=version, project=project, val_fraction=options["val_fraction"],
                                               seed=options["seed"], threshold=options["threshold"])
         if options["save"]:
             version.metrics = version.metrics | {"eval": metrics}

@@ -17,6 +17,7 @@ from annotate.pool import importing
 from scoring import search
 from scoring.core import prm
 from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, LocalGenerator
+from scoring.management.projects import add_project_argument, project_option
 from scoring.search import evaluation as search_eval
 from scoring.store import registry
 from scoring.web import search_report
@@ -64,7 +65,8 @@ class Command(BaseCommand):
                             help="folder with gsm8k/test.jsonl and math500/test.jsonl (a checkout's tests/data)")
         parser.add_argument("--problems", type=int, default=10)
         parser.add_argument("--shortest", action="store_true", help="the problems with the shortest references")
-        parser.add_argument("--model", help="PRM version name (default: the current one)")
+        add_project_argument(parser)
+        parser.add_argument("--model", help="PRM version name (default: the project's current one)")
         parser.add_argument("--prm", type=Path, help="a PRM model folder instead of a registered version")
         parser.add_argument("--generator", type=Path, help="a causal-LM folder (default: the PRM's backbone)")
         parser.add_argument("--chat", action="store_true", help="wrap the prompt in SmolLM2's chat format")
@@ -120,7 +122,7 @@ class Command(BaseCommand):
             folder = options["prm"].resolve()
             loaded = prm.load_prm(folder, dtype=registry._dtype_setting())
             return loaded, folder.name, prm.backbone_folder(folder, prm.read_model_config(folder))
-        version = registry.version_for_command(options["model"])
+        version = registry.version_for_command(options["model"], project=project_option(options))
         return registry.load(version), version.name, prm.backbone_folder(version.path, version.config)
 
     def _generator(self, folder):

@@ -1,4 +1,5 @@
-"""`manage.py generate_solutions`: N samples per problem from a policy model into the pool.
+"""`manage.py generate_solutions [--project SLUG]`: N samples per problem of a project from a policy
+model into the project's pool.
 
     generate_solutions --source gsm8k --split test --limit 20 -n 8                 # local SmolLM2
     generate_solutions --problem-ids 3,4 -n 4 --backend openai --base-url http://127.0.0.1:8000/v1 --model M
@@ -12,12 +13,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scoring.generation import runs as generation
 from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE
+from scoring.management.projects import add_project_argument, project_option
 
 
 class Command(BaseCommand):
     help = "Generate N solutions per problem with a local model or an OpenAI-compatible server."
 
     def add_arguments(self, parser):
+        add_project_argument(parser)
         parser.add_argument("--problem-ids", help="comma-separated problem ids (else --source/--split/--limit)")
         parser.add_argument("--source")
         parser.add_argument("--split")
@@ -38,9 +41,10 @@ class Command(BaseCommand):
         parser.add_argument("--background", action="store_true", help="queue for the workers, do not wait")
 
     def handle(self, *args, **options):
+        project = project_option(options)
         try:
             run = generation.start_generation_run(
-                problem_filter=problem_filter(options), samples_per_problem=options["samples"],
+                project=project, problem_filter=problem_filter(options), samples_per_problem=options["samples"],
                 generator_spec=generator_spec(options), seed=options["seed"], split_mode=options["split_mode"],
                 sampling={"temperature": options["temperature"], "top_p": options["top_p"],
                           "max_tokens": options["max_tokens"]},

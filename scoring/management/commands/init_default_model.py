@@ -1,28 +1,42 @@
-"""`manage.py init_default_model [--rescore]`: build generation 0 (SmolLM2 + untrained head) offline, once."""
+"""`manage.py init_default_model [--project SLUG] [--rescore]`: build generation 0 (SmolLM2 + untrained
+head) offline, once, as a public PRM (in no project), and make it current in the project, or without
+--project in every project, that has no current model; --rescore then rescores each of those
+projects' pools with its current model. The start script runs it once for the whole site."""
 from django.core.management.base import BaseCommand, CommandError
 
+from annotate.models import Project
+from scoring.management.projects import add_project_argument, project_option
 from scoring.rescoring import rescore as scoring
-from scoring.store import default_model
-from scoring.store.registry import current_model_version
+from scoring.store import default_model, registry
 
 
 class Command(BaseCommand):
     help = "Convert the bundled SmolLM2-135M-Instruct GGUF to safetensors and register it (idempotent)."
 
     def add_arguments(self, parser):
+        add_project_argument(parser)
         parser.add_argument("--rescore", action="store_true",
-                            help="then queue an (incremental) rescore of the pool with the current model")
+                            help="then queue an (incremental) rescore of each project's pool with its current model")
 
     def handle(self, *args, rescore=False, **options):
+        projects = [project_option(options)] if options.get("project") else self.every_project()
         try:
             version = default_model.ensure_default_model()
+            for project in projects:
+                default_model.ensure_default_model(project=project)
         except FileNotFoundError as error:
             raise CommandError(str(error)) from None
-        current = " (current)" if version.is_current else ""
+        serving = [project.slug for project in projects if registry.current_model(project) == version]
+        current = f" (current in {', '.join(serving)})" if serving else ""
         line = f"Default model: {version.name}{current} at {version.path}"
         if rescore:
-            model = current_model_version() or version
-            job = scoring.start_rescore(model_version=model)
-            # One line: the job only scores what this model has not scored yet.
-            line += f"; rescore job {job.pk} with {model.name} queued for the ml worker"
+            jobs = [scoring.start_rescore(model_version=model, project=project) for project in projects
+                    if (model := registry.current_model(project)) is not None]
+            # One line: each job only scores what its model has not scored yet.
+            line += f"; rescore job{'s' if len(jobs) > 1 else ''} {', '.join(str(job.pk) for job in jobs)} " \
+                    "queued for the ml worker"
         self.stdout.write(line + ".")
+
+    @staticmethod
+    def every_project() -> list[Project]:
+        return list(Project.objects.order_by("slug")) or [Project.objects.sole()]

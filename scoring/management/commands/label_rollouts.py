@@ -1,6 +1,7 @@
-"""`manage.py label_rollouts [--method math_shepherd|omegaprm] [--n N] [--generator default|FOLDER|JSON] ...`
+"""`manage.py label_rollouts [--project SLUG] [--method math_shepherd|omegaprm] [--n N]
+[--generator default|FOLDER|JSON] ...`
 
-Labels pool solutions automatically by rollouts into a new AutoLabelRun (kept apart from
+Labels a project's pool solutions automatically by rollouts into a new AutoLabelRun (kept apart from
 human labels). Solutions: --solution-ids, --source, --unlabeled (no submitted human label),
 --limit; only those with steps and a known answer are labeled. By default the job is queued
 for a worker on the `ml` queue (and resumes after a crash); --inline runs it here.
@@ -11,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scoring.generation import rollout_labeling, rollouts
 from scoring.generation.generators import SamplingParams
+from scoring.management.projects import add_project_argument, project_option
 from scoring.models import RolloutLabelJob
 
 
@@ -18,6 +20,7 @@ class Command(BaseCommand):
     help = "Label solutions' steps automatically by rollouts (Math-Shepherd or OmegaPRM)."
 
     def add_arguments(self, parser):
+        add_project_argument(parser)
         parser.add_argument("--method", choices=rollouts.METHODS, default="math_shepherd")
         parser.add_argument("--n", type=int, default=8, help="completions per rolled-out prefix")
         parser.add_argument("--generator", default="default",
@@ -32,11 +35,12 @@ class Command(BaseCommand):
         parser.add_argument("--inline", action="store_true", help="run here instead of on a worker")
 
     def handle(self, *args, **options):
+        project = project_option(options)
         try:
             params = SamplingParams(n=options["n"], max_tokens=options["max_tokens"],
                                     temperature=options["temperature"], seed=options["seed"])
             job = rollout_labeling.start_rollout_labeling(
-                method=options["method"], n=options["n"], solution_ids=self._solution_ids(options),
+                project=project, method=options["method"], n=options["n"], solution_ids=self._solution_ids(options),
                 source=options["source"], unlabeled=options["unlabeled"], limit=options["limit"],
                 generator_spec=parse_generator(options["generator"]), params=params,
                 enqueue=not options["inline"],

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scoring.core.model_files import CONFIG_NAME, ModelFormatError, write_model_config
+from scoring.management.projects import registering_options, registering_project
 from scoring.models import ModelVersion
 from scoring.store import registry
 from scoring.store.public_checkpoints import STYLES, describe_checkpoint
@@ -31,10 +32,11 @@ class Command(BaseCommand):
         parser.add_argument("--trust-remote-code", action="store_true",
                             help="load the folder's own modeling code (needs STEPWISE_ALLOW_TRUST_REMOTE_CODE=true; "
                                  "Qwen2.5-Math-PRM never does: Stepwise defines its model)")
-        parser.add_argument("--make-current", action="store_true")
+        registering_options(parser)
 
     def handle(self, *args, folder, style, name=None, separator=None, good_token=None, bad_token=None,
                trust_remote_code=False, make_current=False, **options):
+        project = registering_project(options | {"make_current": make_current})
         folder_path = Path(folder).resolve()
         name = name or folder_path.name
         if ModelVersion.objects.filter(name=name).exists():
@@ -47,7 +49,8 @@ class Command(BaseCommand):
             config = describe_checkpoint(folder_path, style=style, separator=separator, good_token=good_token,
                                          bad_token=bad_token, trust_remote_code=trust_remote_code)
             write_model_config(folder_path, config)
-            version = registry.register_model_version(name=name, path=folder_path, make_current=make_current,
+            version = registry.register_model_version(name=name, path=folder_path, project=project,
+                                                      make_current=make_current,
                                                       trust_remote_code=trust_remote_code,
                                                       metrics={"source": f"registered {style} checkpoint"})
         except (ModelFormatError, ValueError, OSError) as error:

@@ -8,6 +8,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from scoring.management.projects import registering_options, registering_project
 from scoring.store import registry
 from scoring.store.remote_scorer import RemoteConfig, RemotePRM, RemoteScoringError
 
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
         parser.add_argument("--retries", type=int, default=3, help="further attempts on 429/5xx/timeouts")
         parser.add_argument("--batch-size", type=int, default=16, help="solutions per request")
-        parser.add_argument("--make-current", action="store_true", help="make it the current version")
+        registering_options(parser)
         parser.add_argument("--check", action="store_true", help="score one solution through it first")
 
     def handle(self, *args, name, url, **options):
@@ -52,8 +53,10 @@ class Command(BaseCommand):
                 raise CommandError(f"--check: {error}") from None
             self.stdout.write(f"Checked: {len(steps)} steps scored, p = {[round(s.p, 4) for s in steps]}")
         try:
-            version = registry.register_remote_version(name=name, config=config, make_current=options["make_current"])
+            project = registering_project(options)
+            version = registry.register_remote_version(name=name, config=config, project=project,
+                                                       make_current=options["make_current"])
         except IntegrityError:
             raise CommandError(f"a model version named {name!r} already exists") from None
-        current = " (current)" if version.is_current else ""
+        current = f" (current in {project.slug})" if project and options["make_current"] else ""
         self.stdout.write(f"Registered remote model version {version.name}{current} at {version.path}.")

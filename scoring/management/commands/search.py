@@ -1,7 +1,7 @@
 """`manage.py search PROBLEM --method beam|mcts|aca|best_of_n --max-tokens N [--option KEY=VALUE ...]`
 
 One PRM-guided search in this process, exactly as POST /api/search runs it on the worker:
-the current PRM (or --model) scores, the generator is the PRM's own backbone unless
+the project's current PRM (or --model) scores, the generator is the PRM's own backbone unless
 --generator names a local causal-LM folder. Prints the chosen solution, its step scores and
 the compute spent (--json: the API's answer).
 """
@@ -9,6 +9,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from scoring.management.projects import add_project_argument, project_option
 from scoring.search import runs as searching
 from scoring.store import registry
 from scoring.web.api.serializers import SEARCH_METHODS
@@ -35,12 +36,13 @@ class Command(BaseCommand):
         parser.add_argument("--max-prm-calls", type=int, help="budget: most PRM calls")
         parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                             help="a method option, e.g. beam_width=4 lookahead=1 aggregation=min (repeatable)")
-        parser.add_argument("--model", help="PRM version name (default: the current one)")
+        add_project_argument(parser)
+        parser.add_argument("--model", help="PRM version name (default: the project's current one)")
         parser.add_argument("--generator", help="a local causal-LM folder (default: the PRM's backbone)")
         parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
 
     def handle(self, *args, **options):
-        version = registry.version_for_command(options["model"])
+        version = registry.version_for_command(options["model"], project=project_option(options))
         budget = {"max_tokens": options["max_tokens"]}
         if options["max_prm_calls"] is not None:
             budget["max_prm_calls"] = options["max_prm_calls"]

@@ -1,6 +1,7 @@
-"""`manage.py train_prm [--wait | --inline] [--head point|beta] [--mode head|topk|lora|full] [--labels ...] ...`
+"""`manage.py train_prm [--project SLUG] [--wait | --inline] [--head point|beta] [--mode head|topk|lora|full]
+[--labels ...] ...`
 
-Starts a training run on every submitted label (--labels: human, automatic or both).
+Starts a training run on every submitted label of the project (--labels: human, automatic or both).
 By default the run is queued for a worker on the `ml` queue; --wait then follows it until
 it finishes, --inline runs it in this process (no worker needed). Exit status 1 when the run failed.
 """
@@ -14,6 +15,7 @@ from scoring.core import evaluation
 from scoring.core.training_data import BIAS_CORRECTIONS, HEAD_TYPES, LABEL_SOURCES, MODES, NEUTRAL_MODES
 from scoring.learning import promotion, retraining
 from scoring.learning.options import DEFAULT_GATE_METRIC
+from scoring.management.projects import add_project_argument, project_option
 from scoring.models import TrainingRun
 
 
@@ -21,6 +23,7 @@ class Command(BaseCommand):
     help = "Train a new PRM version on the collected labels, evaluate it and promote it if it is not worse."
 
     def add_arguments(self, parser):
+        add_project_argument(parser)
         parser.add_argument("--wait", action="store_true", help="follow the queued run until it finishes")
         parser.add_argument("--inline", action="store_true", help="run here instead of on a worker")
         parser.add_argument("--head", choices=HEAD_TYPES, default="point")
@@ -45,6 +48,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["wait"] and options["inline"]:
             raise CommandError("--wait and --inline exclude each other")
+        project = project_option(options)
         train = {"head": options["head"], "mode": options["mode"], "labels": options["labels"]}
         for key in ("epochs", "layer", "neutral", "bias_correction", "target_base_rate", "seed"):
             if options[key] is not None:
@@ -59,10 +63,11 @@ class Command(BaseCommand):
                 train[key.strip()] = value
         run_options = {"train": train, "gate_metric": options["gate_metric"], "tolerance": options["tolerance"]}
         try:
-            run = retraining.start_training_run(options=run_options, enqueue=not options["inline"])
+            run = retraining.start_training_run(project=project, options=run_options, enqueue=not options["inline"])
         except (ValueError, retraining.TrainingAlreadyActive) as error:
             raise CommandError(str(error)) from None
-        self.stdout.write(f"training run {run.pk} {'started here' if options['inline'] else 'queued on ml'}")
+        self.stdout.write(f"training run {run.pk} of {project.slug} "
+                          f"{'started here' if options['inline'] else 'queued on ml'}")
         if options["inline"]:
             try:
                 run = retraining.run_training(run_id=run.pk)

@@ -4,6 +4,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from annotate.models import Project
 from scoring.core import step_scores
 from scoring.models import ModelVersion, SolutionScore, StepScore, TrainingRun
 from steps import splitting
@@ -22,11 +23,15 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     parent: serializers.SlugRelatedField[ModelVersion] = serializers.SlugRelatedField(  # type: ignore[assignment]
         slug_field="name", read_only=True, allow_null=True
     )
+    # The request's project's current model (`ModelVersion.objects.with_current`).
+    is_current = serializers.BooleanField(read_only=True, default=False)
+    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = ModelVersion
         fields = [
-            "id", "name", "kind", "status", "is_current", "parent", "weights_sha256", "config", "metrics",
+            "id", "name", "kind", "status", "is_current", "project", "parent", "weights_sha256", "config", "metrics",
             "trust_remote_code", "created_at",
         ]
 

@@ -1,4 +1,9 @@
-"""The model side's REST API: model versions, training runs, stored scores, and live scoring."""
+"""The model side's REST API: model versions, training runs, stored scores, and live scoring.
+
+Everything is the request's project's (`request.project`, from the project in the URL): its
+model versions (`ModelVersion.objects.usable_in`: its lineage and the public PRMs, with
+`is_current` for the project), its runs, the scores of its solutions, and scoring with its
+current model; another project's objects are not found."""
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -21,46 +26,62 @@ from steps import limits
 
 
 class ModelVersionViewSet(viewsets.ReadOnlyModelViewSet):
-    """PRM versions, their evaluation metrics and which one is current (reviewers and admins)."""
+    """The PRM versions the project may use, their evaluation metrics and which one is its current
+    model (reviewers and admins)."""
 
-    queryset = ModelVersion.objects.select_related("parent").order_by("-id")
+    queryset = ModelVersion.objects.none()  # per request: get_queryset
     serializer_class = serializers.ModelVersionSerializer
     permission_classes = [IsReviewer]
-    filterset_fields = ["status", "kind", "is_current", "name"]
+    filterset_fields = ["status", "kind", "name"]
+
+    def get_queryset(self):
+        project = self.request.project
+        return ModelVersion.objects.usable_in(project).with_current(project).select_related("parent").order_by("-id")
 
 
 class TrainingRunViewSet(viewsets.ReadOnlyModelViewSet):
-    """Training runs with state, loss curve and the version they produced."""
+    """The project's training runs with state, loss curve and the version they produced."""
 
-    queryset = TrainingRun.objects.select_related("parent", "result").order_by("-id")
+    queryset = TrainingRun.objects.none()  # per request: get_queryset
     serializer_class = serializers.TrainingRunSerializer
     permission_classes = [IsReviewer]
     filterset_fields = ["state"]
 
+    def get_queryset(self):
+        return (TrainingRun.objects.filter(project=self.request.project).select_related("parent", "result")
+                .order_by("-id"))
+
 
 class SolutionScoreViewSet(viewsets.ReadOnlyModelViewSet):
-    """Stored solution-level scores (product, min, last, mean) per model version."""
+    """Stored solution-level scores (product, min, last, mean) of the project's solutions per model version."""
 
-    queryset = SolutionScore.objects.select_related("model_version").order_by("id")
+    queryset = SolutionScore.objects.none()  # per request: get_queryset
     serializer_class = serializers.SolutionScoreSerializer
     permission_classes = [IsReviewer]
     filterset_fields = ["solution", "model_version"]
 
+    def get_queryset(self):
+        return (SolutionScore.objects.filter(solution__project=self.request.project).select_related("model_version")
+                .order_by("id"))
+
 
 class StepScoreViewSet(viewsets.ReadOnlyModelViewSet):
-    """Stored per-step scores; filter by `solution` to get one solution's steps in order."""
+    """Stored per-step scores of the project's solutions; filter by `solution` to get one solution's
+    steps in order."""
 
-    queryset = StepScore.objects.select_related("model_version", "step").order_by(
-        "step__solution_id", "step__index", "id"
-    )
+    queryset = StepScore.objects.none()  # per request: get_queryset
     serializer_class = serializers.StepScoreSerializer
     permission_classes = [IsReviewer]
     filterset_fields = {"step__solution": ["exact"], "model_version": ["exact"]}
 
+    def get_queryset(self):
+        return (StepScore.objects.filter(step__solution__project=self.request.project)
+                .select_related("model_version", "step").order_by("step__solution_id", "step__index", "id"))
+
 
 SCORE_DESCRIPTION = f"""
-Per-step probabilities that each step is correct, from the current PRM version or the one
-named in `model`: a dense reward source for RL trainers (one reward per step).
+Per-step probabilities that each step is correct, from the project's current PRM version or the
+one named in `model`: a dense reward source for RL trainers (one reward per step).
 
 Send one solution as `{{"problem": ..., "steps": [...]}}` or up to {serializers.MAX_ITEMS} as
 `{{"items": [{{"problem": ..., "steps": [...]}}, ...]}}`, at most {serializers.MAX_TOTAL_TEXT} characters of
@@ -148,7 +169,7 @@ class ScoreView(APIView):
     def _score(self, request: Request) -> Response:
         body = serializers.ScoreRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        model_version = self._model_version(body.validated_data.get("model"))
+        model_version = model_version_asked(request, body.validated_data.get("model"))
         if model_version is None:
             return Response({"detail": "No current model version; name one in `model`."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
@@ -165,12 +186,14 @@ class ScoreView(APIView):
             return Response({"model": model_version.name, "items": results})
         return Response({"model": model_version.name, **results[0]})
 
-    @staticmethod
-    def _model_version(name: str | None) -> ModelVersion | None:
-        try:
-            return registry.find_version(name)
-        except registry.UnknownModelVersion as error:
-            raise drf_serializers.ValidationError({"model": str(error)}) from None
+
+
+def model_version_asked(request: Request, name: str | None) -> ModelVersion | None:
+    """The version `model` names among those the project may use, else its current one (None: none is)."""
+    try:
+        return registry.find_version(name, project=request.project)
+    except registry.UnknownModelVersion as error:
+        raise drf_serializers.ValidationError({"model": str(error)}) from None
 
 
 class Unavailable(APIException):
@@ -197,8 +220,8 @@ def _step(probability: dict) -> dict:
 
 
 SEARCH_DESCRIPTION = """
-Solve a problem by PRM-guided search: the generator writes, the current PRM (or the one named
-in `model`) scores every step, and the method picks one solution. Methods: `best_of_n`,
+Solve a problem by PRM-guided search: the generator writes, the project's current PRM (or the one
+named in `model`) scores every step, and the method picks one solution. Methods: `best_of_n`,
 `beam` (step-level beam search, lookahead 0/1), `mcts` (PUCT, the PRM's step score as value)
 and `aca` (adaptive best-of-N with a BetaPRM head: stops when one candidate dominates).
 `budget.max_tokens` (generated tokens) is required and `budget.max_prm_calls` optional: no
@@ -251,7 +274,7 @@ class SearchView(APIView):
     def _search(self, request: Request) -> Response:
         body = serializers.SearchRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        model_version = ScoreView._model_version(body.validated_data.get("model"))
+        model_version = model_version_asked(request, body.validated_data.get("model"))
         if model_version is None:
             return Response({"detail": "No current model version; name one in `model`."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)

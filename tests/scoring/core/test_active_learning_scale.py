@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management import CommandError
 
 import bench
-from annotate.models import QueueItem, Solution
+from annotate.models import Project, QueueItem, Solution
 from bench import simulation, simulation_pool, simulation_report, simulation_scale
 from bench.tiny import build_tiny_backbone, build_tiny_prm
 from scoring.core import evaluation
@@ -158,7 +158,7 @@ def test_rebuild_queue_serves_the_ensembles_picks_from_the_database(db, tiny):
                                  layer=tiny.layer, members=4)
     uncertainty = ensemble.pool_uncertainty(ens, ids, backbone=tiny.loaded, cache=tiny.cache,
                                             backbone_id=tiny.backbone_id, layer=tiny.layer)
-    selection.rebuild_queue(model_version=version, uncertainty=uncertainty,
+    selection.rebuild_queue(model_version=version, project=Project.objects.sole(), uncertainty=uncertainty,
                             policy=selection.Policy(size=4, shares={"disagreement": 1.0}, per_problem=9, seed=0))
     queued = list(QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).values_list("solution_id", "reason"))
     top = sorted(uncertainty, key=lambda pk: (-uncertainty[pk].spread, pk))[:4]
@@ -172,10 +172,13 @@ def test_rebuild_queue_fits_the_ensemble_itself_when_the_shares_ask_for_it(db, t
     problems, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=12, n_heldout=0)
     ids = simulation_pool.write_problems(problems, split="pool", source="tests")
     scores.score_solutions(model_version=version, solution_ids=ids)
-    selection.rebuild_queue(model_version=version, policy=selection.Policy(size=10, shares={"random": 1.0}, seed=0))
+    project = Project.objects.sole()
+    selection.rebuild_queue(model_version=version, project=project,
+                            policy=selection.Policy.of(project, size=10, shares={"random": 1.0}, seed=0))
     assert len(simulation.label_queue(annotator=annotator, limit=10)) == 10
     generation = selection.rebuild_queue(
-        model_version=version, policy=selection.Policy(size=4, shares={"disagreement": 1.0}, per_problem=9, seed=0))
+        model_version=version, project=project,
+        policy=selection.Policy(size=4, shares={"disagreement": 1.0}, per_problem=9, seed=0))
     reasons = set(QueueItem.objects.filter(generation=generation.number).values_list("reason", flat=True))
     assert reasons == {"disagreement"}  # not the random fallback: the ensemble was fitted on the 10 labels
 

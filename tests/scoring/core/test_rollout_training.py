@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from annotate.models import AutoLabelRun, AutoStepLabel
+from annotate.models import AutoLabelRun, AutoStepLabel, Project
 from bench.tiny import build_tiny_backbone, build_tiny_generator
 from scoring.core.prm import META_NAME, StepHead, save_head_model
 from scoring.core.training_data import LabeledRow, TrainConfig, build_examples, validation_problems
@@ -52,6 +52,7 @@ def rollout_labeled_pool(db, folders):
             solutions.append(SolutionFactory(problem=problem, is_correct=wrong_from == 3,
                                              steps=[f"Step {i}: so the answer is {c}" for i, c in enumerate(claims)]))
     job = rollout_labeling.start_rollout_labeling(
+        project=Project.objects.sole(),
         method="math_shepherd", n=4, solution_ids=[s.pk for s in solutions], params=SamplingParams(n=4, seed=0),
         generator_spec={"backend": "local", "model": str(folders[1])},
         enqueue=False)

@@ -7,12 +7,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
-from annotate.models import Problem, QueueItem, SampleLine, Solution
+from annotate.models import Problem, Project, QueueItem, SampleLine, Solution
 from bench.openai_server import ServerProcess
 from jobs.states import JobState
 from scoring.generation import runs as generation
 from scoring.models import GenerationChunk, GenerationRun
 from tests.conftest import WorkerProcess, wait_for
+from tests.factories import ProblemFactory
+from tests.scoring.projects import two_projects
 
 TEMPLATE = "Problem: {problem}\nSolution:"
 
@@ -36,6 +38,7 @@ def one_problem_per_chunk(server: ServerProcess, *, problems: int) -> Generation
     """A recorded run of 2 short samples per problem, one problem a chunk, not sent to a worker."""
     make_problems(problems)
     return generation.start_generation_run(
+        project=Project.objects.sole(),
         problem_filter={"source": "gen-test"}, samples_per_problem=2, generator_spec=openai_spec(server),
         sampling={"max_tokens": 8}, prompt_template=TEMPLATE, chunk_size=1, enqueue=False,
     )
@@ -70,6 +73,7 @@ def test_generate_solutions_fills_the_pool_from_a_real_server_with_provenance(op
 def test_identical_samples_are_one_solution_counted_n_times(openai_server):
     make_problems(2)
     run = generation.start_generation_run(
+        project=Project.objects.sole(),
         problem_filter={"source": "gen-test"}, samples_per_problem=3, generator_spec=openai_spec(openai_server),
         sampling={"temperature": 0, "max_tokens": 16}, prompt_template=TEMPLATE, enqueue=False,
     )
@@ -129,7 +133,8 @@ def test_a_bad_request_names_its_field_and_records_nothing():
         ({"prompt_template": "no field"}, "must contain {problem}"),
     ]
     for change, message in bad:
-        options = {"problem_filter": {"source": "gen-test"}, "samples_per_problem": 2,
+        options = {"project": Project.objects.sole(), "problem_filter": {"source": "gen-test"},
+                   "samples_per_problem": 2,
                    "generator_spec": {"backend": "local"}, "enqueue": False, **change}
         with pytest.raises(ValueError, match=message):
             generation.start_generation_run(**options)
@@ -148,6 +153,7 @@ def test_a_worker_killed_mid_run_resumes_without_duplicate_or_missing_samples(ti
         first.start()
         try:
             run = generation.start_generation_run(
+                project=Project.objects.sole(),
                 problem_filter={"source": "gen-test"}, samples_per_problem=3, generator_spec=openai_spec(server),
                 sampling={"max_tokens": 12}, prompt_template=TEMPLATE, seed=3, chunk_size=1,
             )
@@ -194,3 +200,19 @@ def test_the_admin_page_starts_a_run_and_its_page_polls_its_progress(client, adm
     assert client.post(f"/models/jobs/generation/{run.pk}/cancel").status_code == 302
     run.refresh_from_db()
     assert run.state == JobState.CANCELLED and b"Cancelled" in client.get(response["Location"]).content
+
+
+@pytest.mark.django_db
+def test_a_run_takes_its_projects_problems_only():
+    gsm8k, math = two_projects()
+    ours = ProblemFactory(project=gsm8k, source="gen-test")
+    theirs = ProblemFactory(project=math, source="gen-test")
+    assert generation.select_problems({"source": "gen-test"}, project=gsm8k) == [ours.pk]
+    with pytest.raises(ValueError, match=f"problem_ids: no problem {theirs.pk}"):
+        generation.select_problems({"problem_ids": [theirs.pk]}, project=gsm8k)
+    with pytest.raises(ValueError, match="matches no problem in math"):
+        generation.start_generation_run(project=math, problem_filter={"source": "other"}, samples_per_problem=1,
+                                        generator_spec={"backend": "local"}, enqueue=False)
+    run = generation.start_generation_run(project=math, problem_filter={"source": "gen-test"}, samples_per_problem=1,
+                                          generator_spec={"backend": "local"}, enqueue=False)
+    assert run.project == math

@@ -6,7 +6,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from annotate.models import AutoLabelRun, AutoStepLabel, QueueItem
+from annotate.models import AutoLabelRun, AutoStepLabel, Project, QueueItem
 from infra.env import env_shares
 from scoring.models import ModelVersion, SolutionScore, StepScore
 from scoring.rescoring import selection
@@ -44,7 +44,8 @@ def rolled_out(solution, counts, *, method=AutoLabelRun.Method.MATH_SHEPHERD, n=
 
 def rebuild(version, shares=ROLLOUTS_ONLY, size=3):
     generation = selection.rebuild_queue(
-        model_version=version, policy=selection.Policy(size=size, shares=shares, per_problem=9, seed=0))
+        model_version=version, project=Project.objects.sole(),
+        policy=selection.Policy(size=size, shares=shares, per_problem=9, seed=0))
     return list(QueueItem.objects.filter(generation=generation.number).order_by("-priority", "id"))
 
 
@@ -69,7 +70,7 @@ def test_candidates_carry_the_rule_over_the_latest_rollout_run_only(version):
     rolled_out(solution, [4, 4, 3], method=AutoLabelRun.Method.OMEGAPRM)
     imported = scored(version, [0.9, 0.9, 0.9])
     rolled_out(imported, [0, 0, 0], method=AutoLabelRun.Method.IMPORTED, n=1)
-    by_id = {c.solution_id: c for c in selection.candidates(model_version=version)}
+    by_id = {c.solution_id: c for c in selection.candidates(model_version=version, project=Project.objects.sole())}
     assert by_id[solution.pk].rollout_disagreement == pytest.approx(
         selection.rollout_disagreement([1.0, 1.0, 0.75], [0.9, 0.95, 0.9]))
     assert by_id[solution.pk].rollout_disagreement == pytest.approx(0.15)
@@ -80,7 +81,7 @@ def test_candidates_carry_the_rule_over_the_latest_rollout_run_only(version):
 def test_a_solution_this_version_has_not_scored_gets_no_rollout_disagreement(version):
     unscored = SolutionFactory(is_correct=False)
     rolled_out(unscored, [4, 0, 0])
-    [candidate] = selection.candidates(model_version=version)
+    [candidate] = selection.candidates(model_version=version, project=Project.objects.sole())
     assert candidate.solution_id == unscored.pk and candidate.rollout_disagreement is None
 
 
@@ -89,7 +90,7 @@ def test_the_pool_rollout_labels_are_read_in_one_query_whatever_the_pool_size(ve
         for _ in range(n_solutions):
             rolled_out(scored(version, [0.9, 0.8, 0.7]), [4, 2, 0])
         with CaptureQueriesContext(connection) as captured:
-            pool = selection.candidates(model_version=version)
+            pool = selection.candidates(model_version=version, project=Project.objects.sole())
         assert all(c.rollout_disagreement is not None for c in pool)
         return len(captured)
 

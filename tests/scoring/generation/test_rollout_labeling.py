@@ -4,7 +4,7 @@ import itertools
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotate.models import AutoLabelRun, AutoStepLabel, Step
+from annotate.models import AutoLabelRun, AutoStepLabel, Project, Step
 from bench.tiny import build_tiny_generator
 from jobs.states import JobState
 from scoring.generation import rollout_labeling
@@ -12,6 +12,7 @@ from scoring.generation.generators import SamplingParams
 from scoring.models import RolloutLabelJob
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ProblemFactory, SolutionFactory
+from tests.scoring.projects import solution_in, two_projects
 
 PARAMS = SamplingParams(n=3, max_tokens=8, seed=0)
 PROBLEM_NUMBERS = itertools.count()
@@ -49,6 +50,7 @@ def labels_of(run, solution):
 def test_math_shepherd_job_stores_k_of_n_for_every_step_with_its_provenance_and_cost(silent_folder):
     good, bad = solution_claiming(7, 7), solution_claiming(7, 8, 8)
     job = rollout_labeling.start_rollout_labeling(
+        project=Project.objects.sole(),
         method="math_shepherd", n=3, solution_ids=[good.pk, bad.pk], params=PARAMS, enqueue=False,
         generator_spec={"backend": "local", "model": str(silent_folder), "device": "cpu"})
     job = run_inline(job)
@@ -66,6 +68,7 @@ def test_math_shepherd_job_stores_k_of_n_for_every_step_with_its_provenance_and_
 def test_omegaprm_job_stores_measured_counts_and_inferred_verdicts_and_spends_less(silent_folder):
     solution = solution_claiming(*([7] * 5 + [9] * 3))
     job = run_inline(rollout_labeling.start_rollout_labeling(
+        project=Project.objects.sole(),
         method="omegaprm", n=3, solution_ids=[solution.pk], params=PARAMS, enqueue=False,
         generator_spec={"backend": "local", "model": str(silent_folder), "device": "cpu"}))
     labels = labels_of(job.run, solution)
@@ -81,6 +84,7 @@ def test_solutions_without_a_known_answer_or_steps_are_skipped_and_counted(silen
     stepless = SolutionFactory(steps=[])
     labeled = solution_claiming(7)
     job = rollout_labeling.start_rollout_labeling(
+        project=Project.objects.sole(),
         method="math_shepherd", n=2, solution_ids=[unknown.pk, stepless.pk, labeled.pk], enqueue=False,
         generator_spec={"backend": "local", "model": str(silent_folder)})
     assert (job.solution_ids, job.skipped, job.total) == ([labeled.pk], 2, 1)
@@ -90,6 +94,7 @@ def test_solutions_without_a_known_answer_or_steps_are_skipped_and_counted(silen
 def test_a_rerun_and_chunked_runs_label_each_solution_once_and_count_its_cost_once(silent_folder):
     solutions = [solution_claiming(7, 8) for _ in range(3)]
     job = rollout_labeling.start_rollout_labeling(
+        project=Project.objects.sole(),
         method="math_shepherd", n=2, solution_ids=[s.pk for s in solutions], params=PARAMS, enqueue=False,
         generator_spec={"backend": "local", "model": str(silent_folder)})
     first = rollout_labeling.run_rollout_job(job_id=job.pk, chunk_seconds=0, resend=False)
@@ -134,6 +139,7 @@ def test_a_worker_killed_mid_job_resumes_it_without_gaps_or_duplicates(transacti
     # Enough work that the kill lands mid-job even on an idle machine (3 solutions could finish first).
     solutions = [solution_claiming(7, 8) for _ in range(40)]
     job = rollout_labeling.start_rollout_labeling(
+        project=Project.objects.sole(),
         method="math_shepherd", n=2, solution_ids=[s.pk for s in solutions],
         params=SamplingParams(n=2, max_tokens=48, seed=1),
         generator_spec={"backend": "local", "model": str(babbler_folder), "device": "cpu", "batch_size": 4})
@@ -154,3 +160,16 @@ def test_a_worker_killed_mid_job_resumes_it_without_gaps_or_duplicates(transacti
         Step.objects.filter(solution__in=solutions).values_list("pk", flat=True))
     run = AutoLabelRun.objects.get(pk=job.run_id)
     assert run.rollouts == sum(label.n_rollouts for label in labels) == len(solutions) * 2 * 2
+
+
+@pytest.mark.django_db
+def test_a_job_labels_its_projects_solutions_only_into_a_run_of_its_project(silent_folder):
+    gsm8k, math = two_projects()
+    ours = solution_in(gsm8k, steps=["Step 0: so the answer is 7"])
+    theirs = solution_in(math, steps=["Step 0: so the answer is 7"])
+    job = rollout_labeling.start_rollout_labeling(
+        project=gsm8k, method="math_shepherd", n=2, solution_ids=[ours.pk, theirs.pk], enqueue=False,
+        generator_spec={"backend": "local", "model": str(silent_folder)})
+    assert (job.solution_ids, job.skipped) == ([ours.pk], 1)
+    assert job.project == job.run.project == gsm8k
+    assert list(rollout_labeling.eligible_solutions(project=math)) == [theirs]

@@ -3,9 +3,11 @@ import random
 
 import pytest
 
+from annotate.models import LabelingConfig
 from scoring.core import evaluation
 from scoring.learning import promotion
 from scoring.learning.promotion import Evidence
+from tests.scoring.projects import two_projects
 
 RULE = Evidence(min_gain=0.0, min_solutions=50, min_steps=200, val_fraction=0.2, resamples=300)
 
@@ -66,21 +68,31 @@ def test_a_gain_within_the_noise_is_rejected():
     assert low < 0 < high and decision["outcome"] == "rejected"
 
 
-def test_the_min_gain_setting_and_the_runs_tolerance_move_the_bar(settings):
+@pytest.mark.django_db
+def test_the_projects_min_gain_and_the_runs_tolerance_move_the_bar():
+    gsm8k, math = two_projects()
+    # More than any AUC gain can be:
+    LabelingConfig.objects.update_or_create(project=gsm8k, defaults={"promotion_min_gain": 0.9})
+    LabelingConfig.objects.update_or_create(project=math, defaults={"promotion_min_gain": 0.0})
     rows = held_out(120)
     better, worse = scored(rows, separation=0.6, seed=1), scored(rows, separation=0.0, seed=2)
-    settings.STEPWISE_PROMOTION_MIN_GAIN = 0.9  # more than any AUC gain can be
-    assert promotion.gate(new=better, current=worse, metric="step_auc")["outcome"] == "rejected"
-    settings.STEPWISE_PROMOTION_MIN_GAIN = 0.0
-    assert promotion.gate(new=better, current=worse, metric="step_auc")["outcome"] == "promoted"
-    demanding = Evidence.from_settings(tolerance=-0.9)
-    assert promotion.gate(new=better, current=worse, metric="step_auc", evidence=demanding)["outcome"] == "rejected"
+
+    def outcome(rule: Evidence) -> str:
+        return promotion.gate(new=better, current=worse, metric="step_auc", evidence=rule)["outcome"]
+
+    assert outcome(Evidence.of(gsm8k)) == "rejected"
+    assert outcome(Evidence.of(math)) == "promoted"
+    assert outcome(Evidence.of(math, tolerance=-0.9)) == "rejected"
 
 
-def test_defaults_come_from_the_settings(settings):
+@pytest.mark.django_db
+def test_a_projects_bar_comes_from_its_settings_and_a_new_project_starts_from_the_environment(settings):
     settings.STEPWISE_PROMOTION_MIN_SOLUTIONS, settings.STEPWISE_PROMOTION_MIN_STEPS = 3, 4
-    rule = Evidence.from_settings()
+    gsm8k, math = two_projects()
+    LabelingConfig.objects.update_or_create(project=math, defaults={"promotion_min_solutions": 7})
+    rule = Evidence.of(gsm8k)
     assert (rule.min_gain, rule.min_solutions, rule.min_steps) == (settings.STEPWISE_PROMOTION_MIN_GAIN, 3, 4)
+    assert Evidence.of(math).min_solutions == 7
 
 
 def test_an_unmeasurable_metric_is_not_enough_evidence_even_on_many_solutions():

@@ -1,5 +1,6 @@
 """The retraining loop: labels from the real labeling code -> run -> gate -> promotion -> rescore."""
 import datetime as dt
+import json
 import threading
 
 import pytest
@@ -11,7 +12,7 @@ from django_celery_beat.models import PeriodicTask
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, reviewing, verdicts
-from annotate.models import Annotation, Completion, Generation
+from annotate.models import Annotation, Completion, Generation, LabelingConfig, Project
 from annotate.pool import exporting
 from annotate.pool.exporting import ExportOptions, ExportTally
 from bench.tiny import build_tiny_backbone
@@ -30,6 +31,7 @@ from tests.annotations import annotate
 from tests.conftest import wait_for
 from tests.factories import ProblemFactory, SolutionFactory, user_with_role
 from tests.jobs.test_recovery import DEAD, lose_broker_messages
+from tests.scoring.projects import solution_in, two_projects
 from tests.scoring.test_tasks import worker_factory  # noqa: F401  (a fixture)
 
 WRONG = "so the answer is wrong"
@@ -45,13 +47,18 @@ def fresh_model_cache():
     registry.forget_loaded()
 
 
+def here() -> Project:
+    """The project these tests work in: the only one."""
+    return Project.objects.sole()
+
+
 @pytest.fixture
-def lenient_gate(settings, monkeypatch):
+def lenient_gate(db):
     """A gate that takes the small pool's held-out set (3 to 6 solutions, by problem ids) as enough
-    evidence; the defaults are tested in test_promotion_gate.py. Set in the environment too, for real workers."""
-    for name, value in {"STEPWISE_PROMOTION_MIN_SOLUTIONS": 1, "STEPWISE_PROMOTION_MIN_STEPS": 1}.items():
-        setattr(settings, name, value)
-        monkeypatch.setenv(name, str(value))
+    evidence: the project's settings (which real workers read too); the defaults are tested in
+    test_promotion_gate.py."""
+    LabelingConfig.objects.update_or_create(
+        project=here(), defaults={"promotion_min_solutions": 1, "promotion_min_steps": 1})
 
 
 @pytest.fixture
@@ -158,16 +165,18 @@ def test_labels_from_a_skewed_selection_are_reweighted_to_the_pool_mix(db, annot
 
 
 @pytest.mark.embedded
-def test_the_database_refuses_a_second_active_run(db):
-    TrainingRun.objects.create()
+def test_the_database_refuses_a_second_active_run_in_a_project_and_not_in_another(db):
+    gsm8k, math = two_projects()
+    TrainingRun.objects.create(project=gsm8k)
     with pytest.raises(IntegrityError), transaction.atomic():
-        TrainingRun.objects.create(state=JobState.RUNNING)
+        TrainingRun.objects.create(project=gsm8k, state=JobState.RUNNING)
+    TrainingRun.objects.create(project=math, state=JobState.RUNNING)
 
 
 @pytest.mark.embedded
 def test_a_finished_run_must_give_back_the_slot(db):
     with pytest.raises(IntegrityError), transaction.atomic():
-        TrainingRun.objects.create(state=JobState.SUCCEEDED)  # still holding slot 1
+        TrainingRun.objects.create(project=here(), state=JobState.SUCCEEDED)  # still holding slot 1
 
 
 @pytest.mark.embedded
@@ -178,7 +187,7 @@ def test_two_concurrent_starts_make_exactly_one_run(transactional_db):
     def start():
         try:
             barrier.wait()
-            outcomes.append(retraining.start_training_run(options=FAST, enqueue=False).pk)
+            outcomes.append(retraining.start_training_run(project=here(), options=FAST, enqueue=False).pk)
         except retraining.TrainingAlreadyActive as error:
             outcomes.append(str(error))
         finally:
@@ -192,33 +201,58 @@ def test_two_concurrent_starts_make_exactly_one_run(transactional_db):
     runs = list(TrainingRun.objects.all())
     assert len(runs) == 1
     assert sorted(outcomes, key=str) == sorted(
-        [runs[0].pk, f"training run #{runs[0].pk} (pending) is still active"], key=str
+        [runs[0].pk, f"training run #{runs[0].pk} (pending) of default is still active"], key=str
     )
 
 
 @pytest.mark.embedded
 def test_finishing_a_run_frees_the_slot_for_the_next(db):
-    first = retraining.start_training_run(options=FAST, enqueue=False)
+    first = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     with pytest.raises(retraining.TrainingAlreadyActive):
-        retraining.start_training_run(options=FAST, enqueue=False)
+        retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     first.fail("stopped")
-    second = retraining.start_training_run(options=FAST, enqueue=False)
+    second = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     assert second.active_slot == 1 and TrainingRun.objects.get(pk=first.pk).active_slot is None
 
 
 @pytest.mark.embedded
+def test_two_projects_each_have_a_training_run_pending_at_once(db):
+    gsm8k, math = two_projects()
+    ours = retraining.start_training_run(project=gsm8k, options=FAST, enqueue=False)
+    theirs = retraining.start_training_run(project=math, options=FAST, enqueue=False)
+    assert (ours.state, theirs.state) == (JobState.PENDING, JobState.PENDING)
+    assert (retraining.active_run(gsm8k), retraining.active_run(math)) == (ours, theirs)
+    with pytest.raises(retraining.TrainingAlreadyActive, match=f"#{ours.pk} \\(pending\\) of gsm8k"):
+        retraining.start_training_run(project=gsm8k, options=FAST, enqueue=False)
+
+
+@pytest.mark.embedded
+def test_a_run_starts_from_its_projects_current_model_and_counts_its_projects_labels(db):
+    gsm8k, math = two_projects()
+    ours, theirs = (ModelVersion.objects.create(name=name, path="/x", weights_sha256="0" * 64) for name in "ab")
+    registry.set_current_model(ours, project=gsm8k)
+    registry.set_current_model(theirs, project=math)
+    annotate(solution_in(gsm8k), [1, 1, 1])
+    for labeler in ("x", "y"):
+        annotate(solution_in(math), [1, -1], labeler=labeler)
+    run = retraining.start_training_run(project=gsm8k, options=FAST, enqueue=False)
+    assert (run.project, run.parent, run.n_labels) == (gsm8k, ours, 1)
+    assert (retraining.new_label_count(gsm8k), retraining.new_label_count(math)) == (0, 2)
+
+
+@pytest.mark.embedded
 def test_a_run_whose_worker_died_is_failed_after_the_time_limit(db):
-    run = retraining.start_training_run(options=FAST, enqueue=False)
+    run = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     TrainingRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - dt.timedelta(days=1))
-    assert retraining.start_training_run(options=FAST, enqueue=False).pk != run.pk
+    assert retraining.start_training_run(project=here(), options=FAST, enqueue=False).pk != run.pk
     assert TrainingRun.objects.get(pk=run.pk).state == JobState.FAILED
 
 
 def test_bad_options_fail_the_start_not_the_worker(db):
     with pytest.raises(ValueError, match="mode='lorax'"):
-        retraining.start_training_run(options={"train": {"mode": "lorax"}}, enqueue=False)
+        retraining.start_training_run(project=here(), options={"train": {"mode": "lorax"}}, enqueue=False)
     with pytest.raises(ValueError, match="gate_metric"):
-        retraining.start_training_run(options={"gate_metric": "accuracy"}, enqueue=False)
+        retraining.start_training_run(project=here(), options={"gate_metric": "accuracy"}, enqueue=False)
     assert not TrainingRun.objects.exists()
 
 
@@ -230,29 +264,51 @@ def test_the_schedule_retrains_only_when_enough_new_labels_exist(db):
     solutions = [SolutionFactory() for _ in range(4)]
     for solution in solutions[:2]:
         annotate(solution, [1, 1, 1], labeler=f"l{solution.pk}")
-    assert scheduled_retrain_task(min_new_labels=3) is None
+    project = here().pk
+    assert scheduled_retrain_task(min_new_labels=3, project_id=project) is None
     annotate(solutions[2], [1, -1], labeler="x")
-    run_id = scheduled_retrain_task(min_new_labels=3, options=FAST)
+    run_id = scheduled_retrain_task(min_new_labels=3, options=FAST, project_id=project)
     run = TrainingRun.objects.get(pk=run_id)
     assert run.trigger == TrainingRun.Trigger.SCHEDULE and run.state == JobState.PENDING
-    assert scheduled_retrain_task(min_new_labels=1) is None  # one run at a time
+    assert scheduled_retrain_task(min_new_labels=1, project_id=project) is None  # one run at a time
     run.start()
     run.succeed()
-    assert retraining.new_label_count() == 0
-    assert scheduled_retrain_task(min_new_labels=1) is None  # nothing new since that run
+    assert retraining.new_label_count(here()) == 0
+    assert scheduled_retrain_task(min_new_labels=1, project_id=project) is None  # nothing new since that run
     annotate(solutions[3], [1, 1, 1], labeler="y")
-    assert scheduled_retrain_task(min_new_labels=1) is not None
+    assert scheduled_retrain_task(min_new_labels=1, project_id=project) is not None
 
 
 @pytest.mark.embedded
-def test_ensure_schedule_creates_the_periodic_task_once_and_keeps_admin_edits(db):
-    PeriodicTask.objects.filter(name=retraining.SCHEDULE_NAME).delete()  # made by the migration
-    task = retraining.ensure_schedule(every_minutes=15, min_new_labels=20)
+def test_the_schedule_retrains_each_project_on_its_own_labels(db):
+    gsm8k, math = two_projects()
+    for labeler in ("x", "y"):
+        annotate(solution_in(math), [1, 1, 1], labeler=labeler)
+    assert scheduled_retrain_task(min_new_labels=2, project_id=gsm8k.pk) is None
+    run = TrainingRun.objects.get(pk=scheduled_retrain_task(min_new_labels=2, project_id=math.pk))
+    assert run.project == math and run.n_labels == 2
+
+
+@pytest.mark.embedded
+def test_the_sites_schedule_covers_every_project_without_a_schedule_of_its_own(db):
+    gsm8k, math = two_projects()
+    assert retraining.projects_on_the_shared_schedule() == [p.pk for p in Project.objects.order_by("pk")]
+    retraining.ensure_schedule(project=math, every_minutes=5, min_new_labels=500)
+    assert math.pk not in retraining.projects_on_the_shared_schedule()
+    assert gsm8k.pk in retraining.projects_on_the_shared_schedule()
+
+
+@pytest.mark.embedded
+def test_ensure_schedule_creates_the_projects_periodic_task_once_and_keeps_admin_edits(db):
+    name = retraining.schedule_name(here())
+    task = retraining.ensure_schedule(project=here(), every_minutes=15, min_new_labels=20)
     assert task.task == "scoring.tasks.scheduled_retrain_task" and task.queue == "ml"
-    PeriodicTask.objects.filter(pk=task.pk).update(kwargs='{"min_new_labels": 5}')
-    again = retraining.ensure_schedule(every_minutes=15, min_new_labels=20)
-    assert again.pk == task.pk and PeriodicTask.objects.filter(name=retraining.SCHEDULE_NAME).count() == 1
-    assert again.kwargs == '{"min_new_labels": 5}'
+    assert json.loads(task.kwargs) == {"project_id": here().pk, "min_new_labels": 20}
+    edited = json.dumps({"project_id": here().pk, "min_new_labels": 5})
+    PeriodicTask.objects.filter(pk=task.pk).update(kwargs=edited)
+    again = retraining.ensure_schedule(project=here(), every_minutes=15, min_new_labels=20)
+    assert again.pk == task.pk and PeriodicTask.objects.filter(name=name).count() == 1
+    assert again.kwargs == edited
 
 
 @pytest.mark.embedded
@@ -267,7 +323,7 @@ def test_the_data_migration_installs_the_same_schedule_once(db):
     migration.create_schedule(apps, None)
     task = PeriodicTask.objects.get(name=retraining.SCHEDULE_NAME)
     assert task.task == retraining.SCHEDULE_TASK and task.enabled and task.interval.every == 30
-    assert retraining.ensure_schedule().pk == task.pk  # the start script's call finds it
+    assert "project_id" not in json.loads(task.kwargs)  # the site's: one task per project
 
 
 # --- runs, the gate and promotion -----------------------------------------------------------------
@@ -278,14 +334,14 @@ def test_a_first_retrain_on_a_few_held_out_solutions_ends_with_not_enough_eviden
 ):
     make_pool()
     label_everything(annotator)
-    run = retraining.run_training(run_id=retraining.start_training_run(options=FAST, enqueue=False).pk)
+    run = retraining.run_training(run_id=retraining.start_training_run(project=here(), options=FAST, enqueue=False).pk)
     assert run.state == JobState.SUCCEEDED and run.active_slot is None
     gate = run.gate
     assert gate["outcome"] == "not_enough_evidence" and gate["promoted"] is False
     assert gate["new"] > 0.5 == gate["current"]  # better on its face, as "1.00 vs 0.50" was
     assert 0 < gate["n_solutions"] < 50 and gate["n_steps"] < 200 and gate["more_labels_needed"] > 0
     assert run.result.status == ModelVersion.Status.NOT_ENOUGH_EVIDENCE and run.result.state == "not enough evidence"
-    assert ModelVersion.objects.current() == constant_current and not RescoreJob.objects.exists()
+    assert registry.current_model(here()) == constant_current and not RescoreJob.objects.exists()
     assert "-> not_enough_evidence" in run.log
     client.force_login(admin_user)
     page = client.get(reverse("scoring:training-run", args=[run.pk])).content.decode()
@@ -316,14 +372,14 @@ def test_a_model_not_better_by_the_demanded_margin_is_registered_but_not_promote
 ):
     make_pool()
     label_everything(annotator)
-    run = retraining.start_training_run(options=FAST | {"tolerance": -0.6}, enqueue=False)
+    run = retraining.start_training_run(project=here(), options=FAST | {"tolerance": -0.6}, enqueue=False)
     run = retraining.run_training(run_id=run.pk)
     assert run.state == JobState.SUCCEEDED and run.active_slot is None
     assert run.gate["promoted"] is False and run.gate["current"] == 0.5, run.log
     assert run.gate["outcome"] == "rejected", run.log
     assert run.gate["interval"][0] <= 0.6  # an AUC gain cannot clear 0.6 over 0.5
     assert run.result.status == ModelVersion.Status.REJECTED
-    assert ModelVersion.objects.current() == constant_current
+    assert registry.current_model(here()) == constant_current
     assert not RescoreJob.objects.exists()
     assert run.loss_curve and "gate on step_auc" in run.log
     # A rerun of the same (finished) run does nothing.
@@ -334,12 +390,12 @@ def test_a_model_not_better_by_the_demanded_margin_is_registered_but_not_promote
 def test_a_failed_run_frees_the_slot_and_says_why(constant_current):
     # No labels at all: the run fails with a clear message.
     SolutionFactory()
-    run = retraining.start_training_run(options=FAST, enqueue=False)
+    run = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     with pytest.raises(ValueError, match="no labeled steps"):
         retraining.run_training(run_id=run.pk)
     run.refresh_from_db()
     assert run.state == JobState.FAILED and "no labeled steps" in run.error and run.active_slot is None
-    assert retraining.start_training_run(options=FAST, enqueue=False).active_slot == 1
+    assert retraining.start_training_run(project=here(), options=FAST, enqueue=False).active_slot == 1
 
 
 def test_a_failure_in_evaluation_ends_the_run_failed_with_its_message_and_frees_the_slot(constant_current, annotator):
@@ -348,7 +404,7 @@ def test_a_failure_in_evaluation_ends_the_run_failed_with_its_message_and_frees_
     # The current model's files change on disk after training started: the gate, which
     # measures the current model, must refuse it, and the run must not stay running.
     head = constant_current.path + "/head.safetensors"
-    run = retraining.start_training_run(options=FAST, enqueue=False)
+    run = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     with open(head, "ab") as handle:
         handle.write(b"tampered")
     with pytest.raises(registry.ModelIntegrityError):
@@ -356,11 +412,11 @@ def test_a_failure_in_evaluation_ends_the_run_failed_with_its_message_and_frees_
     run.refresh_from_db()
     assert run.state == JobState.FAILED and run.active_slot is None and run.finished_at is not None
     assert run.error.startswith("ModelIntegrityError: model 'constant'") and "failed: ModelIntegrityError" in run.log
-    assert retraining.start_training_run(options=FAST, enqueue=False).active_slot == 1
+    assert retraining.start_training_run(project=here(), options=FAST, enqueue=False).active_slot == 1
 
 
 def test_a_redelivered_task_never_reruns_a_run_an_earlier_attempt_left_running(db):
-    run = retraining.start_training_run(options=FAST, enqueue=False)
+    run = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     assert run.start()  # the first attempt claimed it, then its worker vanished
     assert retraining.run_training(run_id=run.pk).state == JobState.RUNNING  # not resumable: left alone
     assert not ModelVersion.objects.exists()
@@ -394,7 +450,7 @@ def test_a_run_killed_after_registering_its_version_goes_on_from_that_version_on
 ):
     make_pool()
     label_everything(annotator)
-    run = retraining.start_training_run(options=FAST, enqueue=False)
+    run = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     version = first_attempt_killed(run)
     assert TrainingRun.objects.get(pk=run.pk).state == JobState.RUNNING
     assert version.status == ModelVersion.Status.CANDIDATE and not RescoreJob.objects.exists()
@@ -407,7 +463,7 @@ def test_a_run_killed_after_registering_its_version_goes_on_from_that_version_on
     split = ModelVersion.objects.get(pk=version.pk).metrics["split"]
     assert split["val_problem_ids"] and not set(split["val_problem_ids"]) & set(split["train_problem_ids"])
     assert run.gate["promoted"] and run.gate["new"] > 0.5 == run.gate["current"]
-    assert ModelVersion.objects.current() == version
+    assert registry.current_model(here()) == version
     assert RescoreJob.objects.filter(model_version=version).count() == 1
 
 
@@ -416,9 +472,9 @@ def test_a_run_killed_after_promoting_its_version_is_finished_without_a_second_g
 ):
     make_pool()
     label_everything(annotator)
-    run = retraining.start_training_run(options=FAST, enqueue=False)
+    run = retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     version = first_attempt_killed(run, after_gate=True)
-    assert ModelVersion.objects.current() == version and RescoreJob.objects.count() == 1
+    assert registry.current_model(here()) == version and RescoreJob.objects.count() == 1
 
     run = restart(run)
     assert run.state == JobState.SUCCEEDED, run.error + run.log
@@ -435,14 +491,14 @@ def test_a_worker_killed_between_registering_and_gating_is_followed_by_one_that_
     make_pool()
     label_everything(user_with_role("trainer-ann", "annotator"))
     worker = worker_factory()
-    run = retraining.start_training_run(options=FAST)  # queued on ml, run by the real worker
+    run = retraining.start_training_run(project=here(), options=FAST)  # queued on ml, run by the real worker
     wait_for(lambda: TrainingRun.objects.filter(pk=run.pk, result__isnull=False).exists(), timeout=240, interval=0.02)
     with transaction.atomic():
         # Holding the run's row stops the worker at its next write to it (its log, right after
         # registering, or before the gate): the kill lands between registering and promoting.
         TrainingRun.objects.select_for_update().get(pk=run.pk)
         worker.kill()
-        assert ModelVersion.objects.current() == constant_current, "the gate ran before the kill"
+        assert registry.current_model(here()) == constant_current, "the gate ran before the kill"
     assert TrainingRun.objects.get(pk=run.pk).state == JobState.RUNNING
 
     worker_factory()  # its start finds the dead holder, puts the run back to pending and resends it
@@ -450,7 +506,7 @@ def test_a_worker_killed_between_registering_and_gating_is_followed_by_one_that_
     run.refresh_from_db()
     assert run.state == JobState.SUCCEEDED, run.error + run.log
     assert "resumed: " in run.log and ModelVersion.objects.count() == 2
-    assert ModelVersion.objects.current() == run.result and run.gate["promoted"]
+    assert registry.current_model(here()) == run.result and run.gate["promoted"]
     wait_for(lambda: RescoreJob.objects.filter(model_version=run.result, state=JobState.SUCCEEDED).exists(),
              timeout=120)
     assert RescoreJob.objects.count() == 1
@@ -464,13 +520,13 @@ def test_labels_train_a_model_that_is_promoted_and_rescores_the_pool(
     make_pool()
     annotator = user_with_role("trainer-ann", "annotator")
     assert label_everything(annotator) == 48
-    run = retraining.start_training_run(options=FAST)  # queued on ml, run by the real worker
+    run = retraining.start_training_run(project=here(), options=FAST)  # queued on ml, run by the real worker
     wait_for(lambda: TrainingRun.objects.get(pk=run.pk).state in (JobState.SUCCEEDED, JobState.FAILED), timeout=180)
     run.refresh_from_db()
     assert run.state == JobState.SUCCEEDED, run.error + run.log
     new = run.result
     assert run.gate["promoted"] and run.gate["new"] > 0.5 == run.gate["current"]
-    assert ModelVersion.objects.current() == new and new.parent == constant_current
+    assert registry.current_model(here()) == new and new.parent == constant_current
     assert new.metrics["eval"]["best_of_n"]["by_n"]["1"]["problems"] >= 1
     assert new.metrics["compared_eval"]["step_auc"] == 0.5
     # Promotion started a rescore by the new model, then a new queue generation.
@@ -528,7 +584,7 @@ def test_admin_starts_a_run_and_a_second_start_is_refused(client, admin_user):
     assert run.config["train"]["head"] == "beta" and run.config["gate_metric"] == "processbench_f1"
     response = client.post(reverse("scoring:training-runs"), form, follow=True)
     assert TrainingRun.objects.count() == 1
-    assert f"training run #{run.pk} (pending) is still active" in response.content.decode()
+    assert f"training run #{run.pk} (pending) of default is still active" in response.content.decode()
 
 
 @pytest.mark.embedded
@@ -591,7 +647,7 @@ def test_train_prm_refuses_bad_options_and_a_second_run(db):
 
     with pytest.raises(CommandError, match="unknown training option"):
         call_command("train_prm", "--set", "epoch=3")
-    retraining.start_training_run(options=FAST, enqueue=False)
+    retraining.start_training_run(project=here(), options=FAST, enqueue=False)
     with pytest.raises(CommandError, match="still active"):
         call_command("train_prm")
 
@@ -601,4 +657,4 @@ def test_without_measurable_held_out_labels_the_current_model_stays():
     decision = promotion.gate(new=all_good, current=all_good, metric="step_auc",
                               evidence=promotion.Evidence(min_solutions=1, min_steps=1))
     assert decision["promoted"] is False and "cannot be measured" in decision["reason"]
-    assert promotion.gate(new=all_good, current=None, metric="step_auc")["promoted"] is True
+    assert promotion.gate(new=all_good, current=None, metric="step_auc", evidence=promotion.Evidence())["promoted"]

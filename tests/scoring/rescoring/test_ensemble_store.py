@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from annotate.models import QueueItem, Solution
+from annotate.models import Project, QueueItem, Solution
 from bench import simulation, simulation_pool
 from bench.tiny import build_tiny_prm
 from scoring.models import ModelVersion, StepScore
@@ -57,7 +57,8 @@ def calls(monkeypatch):
 
 def rebuild(version, shares=DISAGREEMENT, size=4):
     generation = selection.rebuild_queue(
-        model_version=version, policy=selection.Policy(size=size, shares=shares, per_problem=9, seed=0))
+        model_version=version, project=Project.objects.sole(),
+        policy=selection.Policy(size=size, shares=shares, per_problem=9, seed=0))
     return list(QueueItem.objects.filter(generation=generation.number).order_by("-priority")
                 .values_list("solution_id", "reason"))
 
@@ -95,7 +96,7 @@ def test_new_labels_refit_the_ensemble_and_replace_the_pools_uncertainties(versi
 def test_only_solutions_new_to_the_pool_are_featurized_under_the_same_ensemble(version, labeled_pool, monkeypatch):
     rebuild(version)
     fitted = ensemble.stored_ensemble(version)
-    pool = [c.solution_id for c in selection.candidates(model_version=version)]
+    pool = [c.solution_id for c in selection.candidates(model_version=version, project=Project.objects.sole())]
     problems, _ = simulation_pool.make_problems(pool="synthetic", data=None, n_pool=2, n_heldout=0, seed=5)
     new_ids = simulation_pool.write_problems(problems, split="pool", source="tests-new")
     asked = []
@@ -153,7 +154,7 @@ def test_a_model_that_is_not_a_head_has_no_ensemble(version, labeled_pool):
     remote = ModelVersion.objects.create(name="far", kind="remote", path="http://127.0.0.1:9/x",
                                                   weights_sha256="1" * 64)
     assert ensemble.stored_ensemble(remote) is None
-    assert ensemble.for_model_version(remote, labeled_pool) == {}
+    assert ensemble.for_model_version(remote, labeled_pool, project=Project.objects.sole()) == {}
 
 
 def test_scoring_with_the_ensemble_costs_one_backbone_pass_when_the_head_reads_its_layer(

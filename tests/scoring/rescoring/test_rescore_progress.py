@@ -2,13 +2,17 @@
 import pytest
 from django.urls import reverse
 
+from annotate.models import Project
 from jobs.states import JobState
 from scoring.models import ModelVersion, RescoreJob
+from scoring.store import registry
 
 
 @pytest.fixture
 def version(db):
-    return ModelVersion.objects.create(name="tiny-v", path="x", weights_sha256="0" * 64, is_current=True)
+    version = ModelVersion.objects.create(name="tiny-v", path="x", weights_sha256="0" * 64)
+    registry.set_current_model(version, project=Project.objects.sole())
+    return version
 
 
 def progress(client, job) -> str:

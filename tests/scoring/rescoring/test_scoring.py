@@ -4,15 +4,18 @@ import os
 import pytest
 import torch
 
-from annotate.models import Step
+from annotate.labeling import queueing
+from annotate.models import Project, QueueItem, Step
 from bench.tiny import build_tiny_prm
 from jobs.states import JobState
 from scoring.core.prm import aggregate
+from scoring.learning import promotion
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob, SolutionScore, StepScore
 from scoring.rescoring import rescore as scoring
 from scoring.rescoring import scores
 from scoring.store import registry
 from tests.factories import SolutionFactory
+from tests.scoring.projects import solution_in, two_projects
 
 
 @pytest.fixture
@@ -136,7 +139,7 @@ def test_a_model_whose_files_changed_is_refused(tiny_version):
 
 def test_score_texts_rejects_empty_steps_naming_the_item(tiny_version):
     with pytest.raises(ValueError, match="item 1: 'steps'"):
-        scoring.score_texts(items=[("p", ["a"]), ("q", [])])
+        scoring.score_texts(items=[("p", ["a"]), ("q", [])], model_version=tiny_version)
 
 
 def test_register_refuses_remote_code_unless_allowed(db, tmp_path, settings):
@@ -187,7 +190,8 @@ def test_a_job_that_cannot_load_its_model_ends_failed_with_the_reason(tiny_versi
 
     registry.forget_loaded()
     StepHead(32, "beta").save(tiny_version.path)  # the files no longer match the registered hash
-    job = scoring.start_rescore(model_version=tiny_version)  # the web side only records the job
+    # The web side only records the job:
+    job = scoring.start_rescore(model_version=tiny_version, project=Project.objects.sole())
     (chunk, *_) = scoring.plan_chunks(job=job, chunk_size=4)
     with pytest.raises(registry.ModelIntegrityError):
         scoring.run_chunk(chunk_id=chunk.pk)
@@ -306,3 +310,66 @@ def test_a_forward_on_fewer_threads_than_cores_is_pipelined_in_larger_batches_an
         torch.set_num_threads(threads)
     piped = dict(StepScore.objects.filter(model_version=tiny_version).values_list("step_id", "p"))
     assert piped.keys() == whole.keys() and all(piped[k] == pytest.approx(whole[k], abs=1e-5) for k in whole)
+
+
+# --- projects -------------------------------------------------------------------------------------
+
+
+def run_inline(job: RescoreJob) -> RescoreJob:
+    for chunk in scoring.plan_chunks(job=job, chunk_size=4):
+        scoring.run_chunk(chunk_id=chunk.pk)
+    return RescoreJob.objects.get(pk=job.pk)
+
+
+@pytest.fixture
+def two_pools(tiny_version):
+    """Two projects with a pool each, a queue in the second, and a current model each."""
+    gsm8k, math = two_projects()
+    theirs_model = ModelVersion.objects.create(name="theirs", path="/x", weights_sha256="0" * 64, project=math)
+    registry.set_current_model(tiny_version, project=gsm8k)
+    registry.set_current_model(theirs_model, project=math)
+    ours = [solution_in(gsm8k, steps=[f"Ours {n}: x = {n}.", "# Answer\n\n2"]) for n in range(5)]
+    theirs = [solution_in(math, steps=[f"Theirs {n}: y = {n}."]) for n in range(5)]
+    queueing.enqueue_imported(project=math, solution_ids=[s.pk for s in theirs])
+    return gsm8k, math, ours, theirs
+
+
+def math_state(math):
+    queue = list(QueueItem.objects.filter(project=math).order_by("pk").values_list("pk", "solution", "status",
+                                                                                      "generation", "priority"))
+    scored = sorted(SolutionScore.objects.filter(solution__project=math).values_list("pk", "product"))
+    return queue, scored, registry.current_model(math)
+
+
+def test_rescoring_one_project_scores_and_requeues_it_and_leaves_the_other_alone(tiny_version, two_pools):
+    gsm8k, math, ours, theirs = two_pools
+    before = math_state(math)
+    job = run_inline(scoring.start_rescore(model_version=tiny_version, project=gsm8k))
+    assert job.state == JobState.SUCCEEDED and job.total == len(ours)
+    assert set(SolutionScore.objects.filter(model_version=tiny_version).values_list("solution", flat=True)) == {
+        s.pk for s in ours}
+    queued = QueueItem.objects.filter(generation=job.generation, project=gsm8k)
+    assert set(queued.values_list("solution", flat=True)) == {s.pk for s in ours}
+    assert math_state(math) == before  # its queue, its scores and its current model
+    assert registry.current_model(gsm8k) == tiny_version
+
+
+def test_promoting_in_one_project_leaves_the_others_queue_scores_and_current_model_alone(tiny_version, two_pools):
+    gsm8k, math, ours, _ = two_pools
+    before = math_state(math)
+    candidate = registry.register_model_version(name="candidate", path=tiny_version.path, project=gsm8k)
+    promotion.promote(candidate, project=gsm8k)
+    assert registry.current_model(gsm8k) == candidate
+    job = run_inline(RescoreJob.objects.get(model_version=candidate))
+    assert job.project == gsm8k and job.state == JobState.SUCCEEDED and job.total == len(ours)
+    assert math_state(math) == before
+
+
+def test_a_version_trained_in_one_project_may_be_promoted_in_another(tiny_version, two_pools):
+    gsm8k, math, _, theirs = two_pools
+    promotion.promote(tiny_version, project=math)  # tiny-beta is the first project's current model
+    assert registry.current_model(math) == registry.current_model(gsm8k) == tiny_version
+    job = run_inline(RescoreJob.objects.get(project=math))
+    assert job.total == len(theirs)
+    assert set(QueueItem.objects.filter(project=math, generation=job.generation).values_list("solution", flat=True)) \
+        == {s.pk for s in theirs}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from annotate.models import Solution, Step
+from annotate.models import Project, Solution, Step
 from bench.pooling_server import PoolingModel, make_server
 from bench.tiny import build_tiny_prm
 from jobs.states import JobState
@@ -132,7 +132,7 @@ def test_register_remote_model_checks_the_endpoint_then_records_a_current_versio
     before = server.stats()["inputs_scored"]
     call_command("register_remote_model", "served-tiny", server.url, "--served-model", tiny_folder.name,
                  "--separator", STEP_TAG, "--positive-index", "1", "--check", "--make-current")
-    version = registry.current_model_version()
+    version = registry.current_model(Project.objects.sole())
     assert (version.name, version.kind, version.path) == ("served-tiny", "remote", f"{server.url}/pooling")
     assert version.config["separator"] == STEP_TAG
     assert server.stats()["inputs_scored"] == before + 1  # the --check
@@ -176,7 +176,7 @@ def test_two_workers_rescore_one_pool_through_a_failing_server_scoring_each_solu
     )
     worker_factory(), worker_factory()
     before = server.stats()
-    job = scoring.start_rescore(model_version=remote, rebuild_queue=False)
+    job = scoring.start_rescore(model_version=remote, project=Project.objects.sole(), rebuild_queue=False)
     wait_for(lambda: RescoreChunk.objects.filter(job=job).count() == 8, timeout=60, interval=0.05)
     for chunk in RescoreChunk.objects.filter(job=job):  # every chunk handed out a second time
         rescore_chunk_task.delay(job.pk, chunk.pk)

@@ -1,13 +1,17 @@
 """Model pages: list with Rescore (admins), live job progress (htmx partial), the queue."""
 import pytest
+from django.http import Http404
+from django.test import RequestFactory
 from django.urls import reverse
 
-from annotate.models import Generation, QueueItem
+from annotate.models import Generation, Project, QueueItem
 from bench.tiny import build_tiny_prm
 from jobs.states import JobState
-from scoring.models import RescoreJob
+from scoring.models import ModelVersion, RescoreJob
 from scoring.store import registry
-from tests.factories import SolutionFactory
+from scoring.web import review_views, views
+from tests.factories import SolutionFactory, store_step_scores
+from tests.scoring.projects import solution_in, two_projects
 
 
 @pytest.fixture
@@ -189,9 +193,9 @@ def test_the_models_page_states_each_versions_held_out_metrics_state_and_trainin
         return ModelVersion.objects.create(name=name, path="/x", weights_sha256="0" * 64, **fields)
 
     first = make("run1-point-head", config={"head": {"type": "point"}, "backbone": "/models/SmolLM2-135M-Instruct"})
-    versions.make_current_version(first)
+    versions.set_current_model(first, project=Project.objects.sole())
     second = make("run2-beta-head", metrics=measured)
-    versions.make_current_version(second)  # the first is superseded: no longer "promoted"
+    versions.set_current_model(second, project=Project.objects.sole())  # the first is superseded: no longer "promoted"
     make("run3-beta-head", status=ModelVersion.Status.REJECTED)
     make("run4-beta-head", status=ModelVersion.Status.NOT_ENOUGH_EVIDENCE)
     client.force_login(reviewer)
@@ -207,3 +211,52 @@ def test_the_models_page_states_each_versions_held_out_metrics_state_and_trainin
             "on SmolLM2-135M-Instruct") in page
     assert "not trained here; point head on SmolLM2-135M-Instruct" in page
     assert "not measured on held-out labels" in page
+
+
+# --- projects -------------------------------------------------------------------------------------
+
+
+def in_project(project, user, path: str = "/"):
+    """A request as the project middleware hands it on: for `path` in `project`, by `user`."""
+    request = RequestFactory().get(path)
+    request.user, request.project, request.htmx = user, project, False
+    return request
+
+
+def test_the_models_page_shows_the_projects_lineage_and_the_public_prms_with_its_own_current_model(admin_user):
+    gsm8k, math = two_projects()
+
+    def make(name, **fields):
+        return ModelVersion.objects.create(name=name, path="/x", weights_sha256="0" * 64, **fields)
+
+    make("public-prm")
+    ours = make("gsm8k-run1", project=gsm8k)
+    theirs, lent = make("math-run1", project=math), make("math-run2", project=math)
+    registry.set_current_model(ours, project=gsm8k)
+    registry.set_current_model(lent, project=gsm8k)  # trained in the other project, current in this one
+    registry.set_current_model(theirs, project=math)
+    page = views.model_list(in_project(gsm8k, admin_user)).content.decode()
+    assert "public-prm" in page and "gsm8k-run1" in page and "math-run2" in page and "math-run1" not in page
+    assert page.index("math-run2") < page.index("public-prm")  # the current model first
+    states = {name: page.split(name, 1)[1].split('class="state">', 1)[1].split("<", 1)[0]
+              for name in ("math-run2", "gsm8k-run1")}
+    assert states == {"math-run2": "current", "gsm8k-run1": "superseded"}
+    assert "public-prm" in views.model_list(in_project(math, admin_user)).content.decode()
+
+
+def test_another_projects_job_version_solution_and_queue_are_not_found(admin_user):
+    gsm8k, math = two_projects()
+    theirs = ModelVersion.objects.create(name="theirs", path="/x", weights_sha256="0" * 64, project=math)
+    registry.set_current_model(theirs, project=math)
+    job = RescoreJob.objects.create(project=math, model_version=theirs)
+    solution = solution_in(math, steps=["one"])
+    store_step_scores(theirs, solution, [0.4])
+    QueueItem.objects.create(project=math, solution=solution, generation=0, slot=0, priority=1)
+    ours = in_project(gsm8k, admin_user)
+    for view, argument in ((views.rescore_job, job.pk), (review_views.review_scores, solution.pk),
+                           (views.download_model, theirs.pk)):
+        with pytest.raises(Http404):
+            view(ours, argument, *(["step_token"] if view is views.download_model else []))
+    assert str(solution.problem.statement) not in views.queue(ours).content.decode()
+    assert str(solution.problem.statement) in views.queue(in_project(math, admin_user)).content.decode()
+    assert "0.400" in review_views.review_scores(in_project(math, admin_user), solution.pk).content.decode()
