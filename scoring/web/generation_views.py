@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from annotate.labeling.roles import admin_required
+from annotate.labeling.roles import admin_required, project_of
 from annotate.web.htmx import page_or_partial
 from infra import outbound
 from scoring.generation import runs as generation
@@ -70,13 +70,13 @@ def generation_runs(request: HttpRequest) -> HttpResponse:
     form = StartGenerationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            run = generation.start_generation_run(project=request.project, **form.run_options(),
+            run = generation.start_generation_run(project=project_of(request), **form.run_options(),
                                                   created_by=request.user)
         except ValueError as error:
             form.add_error(None, str(error))
         else:
             return redirect("scoring:generation-run", pk=run.pk)
-    runs = GenerationRun.objects.filter(project=request.project).select_related("created_by").order_by("-id")[:50]
+    runs = GenerationRun.objects.filter(project=project_of(request)).select_related("created_by").order_by("-id")[:50]
     return render(request, "scoring/generation_runs.html", {"form": form, "runs": runs})
 
 
@@ -84,13 +84,13 @@ def generation_runs(request: HttpRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def generation_run(request: HttpRequest, pk: int) -> HttpResponse:
     """One run; the job progress partial polls this URL until the run has finished."""
-    run = get_object_or_404(GenerationRun, pk=pk, project=request.project)
+    run = get_object_or_404(GenerationRun, pk=pk, project=project_of(request))
     return render(request, page_or_partial(request, "scoring/generation_run.html", "job-progress"), {"run": run})
 
 
 @require_POST
 @admin_required
 def cancel_generation_run(request: HttpRequest, pk: int) -> HttpResponse:
-    generation.cancel_generation_run(run=get_object_or_404(GenerationRun, pk=pk, project=request.project),
+    generation.cancel_generation_run(run=get_object_or_404(GenerationRun, pk=pk, project=project_of(request)),
                                      user=request.user)
     return redirect("scoring:generation-run", pk=pk)

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from annotate.labeling.roles import reviewer_required
+from annotate.labeling.roles import project_of, reviewer_required
 from annotate.models import Solution
 from annotate.web.htmx import page_or_partial
 from scoring.models import SolutionScore, StepScore
@@ -21,8 +21,9 @@ from scoring.store import registry
 def review_scores(request: HttpRequest, solution_id: int) -> HttpResponse:
     """The project's current model's score of every step of one of its solutions, and its
     solution-level scores."""
-    solution = get_object_or_404(Solution.objects.select_related("problem"), pk=solution_id, project=request.project)
-    version = registry.current_model(request.project)
+    project = project_of(request)
+    solution = get_object_or_404(Solution.objects.select_related("problem"), pk=solution_id, project=project)
+    version = registry.current_model(project)
     score = SolutionScore.objects.filter(solution=solution, model_version=version).first() if version else None
     p_by_index = dict(
         StepScore.objects.filter(step__solution=solution, model_version=version).values_list("step__index", "p")

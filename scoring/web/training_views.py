@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling.roles import admin_required as admin_only
+from annotate.labeling.roles import project_of
 from annotate.web.htmx import page_or_partial
 from scoring.core import evaluation
 from scoring.core.training_data import HEAD_TYPES, LABEL_SOURCES, MODES
@@ -49,13 +50,13 @@ def training_runs(request: HttpRequest) -> HttpResponse:
     form = StartRunForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            run = retraining.start_training_run(project=request.project, options=form.options(),
+            run = retraining.start_training_run(project=project_of(request), options=form.options(),
                                                 created_by=request.user)
         except retraining.TrainingAlreadyActive as error:
             messages.error(request, str(error))
             return redirect("scoring:training-runs")
         return redirect("scoring:training-run", pk=run.pk)
-    project = request.project
+    project = project_of(request)
     runs = (TrainingRun.objects.filter(project=project).select_related("parent", "result", "created_by")
             .order_by("-id")[:50])
     versions = ModelVersion.objects.lineage(project).with_current(project).order_by("-created_at")[:20]
@@ -67,7 +68,7 @@ def training_runs(request: HttpRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def training_run(request: HttpRequest, pk: int) -> HttpResponse:
     """One run; the job progress partial polls this URL until the run has finished."""
-    run = get_object_or_404(TrainingRun.objects.filter(project=request.project).select_related("parent", "result"),
+    run = get_object_or_404(TrainingRun.objects.filter(project=project_of(request)).select_related("parent", "result"),
                             pk=pk)
     context = {"run": run, "loss_chart": loss_chart(run.loss_curve)}
     return render(request, page_or_partial(request, "scoring/training_run.html", "job-progress"), context)
@@ -76,7 +77,7 @@ def training_run(request: HttpRequest, pk: int) -> HttpResponse:
 @admin_only
 def model_evaluation(request: HttpRequest, version_id: int) -> HttpResponse:
     """A version's metrics and plots next to those of the version it was compared with."""
-    version = get_object_or_404(ModelVersion.objects.usable_in(request.project).with_current(request.project),
+    version = get_object_or_404(ModelVersion.objects.usable_in(project_of(request)).with_current(project_of(request)),
                                 pk=version_id)
     metrics = version.metrics or {}
     new, old = metrics.get("eval"), metrics.get("compared_eval")

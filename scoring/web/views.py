@@ -4,7 +4,7 @@ A version that is not the current one (a candidate, a rejected or retired model)
 only after a confirmation page that says the queue will be rebuilt from its scores; a
 running rescore can be cancelled from its page, which shows tokens/s and an ETA.
 
-Everything is the request's project's (`request.project`): the models page shows the versions it
+Everything is the request's project's (`project_of(request)`): the models page shows the versions it
 may use (`ModelVersion.objects.usable_in`: its lineage, the versions trained in it and its current
 model wherever that came from, and the public PRMs it could make current), its jobs and its queue;
 an object of another project answers 404.
@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling import roles
+from annotate.labeling.roles import project_of
 from annotate.models import Generation, QueueItem
 from annotate.web.htmx import page_or_partial
 
@@ -39,10 +40,10 @@ from scoring.web.charts import dotted
 @roles.reviewer_required
 def model_list(request: HttpRequest) -> HttpResponse:
     # The current version first: the one the queue follows is the one to look at.
-    versions = list(ModelVersion.objects.usable_in(request.project).with_current(request.project)
+    versions = list(ModelVersion.objects.usable_in(project_of(request)).with_current(project_of(request))
                     .select_related("parent").prefetch_related("training_runs")
                     .order_by(F("is_current").desc(), "-created_at"))
-    jobs = RescoreJob.objects.filter(project=request.project).select_related("model_version")[:20]
+    jobs = RescoreJob.objects.filter(project=project_of(request)).select_related("model_version")[:20]
     for version in versions:  # only admins see (and may build) exports
         is_head = version.kind == ModelVersion.Kind.HEAD
         # Attributes for the template only, not model fields.
@@ -106,7 +107,7 @@ def _export_links(version: ModelVersion) -> list[tuple[str, bool]]:
 @roles.admin_required
 def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
     """Start building a version's standard-checkpoint archive on the ml worker (once)."""
-    version = get_object_or_404(ModelVersion.objects.usable_in(request.project), pk=version_id)
+    version = get_object_or_404(ModelVersion.objects.usable_in(project_of(request)), pk=version_id)
     as_kind = request.POST.get("as", "")
     if as_kind not in EXPORT_KINDS:
         return HttpResponse(f"'as' must be one of {', '.join(EXPORT_KINDS)}", status=400)
@@ -120,7 +121,7 @@ def export_model(request: HttpRequest, version_id: int) -> HttpResponse:
 @roles.admin_required
 def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileResponse:
     """The built archive; nothing before it is complete, nothing outside the exports folder."""
-    version = get_object_or_404(ModelVersion.objects.usable_in(request.project), pk=version_id)
+    version = get_object_or_404(ModelVersion.objects.usable_in(project_of(request)), pk=version_id)
     path = model_exports.finished_archive(version, as_kind) if as_kind in EXPORT_KINDS else None
     if path is None:
         raise Http404("This export is not built yet.")
@@ -132,7 +133,7 @@ def download_model(request: HttpRequest, version_id: int, as_kind: str) -> FileR
 def rescore(request: HttpRequest, version_id: int) -> HttpResponse:
     """Record a rescore of the project's pool; for a version that is not the project's current one,
     only once the admin confirmed (`confirm=1`) on a page saying what will happen to the queue."""
-    project = request.project
+    project = project_of(request)
     version = get_object_or_404(ModelVersion.objects.usable_in(project), pk=version_id)
     current = registry.current_model(project)
     if version != current and request.POST.get("confirm") != "1":
@@ -149,7 +150,7 @@ def rescore(request: HttpRequest, version_id: int) -> HttpResponse:
 @roles.reviewer_required
 @vary_on_headers("HX-Request")
 def rescore_job(request: HttpRequest, pk: int) -> HttpResponse:
-    job = get_object_or_404(RescoreJob.objects.filter(project=request.project).select_related("model_version"),
+    job = get_object_or_404(RescoreJob.objects.filter(project=project_of(request)).select_related("model_version"),
                             pk=pk)
     context = {"job": job, "rates": job.rates(), "can_cancel": roles.is_admin(request.user)}
     return render(request, page_or_partial(request, "scoring/rescore_job.html", "progress"), context)
@@ -159,13 +160,13 @@ def rescore_job(request: HttpRequest, pk: int) -> HttpResponse:
 @roles.admin_required
 def cancel_rescore(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel a running rescore: the worker stops at its next chunk; the queue is not rebuilt."""
-    scoring.cancel_rescore(job=get_object_or_404(RescoreJob, pk=pk, project=request.project), user=request.user)
+    scoring.cancel_rescore(job=get_object_or_404(RescoreJob, pk=pk, project=project_of(request)), user=request.user)
     return redirect("scoring:rescore-job", pk=pk)
 
 
 @roles.reviewer_required
 def queue(request: HttpRequest) -> HttpResponse:
-    project = request.project
+    project = project_of(request)
     generation = request.GET.get("generation", "")
     generations = Generation.objects.filter(project=project)
     number = int(generation) if generation.lstrip("-").isdigit() else generations.current_number()

@@ -1,6 +1,6 @@
 """The model side's REST API: model versions, training runs, stored scores, and live scoring.
 
-Everything is the request's project's (`request.project`, from the project in the URL): its
+Everything is the request's project's (`project_of(request)`, from the project in the URL): its
 model versions (`ModelVersion.objects.usable_in`: its lineage and the public PRMs, with
 `is_current` for the project), its runs, the scores of its solutions, and scoring with its
 current model; another project's objects are not found."""
@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotate.labeling.roles import project_of
 from annotate.web.api.permissions import IsReviewer
 from infra import throttling
 from scoring import on_worker
@@ -35,7 +36,7 @@ class ModelVersionViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["status", "kind", "name"]
 
     def get_queryset(self):
-        project = self.request.project
+        project = project_of(self.request)
         return ModelVersion.objects.usable_in(project).with_current(project).select_related("parent").order_by("-id")
 
 
@@ -48,7 +49,7 @@ class TrainingRunViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["state"]
 
     def get_queryset(self):
-        return (TrainingRun.objects.filter(project=self.request.project).select_related("parent", "result")
+        return (TrainingRun.objects.filter(project=project_of(self.request)).select_related("parent", "result")
                 .order_by("-id"))
 
 
@@ -61,7 +62,7 @@ class SolutionScoreViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["solution", "model_version"]
 
     def get_queryset(self):
-        return (SolutionScore.objects.filter(solution__project=self.request.project).select_related("model_version")
+        return (SolutionScore.objects.filter(solution__project=project_of(self.request)).select_related("model_version")
                 .order_by("id"))
 
 
@@ -75,7 +76,7 @@ class StepScoreViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = {"step__solution": ["exact"], "model_version": ["exact"]}
 
     def get_queryset(self):
-        return (StepScore.objects.filter(step__solution__project=self.request.project)
+        return (StepScore.objects.filter(step__solution__project=project_of(self.request))
                 .select_related("model_version", "step").order_by("step__solution_id", "step__index", "id"))
 
 
@@ -191,7 +192,7 @@ class ScoreView(APIView):
 def model_version_asked(request: Request, name: str | None) -> ModelVersion | None:
     """The version `model` names among those the project may use, else its current one (None: none is)."""
     try:
-        return registry.find_version(name, project=request.project)
+        return registry.find_version(name, project=project_of(request))
     except registry.UnknownModelVersion as error:
         raise drf_serializers.ValidationError({"model": str(error)}) from None
 

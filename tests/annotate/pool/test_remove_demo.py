@@ -74,7 +74,8 @@ def demo_of(project_slug: str = "gsm8k-demo"):
 
 def test_an_admin_sees_the_button_while_demo_data_exists_and_removing_says_how_many(demo_pool, admin_user):
     labeled = demo_pool[0]
-    Annotation.objects.create(project=labeled.project, solution=labeled, annotator=UserFactory(), labeler="a", status="submitted")
+    Annotation.objects.create(project=labeled.project, solution=labeled, annotator=UserFactory(), labeler="a",
+                              status="submitted")
     client = _client_for(admin_user)
     home = client.get(url("annotate:home")).content.decode()
     assert "Remove demo data" in home and url("annotate:remove-demo") in home
