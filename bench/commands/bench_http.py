@@ -28,7 +28,6 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
-from django.test.utils import override_settings
 
 from annotate.labeling import quality, queue_items, queueing, roles
 from annotate.models import Annotation, Completion, LabelingConfig, Project, QueueItem, Solution, Step, StepLabel
@@ -166,10 +165,17 @@ def _database_url() -> str:
 
 
 def _queue_whole_pool() -> None:
-    """Queue every unlabeled bench solution, past STEPWISE_QUEUE_SIZE: the queue is as big as the pool,
-    so whatever scans the queue per request shows in the figures, and no run runs out of work."""
-    with override_settings(STEPWISE_QUEUE_SIZE=Solution.objects.filter(source=SOURCE).count()):
-        queueing.ensure_default_queue()
+    """Queue every unlabeled bench solution, past the project's queue size: the queue is as big as the
+    pool, so whatever scans the queue per request shows in the figures, and no run runs out of work."""
+    project = Project.objects.sole()
+    config = LabelingConfig.objects.get(project=project)
+    size, config.queue_size = config.queue_size, Solution.objects.filter(source=SOURCE).count()
+    config.save()  # a save, not an update: the settings' memo hears of it
+    try:
+        queueing.ensure_default_queue(project)
+    finally:
+        config.queue_size = size
+        config.save()
     QueueItem.objects.filter(solution__source=SOURCE, status=QueueItem.Status.AVAILABLE).exclude(
         priority=BENCH_PRIORITY
     ).update(priority=BENCH_PRIORITY)

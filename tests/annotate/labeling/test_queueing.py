@@ -350,8 +350,7 @@ def test_screening_solutions_are_not_queued_as_ordinary_work():
 
 
 def test_the_default_queue_holds_the_queue_size_cap_across_restarts(settings):
-    settings.STEPWISE_QUEUE_SIZE = 5
-    configure(overlap_k=2)
+    configure(overlap_k=2, queue_size=5)
     SolutionFactory.create_batch(8)
     assert queueing.ensure_default_queue() == 10  # five solutions, two slots each
     # Restarting the app (seed_demo, start-up) calls it again: the cap still holds.
@@ -386,28 +385,31 @@ def test_enqueue_makes_k_slots_per_pick_and_retires_older_waiting_items():
     }
 
 
-def test_running_seed_demo_again_does_not_queue_past_the_cap(settings):
+def test_running_seed_demo_again_queues_nothing_more():
     from django.core.management import call_command
 
-    settings.STEPWISE_QUEUE_SIZE = 5
     call_command("seed_demo", problems=8, stdout=io.StringIO())
-    assert Solution.objects.count() > 5
-    call_command("seed_demo", problems=8, stdout=io.StringIO())
-    assert QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).count() == 5
-    assert list(Generation.objects.values_list("number", flat=True)) == [0]
+    projects = Project.objects.filter(slug__in=["gsm8k-demo", "math-demo"])
+    waiting = {p.slug: QueueItem.objects.filter(project=p, status=QueueItem.Status.AVAILABLE).count() for p in projects}
+    call_command("seed_demo", problems=8, stdout=io.StringIO())  # the next `./stepwise run`
+    assert len(waiting) == 2 and all(waiting.values())
+    assert waiting == {p.slug: QueueItem.objects.filter(project=p, status=QueueItem.Status.AVAILABLE).count()
+                       for p in projects}
+    for project in projects:
+        assert list(Generation.objects.filter(project=project).values_list("number", flat=True)) == [0]
 
 
 # --- imported solutions are labelable before any rescore ---------------------------------
 
 
-def import_lines(tmp_path, lines, name="imported.jsonl"):
+def import_lines(tmp_path, lines, name="imported.jsonl", project=None):
     import json
 
     from annotate.pool import importing
 
     path = tmp_path / name
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return importing.import_pool(path=path)
+    return importing.import_pool(path=path, project=project)
 
 
 def answered(problem: str, answer: str, truth: str = "4") -> dict:
@@ -439,17 +441,18 @@ def test_an_import_after_the_demo_pool_is_served_before_any_demo_item(tmp_path):
     from annotate.models.pool import DEMO_SOURCE
 
     call_command("seed_demo", problems=6, stdout=io.StringIO())
-    summary = import_lines(tmp_path, [answered("my own p1", "4"), answered("my own p2", "5")])
-    assert queueing.enqueue_imported(solution_ids=summary.solution_ids) == 2
+    project = Project.objects.get(slug="gsm8k-demo")
+    summary = import_lines(tmp_path, [answered("my own p1", "4"), answered("my own p2", "5")], project=project)
+    assert queueing.enqueue_imported(project=project, solution_ids=summary.solution_ids) == 2
     call_command("seed_demo", problems=6, stdout=io.StringIO())  # the next `./stepwise run`
-    first, second, third = annotators(3)
-    claimed = [queueing.claim_next(annotator=who).solution for who in (first, second, third)]
+    first, second, third = (user_with_role(f"worker{i}", "annotator", project) for i in range(3))
+    claimed = [queueing.claim_next(annotator=who, project=project).solution for who in (first, second, third)]
     assert {solution.pk for solution in claimed[:2]} == set(summary.solution_ids)
     assert claimed[2].source == DEMO_SOURCE
 
 
 def test_queueing_an_import_again_adds_nothing_and_the_queue_cap_holds(tmp_path, settings):
-    settings.STEPWISE_QUEUE_SIZE = 3
+    configure(queue_size=3)
     configure(overlap_k=2)
     SolutionFactory()
     queueing.ensure_default_queue()
@@ -461,7 +464,7 @@ def test_queueing_an_import_again_adds_nothing_and_the_queue_cap_holds(tmp_path,
 
 
 def test_a_model_generation_keeps_its_limit_per_problem_for_imported_samples(tmp_path, settings):
-    settings.STEPWISE_QUEUE_PER_PROBLEM = 2
+    configure(queue_per_problem=2)
     queueing.start_generation(model_version_name="v1")
     summary = import_lines(tmp_path, [answered("one problem", str(n)) for n in range(8)])
     assert queueing.enqueue_imported(solution_ids=summary.solution_ids) == 2

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from annotate.models import ImportJob, QueueItem, Solution
+from annotate.models import ImportJob, LabelingConfig, Project, QueueItem, Solution
 from annotate.tasks import import_pool_task
 from jobs.states import JobState
 from tests.conftest import wait_for
@@ -188,7 +188,7 @@ def test_the_finished_import_page_shows_graded_counts_and_that_its_solutions_are
 
 @pytest.mark.django_db
 def test_the_page_says_why_new_solutions_wait_when_the_queue_is_full(client, admin_user, settings):
-    settings.STEPWISE_QUEUE_SIZE = 1
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"queue_size": 1})
     client.force_login(admin_user)
     job = upload_job(client, MODEL_LINES)
     import_pool_task(job.pk)
