@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 
@@ -241,7 +242,8 @@ def policy_for(strategy: str, *, size: int, seed: int) -> selection.Policy:
         # The production default before the in-memory loop (the ensemble reasons need simulation_scale's loop).
         "mix": {"convincing_wrong": 0.4, "convincing": 0.2, "uncertain": 0.1, "random": 0.3},
     }[strategy]
-    return selection.Policy(size=size, shares=shares, seed=seed)
+    # The per-problem cap a new project starts with (a simulation has no project of its own).
+    return selection.Policy(size=size, shares=shares, per_problem=django_settings.STEPWISE_QUEUE_PER_PROBLEM, seed=seed)
 
 
 @dataclass

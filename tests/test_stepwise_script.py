@@ -174,12 +174,15 @@ def test_seed_demo_says_what_it_imported_on_a_new_database_and_nothing_new_after
     first = io.StringIO()
     call_command("seed_demo", problems=8, stdout=first)
     n = Solution.objects.count()
-    assert first.getvalue().startswith(f"Demo pool: {n} solutions to 8 problems imported")
-    assert "already" not in first.getvalue() and first.getvalue().count("\n") == 1
+    lines = first.getvalue().splitlines()
+    # Two projects, a line each, saying what each holds and how much of it is ready to label.
+    assert [line.split(" (")[0] for line in lines] == ["Demo project gsm8k-demo", "Demo project math-demo"]
+    assert all("solutions imported" in line and "ready to label" in line for line in lines)
+    assert "already" not in first.getvalue()
 
     again = io.StringIO()
     call_command("seed_demo", problems=8, stdout=again)
-    assert again.getvalue().startswith(f"Demo pool: already imported ({n} solutions)")
+    assert again.getvalue().count("already") == 2, again.getvalue()
     assert Solution.objects.count() == n
 
 
@@ -262,8 +265,8 @@ def test_run_says_each_stage_answers_and_ctrl_c_stops_everything_within_10_secon
         ready = re.search(r"Stepwise is ready in (\d+) s:  http://127.0.0.1:(\d+)/", output.text)
         assert ready and int(ready[2]) == unused_port, output.text
         assert int(ready[1]) <= time.monotonic() - began + 1
-        for stage in ("Python packages: ", "Database: migrations applied.", "Demo pool: ", "Retraining: ",
-                      "Starting the web server"):
+        for stage in ("Python packages: ", "Database: migrations applied.", "Demo project gsm8k-demo",
+                      "Demo project math-demo", "Starting the web server"):
             assert stage in output.text
         assert get(f"http://127.0.0.1:{unused_port}/accounts/login/") == 200
         assert '"GET /accounts/login/ HTTP/1.1" 200' in (tmp_path / "logs" / "web.log").read_text()  # access log
@@ -291,7 +294,7 @@ def test_run_no_demo_adds_no_demo_and_stops_cleanly_while_still_starting(tmp_pat
         process.send_signal(signal.SIGINT)  # mid-way through the stages: nothing has started yet
         assert process.wait(timeout=30) == 0
         output.thread.join(timeout=5)
-        assert output.lines[-1] == "Stepwise stopped.\n" and "Demo pool" not in output.text, output.text
+        assert output.lines[-1] == "Stepwise stopped.\n" and "Demo project" not in output.text, output.text
         assert started_by_run(tmp_path) == {}
     finally:
         stop_leftovers(process, tmp_path)

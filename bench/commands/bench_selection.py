@@ -32,7 +32,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
 from annotate.labeling import roles
-from annotate.models import Annotation, Solution
+from annotate.models import Annotation, Project, Solution
 from bench import simulation, simulation_pool
 from scoring.models import ModelVersion
 from scoring.rescoring import ensemble, label_rows, scores, selection
@@ -92,7 +92,9 @@ class Command(BaseCommand):
         counts = Counting()
         with counts:
             started = time.perf_counter()
-            selection.rebuild_queue(model_version=version, policy=selection.Policy(shares=DISAGREEMENT))
+            project = Project.objects.sole()
+            selection.rebuild_queue(model_version=version, project=project,
+                                    policy=selection.Policy.of(project, shares=DISAGREEMENT))
             seconds = time.perf_counter() - started
         self.stdout.write(f"{state:<12} {seconds:>8.2f} {counts.fits:>5} {counts.computed:>9,}")
 
@@ -147,8 +149,9 @@ class Command(BaseCommand):
         """Label until `target` solutions are labeled, through the real queue and labeling code."""
         missing = target - Annotation.objects.submitted().count()
         if missing > 0:
-            random_picks = selection.Policy(size=missing, shares={"random": 1.0})
-            selection.rebuild_queue(model_version=version, policy=random_picks)
+            project = Project.objects.sole()
+            random_picks = selection.Policy.of(project, size=missing, shares={"random": 1.0})
+            selection.rebuild_queue(model_version=version, project=project, policy=random_picks)
             simulation.label_queue(annotator=annotator, limit=missing)
 
 

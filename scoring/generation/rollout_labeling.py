@@ -67,7 +67,8 @@ def resolve_spec(spec: dict | None) -> dict:
 
 
 def start_rollout_labeling(
-    *, project: Project, method: str, n: int, solution_ids=None, source: str | None = None, unlabeled: bool = False,
+    *, project: Project | None = None, method: str, n: int, solution_ids=None, source: str | None = None,
+    unlabeled: bool = False,
     limit: int | None = None, generator_spec: dict | None = None, params: SamplingParams | None = None,
     template: str = DEFAULT_PROMPT_TEMPLATE, delimiter: str = DEFAULT_STEP_DELIMITER, created_by=None,
     enqueue: bool = True,
@@ -77,6 +78,7 @@ def start_rollout_labeling(
 
     Solutions asked for by id but not eligible (no steps, no known answer) are counted as skipped.
     """
+    project = Project.objects.given(project)
     if method not in rollouts.METHODS:
         raise ValueError(f"method={method!r}; expected one of {', '.join(rollouts.METHODS)}")
     sampling = replace(params or SamplingParams(), n=n, stop=())  # a rollout runs to the end of the solution

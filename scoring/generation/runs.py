@@ -49,7 +49,7 @@ _generators: dict[str, Generator] = {}  # loaded once per worker process, by spe
 
 
 def start_generation_run(
-    *, project: Project, problem_filter: dict, samples_per_problem: int, generator_spec: dict,
+    *, project: Project | None = None, problem_filter: dict, samples_per_problem: int, generator_spec: dict,
     sampling: dict | None = None,
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE, seed: int | None = None, split_mode: str = "blank_line",
     chunk_size: int = 8, created_by=None, enqueue: bool = True,
@@ -59,6 +59,7 @@ def start_generation_run(
 
     A ValueError names the field at fault; nothing is recorded then.
     """
+    project = Project.objects.given(project)
     sampling = dict(sampling or {})
     sampling.pop("n", None)
     sampling_params(sampling, n=samples_per_problem, seed=seed)  # raises on a bad field

@@ -57,13 +57,14 @@ def active_run(project: Project) -> TrainingRun | None:
     return TrainingRun.objects.filter(project=project, active_slot__isnull=False).first()
 
 
-def start_training_run(*, project: Project, options: dict | None = None, created_by=None,
+def start_training_run(*, project: Project | None = None, options: dict | None = None, created_by=None,
                        trigger: str = TrainingRun.Trigger.MANUAL, enqueue: bool = True) -> TrainingRun:
-    """Create a pending run in the project and enqueue it after commit; raises TrainingAlreadyActive
-    if one of the project's is.
+    """Create a pending run in the project (the sole one when None) and enqueue it after commit;
+    raises TrainingAlreadyActive if one of the project's is.
 
     `enqueue=False` leaves the run for the caller to execute in-process (`train_prm --inline`).
     """
+    project = Project.objects.given(project)
     parsed = RunOptions.parse(options)
     fail_stale_runs()  # a run whose worker was killed must not hold the slot forever
     try:

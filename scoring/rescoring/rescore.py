@@ -63,7 +63,7 @@ def score_texts(*, items: list[tuple[str, list[str]]], model_version: ModelVersi
 
 
 def start_rescore(
-    *, model_version: ModelVersion, project: Project, created_by=None, rebuild_queue: bool = True
+    *, model_version: ModelVersion, project: Project | None = None, created_by=None, rebuild_queue: bool = True
 ) -> RescoreJob:
     """Record a rescore of the project's pool and enqueue it (after commit) on the ml queue; its
     queue rebuild fills the project's queue.
@@ -71,6 +71,7 @@ def start_rescore(
     Nothing is loaded or hashed here, so the web process never imports torch: the worker
     verifies the model's files when it loads them, and a changed model fails the job.
     """
+    project = Project.objects.given(project)
     job = RescoreJob.objects.create(model_version=model_version, project=project, created_by=created_by,
                                     rebuild_queue=rebuild_queue)
     transaction.on_commit(job.send_task)

@@ -118,10 +118,11 @@ class Pick:
     reason: Reason
 
 
-def candidates(*, model_version: ModelVersion, project: Project, score: str = "product",
+def candidates(*, model_version: ModelVersion, project: Project | None = None, score: str = "product",
                uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> list[Candidate]:
     """Unlabeled solutions of the project's pool that nobody is labeling or has labeled: scored,
     then unscored."""
+    project = Project.objects.given(project)
     busy = QueueItem.objects.filter(
         project=project, status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
     solutions = (Solution.objects.unlabeled().filter(project=project, is_gold=False, is_reference=False)
@@ -276,7 +277,7 @@ def interleave(lists: dict[Reason, list[Candidate]]) -> list[Pick]:
     return [pick for *_, pick in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
-def rebuild_queue(*, model_version: ModelVersion, project: Project, policy: Policy | None = None,
+def rebuild_queue(*, model_version: ModelVersion, project: Project | None = None, policy: Policy | None = None,
                   uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> Generation:
     """Start a new generation of the project's queue with this model's picks of the project's pool
     (by the project's policy unless one is given); annotate's queueing writes the items.
@@ -285,6 +286,7 @@ def rebuild_queue(*, model_version: ModelVersion, project: Project, policy: Poli
     without it they read the version's stored ensemble (`ensemble.for_model_version`: fitted
     once per set of labels, the pool's numbers computed once per solution under it).
     """
+    project = Project.objects.given(project)
     policy = policy or Policy.of(project)
     pool = candidates(model_version=model_version, project=project, score=policy.score, uncertainty=uncertainty)
     if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:

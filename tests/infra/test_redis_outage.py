@@ -163,17 +163,17 @@ def test_a_logout_while_redis_is_away_stays_a_logout_once_it_is_back(client, mon
     if settings.SESSION_ENGINE != "infra.sessions":
         pytest.skip("sessions are cached in Redis only with REDIS_URL")
     client.force_login(user_with_role("kim", "annotator"))
-    assert client.get("/").status_code == 200  # the session is cached in Redis now
+    assert client.get(reverse("annotate:label-start")).status_code == 200  # the session is cached in Redis now
     stolen = client.cookies[settings.SESSION_COOKIE_NAME].value
     with monkeypatch.context() as away:
         away.setattr(caches._connections, "sessions", Silent(), raising=False)
         assert client.post(reverse("logout")).status_code == 302  # from the database only
         thief = Client()
         thief.cookies[settings.SESSION_COOKIE_NAME] = stolen
-        assert thief.get("/").status_code == 302  # to the login page: read from the database
+        assert thief.get(reverse("annotate:label-start")).status_code == 302  # to the login page: from the database
     # Redis is back with its copy of the session; the logout still holds.
     thief = Client()
     thief.cookies[settings.SESSION_COOKIE_NAME] = stolen
-    assert thief.get("/").status_code == 302
+    assert thief.get(reverse("annotate:label-start")).status_code == 302
     client.force_login(user_with_role("lee", "annotator"))
-    assert client.get("/").status_code == 200
+    assert client.get(reverse("annotate:label-start")).status_code == 200
