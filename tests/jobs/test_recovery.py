@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from annotate.models import ExportJob, ImportJob, Solution, Step
+from annotate.models import ExportJob, ImportJob, Project, Solution, Step
 from annotate.pool.exporting import ExportOptions, create_export_job
 from annotate.pool.importing import create_import_job
 from annotate.tasks import reconcile_jobs_task
@@ -376,14 +376,15 @@ def test_a_database_restart_in_the_middle_of_an_import_batch_reports_no_good_lin
 def test_two_beat_processes_firing_at_once_start_one_retrain(transactional_db, monkeypatch):
     from scoring.tasks import scheduled_retrain_task
 
-    monkeypatch.setattr(retraining, "new_label_count", lambda: 100)
+    monkeypatch.setattr(retraining, "new_label_count", lambda project: 100)
     barrier = threading.Barrier(4)
     outcomes = []
+    project = Project.objects.sole()
 
     def beat():
         try:
             barrier.wait()
-            outcomes.append(scheduled_retrain_task(min_new_labels=1, options=FAST_TRAINING))
+            outcomes.append(scheduled_retrain_task(min_new_labels=1, options=FAST_TRAINING, project_id=project.pk))
         finally:
             connection.close()
 
