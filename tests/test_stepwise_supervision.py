@@ -82,9 +82,9 @@ def test_a_process_that_keeps_crashing_is_started_again_with_growing_pauses_then
     report = (tmp_path / "logs" / "worker.failed").read_text().strip()
     assert report.startswith("The worker process stopped 3 times in a row within 30 s of its start")
     client.force_login(user_with_role("boss", "admin", is_staff=True, is_superuser=True))
-    assert report in client.get("/").content.decode()
+    assert report in client.get("/", follow=True).content.decode()
     client.force_login(user_with_role("kim", "annotator"))
-    assert "Stopped processes" not in client.get("/").content.decode()
+    assert "Stopped processes" not in client.get("/", follow=True).content.decode()
 
 
 @pytest.mark.slow
