@@ -19,7 +19,11 @@ from infra import processes, project_paths
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     if project_paths.split(request.path)[0] is None:
-        return _projects_page(request)
+        # Outside any project: the sole project's home while there is one and the user is in it
+        # (an install with one campaign keeps its pages where they were), else the user's projects.
+        sole = getattr(request, "project", None)
+        if sole is None or not roles.is_member(request.user, sole):
+            return _projects_page(request)
     project = roles.project_of(request)
     is_admin = roles.is_admin(request.user, project)
     stopped = processes.given_up() if is_admin else []
@@ -38,7 +42,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 def _projects_page(request: HttpRequest) -> HttpResponse:
     """The user's projects, each with its waiting work and the user's submitted tasks; a user
-    with exactly one goes straight to it."""
+    with exactly one (of several on the site) goes straight to it."""
     projects = list(Project.objects.visible_to(request.user).order_by("name"))
     if len(projects) == 1:
         return redirect(f"/p/{projects[0].slug}/")
