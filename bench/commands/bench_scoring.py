@@ -26,7 +26,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from annotate.models import Problem, Solution, Step
+from annotate.models import Problem, Project, Solution, Step
 from annotate.models.pool import content_hash
 from annotate.pool import synthetic
 from scoring.models import ModelVersion, SolutionScore, StepScore
@@ -80,7 +80,7 @@ def rescore_rates(version: ModelVersion, ids: list[int], *, rounds: int = 3, per
     write scores, deleted before each round; the caller owns the pool and the version
     (bench_scoring rolls both back; bench/gpu_shapes.py runs in a scratch database).
     """
-    registry.make_current_version(version)
+    registry.set_current_model(version, project=Project.objects.sole())
     model = registry.load(version)
     _, _, items = scores.read_items(ids)
     encoded = model.encode_many(items)
@@ -250,7 +250,7 @@ class Command(BaseCommand):
         if name == "default":
             from scoring.store import default_model
 
-            return default_model.ensure_default_model(make_current=False)
+            return default_model.ensure_default_model()
         return registry.version_for_command(name)
 
     def tiny_version(self, workdir: Path, name: str, **config) -> ModelVersion:
@@ -276,7 +276,7 @@ class Command(BaseCommand):
     def tiny_pool_time(self, size: int) -> dict:
         with tempfile.TemporaryDirectory() as workdir:
             version = self.tiny_version(Path(workdir), "bench-pool")
-            registry.make_current_version(version)  # as rescore_rates
+            registry.set_current_model(version, project=Project.objects.sole())  # as rescore_rates
             ids = make_pool("pool", size)
             model = registry.load(version)
             model.forward_only(model.encode_many(scores.read_items(ids[:8])[2]))

@@ -188,6 +188,7 @@ def _retrain_loop(workdir: Path, backbone: Path, n: int, log) -> dict:
     from django.contrib.auth import get_user_model
 
     from annotate.labeling import queueing
+    from annotate.models import Project
     from bench import simulation, simulation_pool
     from scoring.core import prm
     from scoring.learning import retraining
@@ -202,7 +203,7 @@ def _retrain_loop(workdir: Path, backbone: Path, n: int, log) -> dict:
     queueing.ensure_default_queue()
     simulation.label_queue(annotator=get_user_model().objects.create(username="bench-annotator"), limit=len(pool_ids))
     options = {"train": {"epochs": 30, "val_fraction": 0.25}, "tolerance": 1.0}  # always promoted: a chain
-    weights = registry.load(registry.current_model_version()).model
+    weights = registry.load(registry.current_model(Project.objects.sole())).model
     backbone_mib = sum(p.numel() * p.element_size() for p in weights.parameters()) / 2**20
     rss, seconds = [], []
     for i in range(n):

@@ -20,6 +20,7 @@ from annotate.models import LabelingConfig, Project
 from annotate.pool import importing
 from jobs.states import JobState
 from scoring.models import ModelVersion, TrainingRun
+from scoring.store import registry
 from tests.browser.test_labeling_browser import log_in, start_labeling, wait_rating
 from tests.browser.test_model_output_flow import RESPONSES, assert_math_typeset, current_task
 from tests.factories import user_with_role
@@ -146,10 +147,11 @@ def model_history(transactional_db):
         status=ModelVersion.Status.PROMOTED)
     better = ModelVersion.objects.create(
         name="smollm2-135m-g1", path="models/g1", weights_sha256="a84e2d07c31b9f56e0d2", config=config,
-        parent=base, status=ModelVersion.Status.PROMOTED, is_current=True,
+        parent=base, status=ModelVersion.Status.PROMOTED,
         metrics=eval_metrics(0.781, 0.612, 0.75) | {"trained_on": {
             "solutions": 240, "step_labels": 1630, "labels": "human", "generation": 1, "head": "point",
             "mode": "lora", "backbone": "SmolLM2-135M-Instruct"}})
+    registry.set_current_model(better, project=Project.objects.sole())
     ModelVersion.objects.create(
         name="smollm2-135m-g2", path="models/g2", weights_sha256="c0ffee5e1a2b3c4d5e6f", config=config,
         parent=better, status=ModelVersion.Status.REJECTED, metrics=eval_metrics(0.774, 0.598, 0.7))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from annotate.models import Project
 from bench.loadtest import Server
 from scoring.core.prm import StepProbability, aggregate
 from scoring.rescoring.rescore import score_texts
@@ -126,7 +127,7 @@ def test_a_503_is_retried_until_a_model_is_current(web, worker, token, tiny_fold
 
     def promote_soon():
         time.sleep(1.5)
-        registry.make_current_version(version)
+        registry.set_current_model(version, project=Project.objects.sole())
 
     promoter = threading.Thread(target=promote_soon)
     promoter.start()
