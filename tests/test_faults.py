@@ -24,7 +24,7 @@ import pytest
 from django.db import connection
 
 import tests.conftest
-from annotate.models import ExportJob, ImportJob, SampleLine, Solution, Step
+from annotate.models import ExportJob, ImportJob, LabelingConfig, SampleLine, Solution, Step
 from annotate.pool import importing
 from annotate.pool.exporting import ExportOptions, create_export_job
 from annotate.pool.importing import create_import_job
@@ -142,10 +142,11 @@ def test_an_import_goes_on_after_its_postgresql_server_restarts_mid_write(
         pytest.skip("needs PostgreSQL")
     path = write_pool_file(tmp_path / "big.jsonl", IMPORT_LINES)
     job = create_import_job(path=path, original_name="big.jsonl")  # its message waits in the broker
+    # A queue large enough for every line, so that "queued" counts the lines the first attempt wrote too.
+    LabelingConfig.objects.update_or_create(project=job.project, defaults={"queue_size": 2 * IMPORT_LINES})
     copy_test_database(private_postgresql, "stepwise")
     url = private_postgresql.url("stepwise")
-    # A queue large enough for every line, so that "queued" counts the lines the first attempt wrote too.
-    worker_factory(DATABASE_URL=url, STEPWISE_QUEUE_SIZE=str(2 * IMPORT_LINES))
+    worker_factory(DATABASE_URL=url)
 
     wait_for(lambda: (import_state(url, job.pk) or (None, 0))[1] > 0, timeout=60, interval=0.05)
     private_postgresql.stop()  # mid-batch: the batch's transaction is rolled back by the server
