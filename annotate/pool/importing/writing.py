@@ -38,8 +38,6 @@ from django.utils import timezone
 
 from annotate.models import (
     Annotation,
-    AutoLabelRun,
-    AutoStepLabel,
     Completion,
     Problem,
     Project,
@@ -49,6 +47,7 @@ from annotate.models import (
     StepLabel,
 )
 from annotate.pool import prm800k
+from annotate.pool.importing import dataset_labels
 from annotate.pool.importing.formats import Record
 from annotate.pool.importing.report import Outcome
 from steps.grading import Grade, judge
@@ -154,7 +153,7 @@ def _write(records: list[Record], project: Project, source_file: SourceFile | No
     problems = _problems_for(records, project)
     solutions, created = _solutions_for(records, problems, project)
     annotated = _annotations_for(records, problems, solutions, project)
-    _imported_labels_for(records, solutions, project, source_file)
+    dataset_labels.write(records, solutions, project, source_file)
     if source_file is not None:
         new_ids = {solutions[r.solution_hash].pk for r in records if id(r) in created}
         created |= _created_earlier_by_this_job(records, solutions, project, source_file, created)
@@ -380,33 +379,3 @@ def _write_step_labels(new: list[tuple[Record, Annotation]]) -> None:
         for step_label, step in step_labels
         for j, c in enumerate(step.completions)
     )
-
-
-def _imported_labels_for(records: list[Record], solutions: dict[str, Solution], project: Project,
-                         source_file: SourceFile | None) -> None:
-    """The datasets' own step labels, as automatic labels of this file's runs (existing ones kept)."""
-    # (Each comprehension below repeats `imported_labels is not None` for the type checker only.)
-    labeled = [r for r in records if r.imported_labels is not None]
-    if not labeled:
-        return
-    keys = {(r.imported_labels.dataset, r.imported_labels.kind) for r in labeled if r.imported_labels is not None}
-    runs = {key: _imported_run(*key, project, source_file) for key in keys}
-    solution_ids = {solutions[r.solution_hash].pk for r in labeled}
-    steps = {(solution_id, index): pk for solution_id, index, pk in
-             Step.objects.filter(solution_id__in=solution_ids).values_list("solution_id", "index", "id")}
-    AutoStepLabel.objects.bulk_create([
-        AutoStepLabel(run=runs[(r.imported_labels.dataset, r.imported_labels.kind)],
-                      step_id=steps[(solutions[r.solution_hash].pk, i)], soft=soft)
-        for r in labeled if r.imported_labels is not None
-        for i, soft in enumerate(r.imported_labels.soft) if soft is not None
-    ], ignore_conflicts=True)  # The same solution again (a re-import, a repeated line): labeled once per run.
-
-
-def _imported_run(dataset: str, kind: str, project: Project, source_file: SourceFile | None) -> AutoLabelRun:
-    digest = source_file.digest if source_file else ""
-    params = {"dataset": dataset, "kind": kind, "file_digest": digest,
-              "file_name": source_file.name if source_file else ""}
-    found = AutoLabelRun.objects.filter(project=project, method=AutoLabelRun.Method.IMPORTED, source=dataset,
-                                        params__kind=kind, params__file_digest=digest).order_by("id").first()
-    return found or AutoLabelRun.objects.create(project=project, method=AutoLabelRun.Method.IMPORTED, source=dataset,
-                                                params=params)
