@@ -6,13 +6,14 @@ import time
 from collections import Counter
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import queueing, rows
 from annotate.labeling.refusals import AlreadySubmitted, Conflict, LabelingError
 from annotate.models import Annotation, Completion, LabelingConfig, Project, QueueItem
 from tests.factories import SolutionFactory, user_with_role
+from tests.threads import run_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql]
 CLIENTS = 20
@@ -27,26 +28,6 @@ def run_clients(users, work):
         work(user)
 
     run_threads([lambda user=user: client(user) for user in users])
-
-
-def run_threads(works):
-    """Run each of `works` in a thread of its own with its own connection; fail on any error."""
-    errors = []
-
-    def run(work):
-        try:
-            work()
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(work,)) for work in works]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
 
 
 def test_twenty_clients_claiming_at_once_get_twenty_different_solutions():
@@ -127,7 +108,6 @@ def test_a_claim_from_another_tab_during_a_submit_and_claim_neither_deadlocks_no
     reason, following = seen["submit"]
     assert reason == "solution" and following is not None and following != task
     assert list(Annotation.objects.in_progress().filter(annotator=user)) == [following]
-
 
 
 def a_task(steps=("a", "b", "c")) -> Annotation:

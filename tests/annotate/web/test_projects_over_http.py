@@ -2,16 +2,15 @@
 project's rules hold in it, nobody is served the same work twice, and no label lands in the
 wrong project."""
 import re
-import threading
 from collections import Counter
 
 import pytest
 import requests
-from django.db import connections
 
 from annotate.labeling import queueing, roles
 from annotate.models import Annotation, LabelingConfig, Project, Step
 from tests.factories import SolutionFactory, UserFactory
+from tests.threads import run_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql, pytest.mark.slow]
 PASSWORD = "pass-for-tests"  # tests.factories.UserFactory's
@@ -71,25 +70,6 @@ class Annotator:
         return int(re.search(r"/label/(\d+)/$", start.headers["Location"])[1])
 
 
-def run_all(people: list[Annotator]) -> None:
-    errors: list[BaseException] = []
-
-    def run(person: Annotator) -> None:
-        try:
-            person.label_until_empty()
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(person,)) for person in people]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    assert not errors, errors
-
-
 def test_two_projects_labeled_at_once_keep_their_own_rules_and_labels(live_server):
     # GSM: two annotators per solution, no gold, the task ends at the first error.
     gsm = project_with("gsm", solutions=5, overlap_k=2, qc_rate=0.0, stop_at_first_error=True)
@@ -102,7 +82,7 @@ def test_two_projects_labeled_at_once_keep_their_own_rules_and_labels(live_serve
             roles.grant_role(user, roles.ANNOTATOR, project)
             people.append(Annotator(live_server.url, user.username, project.slug, first_error_at=1))
 
-    run_all(people)
+    run_threads([person.label_until_empty for person in people])
 
     annotations = Annotation.objects.select_related("solution", "annotator")
     assert annotations.count() > 0
