@@ -169,3 +169,14 @@ def test_with_several_projects_a_page_outside_any_project_names_none(two_project
     page = client.get("/").content.decode()
     assert "/p/alpha/" in page and "/p/beta/" in page
     assert get_user_model().objects.get(username="both").memberships.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_database_with_no_project_yet_serves_its_pages_as_the_default_project():
+    # A flushed or hand-emptied database: the first page asked for makes the project every row
+    # defaults to, as a service's own `project=None` does.
+    Project.objects.all().delete()
+    client = Client()
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    assert client.get("/imports/").status_code == 200
+    assert Project.objects.get().slug == "default"
