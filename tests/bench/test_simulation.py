@@ -90,7 +90,7 @@ def test_end_to_end_result_has_curves_ratios_and_baselines(db, backbone, problem
         for metric in simulation_report.METRICS:
             assert len(summary[metric]["mean"]) == len(summary[metric]["std"]) == ROUNDS + 1
             assert len(summary[metric]["per_seed"]) == 2
-            assert all(v is None or 0.0 <= v <= 1.0 for v in summary[metric]["mean"])
+            assert all(v is None or 0.0 <= v <= 1.0 for v in summary[metric]["mean"]), (metric, summary[metric])
     # Random against itself is exactly as efficient, in every seed.
     assert result["efficiency_ratio"]["random"]["paired_auc"]["ratio"] == 1.0
     assert result["efficiency_ratio"]["random"]["paired_auc"]["std"] == 0.0
