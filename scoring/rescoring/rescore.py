@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from annotate.models import Project
 from jobs.holders import heartbeats
-from jobs.states import JobState
+from jobs.states import ACTIVE_STATES, JobState
 from scoring.models import ModelVersion, RescoreChunk, RescoreJob
 from scoring.rescoring import scores, selection
 from scoring.store import registry
@@ -76,6 +76,22 @@ def start_rescore(
                                     rebuild_queue=rebuild_queue)
     transaction.on_commit(job.send_task)
     return job
+
+
+def rescore_at_start(*, project: Project) -> RescoreJob | None:
+    """The start script's rescore of the project's pool with its current model: the rescore of that
+    model already under way, else a new one. None without a current model, and None while the
+    project's last rescore stands cancelled: a cancel lasts until someone starts a rescore, not
+    until the next restart."""
+    model = registry.current_model(project)
+    if model is None:
+        return None
+    last = RescoreJob.objects.filter(project=project).order_by("-pk").first()
+    if last is not None and last.state == JobState.CANCELLED:
+        return None
+    if last is not None and last.state in ACTIVE_STATES and last.model_version_id == model.pk:
+        return last
+    return start_rescore(model_version=model, project=project)
 
 
 def plan_chunks(*, job: RescoreJob, chunk_size: int | None = None) -> list[RescoreChunk]:

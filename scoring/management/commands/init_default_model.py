@@ -30,12 +30,21 @@ class Command(BaseCommand):
         current = f" (current in {', '.join(serving)})" if serving else ""
         line = f"Default model: {version.name}{current} at {version.path}"
         if rescore:
-            jobs = [scoring.start_rescore(model_version=model, project=project) for project in projects
-                    if (model := registry.current_model(project)) is not None]
-            # One line: each job only scores what its model has not scored yet.
-            line += f"; rescore job{'s' if len(jobs) > 1 else ''} {', '.join(str(job.pk) for job in jobs)} " \
-                    "queued for the ml worker"
+            line += self.rescore_line(projects)
         self.stdout.write(line + ".")
+
+    @staticmethod
+    def rescore_line(projects: list[Project]) -> str:
+        # One line: each job only scores what its model has not scored yet.
+        jobs = {project: scoring.rescore_at_start(project=project) for project in projects}
+        started = [str(job.pk) for job in jobs.values() if job is not None]
+        line = f"; rescore job{'s' if len(started) > 1 else ''} {', '.join(started)} queued for the ml worker" \
+            if started else "; no rescore queued"
+        cancelled = [project.slug for project, job in jobs.items()
+                     if job is None and registry.current_model(project) is not None]
+        if cancelled:
+            line += f" (last rescore cancelled in {', '.join(cancelled)}: start one from its models page)"
+        return line
 
     @staticmethod
     def every_project() -> list[Project]:
