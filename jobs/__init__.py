@@ -9,6 +9,7 @@
   themselves as they are defined (`job_kinds()`).
 - `recovery`: the reconciler, which walks the registered kinds and resends the task of every
   job that lost its broker message or its worker.
+- `queues`: the worker queue of each kind, and what a pending job waits behind there.
 
 Not a Django app: it owns no table and no migration. Its models are abstract; each concrete
 job kind lives in the app that owns its table (`annotate`: imports, exports; `scoring`: rescores,

@@ -167,6 +167,13 @@ class Job(Held):
     def percent(self) -> int:
         return int(100 * self.done / self.total) if self.total else (100 if self.state == JobState.SUCCEEDED else 0)
 
+    @property
+    def waiting_line(self) -> str:
+        """What this job waits behind while pending, in words (jobs.queues)."""
+        from jobs.queues import waiting_line  # it reads the kinds this module registers
+
+        return waiting_line(self)
+
     def start(self, **fields: Any) -> bool:
         """Claim the job for this process (pending -> running, setting `fields` too).
 
