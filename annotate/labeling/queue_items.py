@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from annotate.labeling.refusals import LeaseLost
-from annotate.models import Annotation, LabelingConfig, QueueItem, Solution
+from annotate.models import Annotation, LabelingConfig, Project, QueueItem, Solution
 from infra import statements
 
 _EXPIRE = statements.Compiled(lambda now: statements.updating(
@@ -93,3 +93,13 @@ def withdraw(*, solution: Solution) -> int:
     return QueueItem.objects.filter(solution=solution, status=QueueItem.Status.AVAILABLE, generation__gte=0).update(
         status=QueueItem.Status.RETIRED
     )
+
+
+def available_count(project=None) -> int:
+    """Solutions of the project's ordinary work waiting for an annotator: each counted once,
+    however many overlap slots it has open; gold and screening items, shown to everyone, not at
+    all. What every page and the start line say is "ready to label"."""
+    project = Project.objects.given(project)
+    return (QueueItem.objects.filter(project=project, status=QueueItem.Status.AVAILABLE, generation__gte=0,
+                                     is_quality_control=False, is_initial_screening=False)
+            .values("solution_id").distinct().count())

@@ -392,8 +392,3 @@ def _lease_next(annotator, project, now: dt.datetime, seconds: int) -> Leased | 
     found = _LEASE_NEXT.rows(annotator_id=annotator.pk, project_id=project.pk,
                              expires_at=now + dt.timedelta(seconds=seconds))
     return found[0] if found else None
-
-
-def available_count(project=None) -> int:
-    project = Project.objects.given(project)
-    return QueueItem.objects.filter(project=project, status=QueueItem.Status.AVAILABLE, generation__gte=0).count()

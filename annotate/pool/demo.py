@@ -24,8 +24,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.deletion import Collector, ProtectedError
 
-from annotate.labeling import queueing
-from annotate.models import Assistance, LabelingConfig, Membership, Problem, Project, QueueItem, Solution
+from annotate.labeling import queue_items, queueing
+from annotate.models import Assistance, LabelingConfig, Membership, Problem, Project, Solution
 from annotate.models.pool import DEMO_SOURCE, SolutionQuerySet
 from annotate.models.projects import DEFAULT_SLUG
 from annotate.pool import importing
@@ -70,7 +70,7 @@ class Seeded:
     project: Project
     created: int  # solutions imported now
     pool: int  # demo solutions the project holds
-    ready: int  # of them, queued and waiting for an annotator
+    ready: int  # the project's solutions waiting for an annotator (its home page's figure)
 
 
 def seed(*, problems: int | None = None, members: dict[str, str] | None = None) -> list[Seeded]:
@@ -96,11 +96,11 @@ def _seed_project(spec: DemoProject, problems: int | None, members: dict[str, st
         path.write_text("".join(_lines(DATA / spec.data, problems)), encoding="utf-8")
         summary = importing.import_pool(project=project, path=path, format="generic", source=DEMO_SOURCE)
     queueing.ensure_default_queue(project)
-    pool = Solution.objects.filter(project=project).demo()
     # Counted from the tables, not from the import summary: on a new database the file's own
     # repeated lines are "duplicates" too, which read as if the pool had been there already.
-    ready = pool.filter(queue_items__status=QueueItem.Status.AVAILABLE).values("pk").distinct().count()
-    return Seeded(project=project, created=summary.created, pool=pool.count(), ready=ready)
+    # Ready: what the project's home page says is waiting (the same function).
+    pool = Solution.objects.filter(project=project).demo().count()
+    return Seeded(project=project, created=summary.created, pool=pool, ready=queue_items.available_count(project))
 
 
 def _lines(path: Path, problems: int | None) -> list[str]:

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from annotate.labeling import queueing, reviewing, roles
+from annotate.labeling import queue_items, queueing, reviewing, roles
 from annotate.labeling.roles import admin_required, project_of
 from annotate.models import Project
 from annotate.pool import demo
@@ -34,7 +34,7 @@ def home(request: HttpRequest) -> HttpResponse:
         **context,
         "progress": reviewing.progress(annotator=request.user, project=project),
         "open_task": queueing.current_task(annotator=request.user, project=project),
-        "available": queueing.available_count(project),
+        "available": queue_items.available_count(project),
         "is_reviewer": roles.is_reviewer(request.user, project),
         "removable_demo": demo.removable(project).count() if is_admin else 0,
     })
@@ -46,7 +46,7 @@ def _projects_page(request: HttpRequest) -> HttpResponse:
     projects = list(Project.objects.visible_to(request.user).order_by("name"))
     if len(projects) == 1:
         return redirect(f"/p/{projects[0].slug}/")
-    rows = [(project, queueing.available_count(project), reviewing.progress(annotator=request.user, project=project))
+    rows = [(project, queue_items.available_count(project), reviewing.progress(annotator=request.user, project=project))
             for project in projects]
     return render(request, "annotate/projects.html", {
         "rows": rows, "is_site_admin": roles.is_site_admin(request.user),

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, push_url, reswap, retarget
 
-from annotate.labeling import actions, queueing, rows, tasks, timing
+from annotate.labeling import actions, queue_items, queueing, rows, tasks, timing
 from annotate.labeling.refusals import Conflict, LabelingError
 from annotate.labeling.roles import annotator_required
 from annotate.labeling.rows import AnnotationRef
@@ -52,7 +52,7 @@ def label_start(request: LabelRequest) -> HttpResponse:
     task = queueing.current_task(annotator=request.user, project=request.project)
     if task is not None:
         return redirect("annotate:label-task", pk=task.pk)
-    available = queueing.available_count(request.project)
+    available = queue_items.available_count(request.project)
     return render(request, "annotate/label_start.jinja", {"available": available}, using=JINJA2)
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 import annotate
-from annotate.labeling import queueing
+from annotate.labeling import queue_items
 from tests.factories import user_with_role
 
 ROOT = Path(annotate.__file__).resolve().parent.parent
@@ -73,4 +73,4 @@ def test_the_labeling_pages_have_the_sites_head_and_top_bar(role):
     jinja_page = client.get("/p/default/label/").content.decode()  # templates/jinja2/layout.jinja
     django_page = client.get("/p/default/").content.decode()  # templates/base.html
     assert head_and_top_bar(jinja_page) == head_and_top_bar(django_page)
-    assert queueing.available_count() == 0 and "0 solutions waiting" in jinja_page
+    assert queue_items.available_count() == 0 and "0 solutions waiting" in jinja_page

@@ -55,6 +55,15 @@ def test_default_queue_makes_k_slots_when_overlap_is_configured():
     assert sorted(QueueItem.objects.values_list("slot", flat=True)) == [0, 1, 2]
 
 
+def test_what_waits_is_counted_in_solutions_once_each_without_gold():
+    configure(overlap_k=3, qc_rate=0.5)
+    SolutionFactory(is_gold=True)
+    SolutionFactory.create_batch(2)
+    queueing.ensure_default_queue()
+    assert QueueItem.objects.filter(status=QueueItem.Status.AVAILABLE).count() > 2
+    assert queue_items.available_count() == 2
+
+
 def test_claim_hands_out_the_highest_priority_item_with_its_steps_ready():
     low, high = SolutionFactory(), SolutionFactory(steps=["a", "b"])
     QueueItem.objects.create(solution=low, generation=0, priority=1.0, reason="low")
@@ -156,7 +165,7 @@ def test_submitting_marks_the_item_done():
     (ann,) = annotators(1)
     label_all(queueing.claim_next(annotator=ann))
     assert QueueItem.objects.get().status == QueueItem.Status.DONE
-    assert queueing.available_count() == 0
+    assert queue_items.available_count() == 0
 
 
 def test_release_puts_the_item_back_and_drops_the_draft():
