@@ -1,10 +1,11 @@
 """./stepwise manage import_pool PATH [--project SLUG] [--format ...] [--split MODE] [--source NAME] [--atomic]
-[--report R] [--no-queue]: import a file into a project's pool, then queue its new solutions for labeling."""
+[--report R] [--no-queue]: import a file into a project's pool, then queue its new solutions for labeling; the
+import is recorded as a job, as an upload is, and listed on the imports page."""
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.labeling import queueing
 from annotate.management.projects import add_project_option, project_of
 from annotate.pool import importing
+from annotate.pool.importing import jobs as import_jobs
 from steps import splitting
 
 
@@ -30,19 +31,20 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         project = project_of(options)
         try:
-            summary = importing.import_pool(
-                project=project, path=options["path"], format=options["format"], source=options["source"],
-                atomic=options["atomic"], report_path=options["report"], split_mode=options["split"],
+            job, summary = import_jobs.import_here(
+                project=project, path=options["path"], format=options["format"], source=options["source"] or "",
+                atomic=options["atomic"], report_path=options["report"] or "", split_mode=options["split"],
+                queue=not options["no_queue"],
             )
         except (OSError, ValueError) as error:
             raise CommandError(str(error)) from error
         for line in summary.first_errors:
             self.stderr.write(line)
-        self.stdout.write(f"{summary.describe()} (project {project.slug})")
+        self.stdout.write(f"{summary.describe()} (project {project.slug}, import {job.pk})")
         if not options["no_queue"] and not summary.rolled_back:
-            queued = queueing.enqueue_imported(project=project, solution_ids=summary.solution_ids)
-            if queued:
-                self.stdout.write(f"{queued} solutions queued for labeling; the next rescore ranks them with the rest")
+            if job.queued:
+                self.stdout.write(f"{job.queued} solutions queued for labeling; "
+                                  "the next rescore ranks them with the rest")
             else:
                 self.stdout.write("nothing queued: each solution is queued, labeled or a reference, "
                                   "or the queue (or its problem) is full")

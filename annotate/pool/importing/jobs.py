@@ -66,9 +66,30 @@ def create_import_job(
 def run_import_job(*, job_id: int) -> ImportJob:
     """Run one ImportJob into its project, with its progress in the row; see the module docstring for redelivery."""
     job = ImportJob.objects.select_related("project").get(pk=job_id)
-    if not job.start():
-        return job
+    if job.start():
+        _run_started(job, queue=True)
+    job.refresh_from_db()  # the row as it ended, also when another attempt ended it first
+    return job
 
+
+def import_here(*, project: Project | None = None, path: str | Path, format: str = "auto", source: str = "",
+                atomic: bool = False, report_path: str = "", split_mode: str = "auto",
+                queue: bool = True) -> tuple[ImportJob, ImportSummary]:
+    """An import run in this process (the import_pool command), recorded as a job as an upload's
+    is, so the imports page lists every import whichever way it came; its summary for the caller."""
+    check_format(format)
+    job = ImportJob.objects.create(
+        project=Project.objects.given(project), path=str(path)[:500], original_name=Path(path).name[:300],
+        format=format, split_mode=check_mode(split_mode), source=source or "",
+        atomic=atomic, report_path=report_path,
+    )
+    job.start()
+    summary = _run_started(job, queue=queue)
+    job.refresh_from_db()
+    return job, summary
+
+
+def _run_started(job: ImportJob, *, queue: bool) -> ImportSummary:
     def progress(done: int, total: int, summary: ImportSummary) -> None:
         # Atomic imports run in one transaction: these updates show only at its end.
         job.record_progress(done=done, total=total, created=summary.created, duplicates=summary.duplicates,
@@ -76,7 +97,7 @@ def run_import_job(*, job_id: int) -> ImportJob:
 
     with job.failure_recorded():
         summary = import_pool(project=job.project, path=job.path, format=job.format, source=job.source or None,
-                              atomic=job.atomic, report_path=job.report_path, progress=progress,
+                              atomic=job.atomic, report_path=job.report_path or None, progress=progress,
                               split_mode=job.split_mode, file_name=job.original_name or None,
                               written_since=job.created_at)
         counts = {"format": summary.format, "total": summary.lines, "done": summary.lines,
@@ -86,10 +107,9 @@ def run_import_job(*, job_id: int) -> ImportJob:
         if summary.rolled_back:
             job.fail(summary.describe(), **counts)
         else:
-            queued = queueing.enqueue_imported(project=job.project, solution_ids=summary.solution_ids)
+            queued = queueing.enqueue_imported(project=job.project, solution_ids=summary.solution_ids) if queue else 0
             job.succeed(error="", queued=queued, **counts)
-    job.refresh_from_db()  # the row as it ended, also when another attempt ended it first
-    return job
+    return summary
 
 
 def finished_report(job: ImportJob) -> Path | None:

@@ -209,7 +209,7 @@ def test_the_import_command_and_the_upload_job_take_a_split_mode(tmp_path, clien
     upload = write(tmp_path, [_generic_text(2, text)], "upload.jsonl")
     with open(upload, "rb") as handle:
         client.post(reverse("annotate:import-list"), {"file": handle, "format": "auto", "split_mode": "blank_line"})
-    job = ImportJob.objects.get()
+    job = ImportJob.objects.get(original_name="upload.jsonl")
     assert job.split_mode == "blank_line"
     importing.run_import_job(job_id=job.pk)
     assert _step_texts(2) == ["One is 1.\nTwo is 2."]

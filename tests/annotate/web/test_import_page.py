@@ -1,10 +1,12 @@
 """The admin upload page: staff only, a background job with a polled progress bar, the report."""
+import io
 import json
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from annotate.models import ImportJob, LabelingConfig, Project, QueueItem, Solution
@@ -184,6 +186,24 @@ def test_the_finished_import_page_shows_graded_counts_and_that_its_solutions_are
     listing = client.get(reverse("annotate:import-list")).content.decode()
     assert "<td>2 / 2 / 0</td>" in listing and "./stepwise manage import_pool" in listing
     assert "manage.py" not in listing
+
+
+@pytest.mark.django_db
+def test_an_import_made_with_the_command_is_listed_with_the_uploads(client, admin_user, tmp_path):
+    path = tmp_path / "from-the-shell.jsonl"
+    path.write_bytes(jsonl(MODEL_LINES))
+    call_command("import_pool", str(path), stdout=io.StringIO())
+    job = ImportJob.objects.get()
+    assert (job.state, job.original_name, job.created, job.queued) == (JobState.SUCCEEDED, path.name, 4, 4)
+    client.force_login(admin_user)
+    listing = client.get(reverse("annotate:import-list")).content.decode()
+    assert reverse("annotate:import-detail", args=[job.pk]) in listing and "<td>from-the-shell.jsonl</td>" in listing
+    assert "<td>2 / 2 / 0</td>" in listing
+    # A file that cannot be read is a failed import, with its reason, not a missing one.
+    with pytest.raises(CommandError):
+        call_command("import_pool", str(tmp_path / "absent.jsonl"), stdout=io.StringIO())
+    failed = ImportJob.objects.latest("pk")
+    assert failed.state == JobState.FAILED and "absent.jsonl" in failed.error
 
 
 @pytest.mark.django_db
