@@ -66,6 +66,12 @@ class ModelVersion(models.Model):
         return self.name
 
     @property
+    def is_untrained(self) -> bool:
+        """A head never trained on labels (the default model, generation 0): its scores rank
+        nothing yet. Its metrics say so (scoring.store.default_model)."""
+        return self.metrics.get("untrained") is True or self.metrics.get("note") == "untrained head"
+
+    @property
     def state(self) -> str:
         """What the version is now in a project, in words: a promoted version another one replaced is
         superseded. Current or superseded is the project's word: read from

@@ -111,7 +111,7 @@ def ensure_default_model(*, project: Project | None = None) -> ModelVersion:
     if version is None:
         folder = build_default_model()
         version = registry.register_model_version(
-            name=VERSION_NAME, path=folder, metrics={"note": "untrained head"}
+            name=VERSION_NAME, path=folder, metrics={"note": "untrained head", "untrained": True}
         )
     if project is not None and registry.current_model(project) is None:
         registry.set_current_model(version, project=project)

@@ -176,5 +176,8 @@ def queue(request: HttpRequest) -> HttpResponse:
         .select_related("solution__problem").order_by("-priority", "id")
     )
     page = Paginator(items, 50).get_page(request.GET.get("page"))
-    generations = generations.filter(number__gte=0)
-    return render(request, "scoring/queue.html", {"page": page, "number": number, "generations": generations})
+    shown = generations.filter(number=number).first()
+    model = ModelVersion.objects.filter(name=shown.model_version_name).first() if shown else None
+    context = {"page": page, "number": number, "generations": generations.filter(number__gte=0),
+               "untrained_model": model if model is not None and model.is_untrained else None}
+    return render(request, "scoring/queue.html", context)

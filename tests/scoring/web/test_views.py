@@ -91,8 +91,19 @@ def test_queue_page_shows_reason_and_score_in_serving_order(client, reviewer, db
     )
     client.force_login(reviewer)
     page = client.get(reverse("scoring:queue")).content.decode()
-    assert page.index("convincing_wrong") < page.index(">random<")
+    assert page.index("convincing wrong answer") < page.index(">random<")
     assert "0.910" in page and "wrong" in page
+    assert "not yet trained" not in page
+
+
+def test_the_queue_of_an_untrained_model_says_its_scores_rank_nothing_yet(client, reviewer, db):
+    ModelVersion.objects.create(name="gen0", path="x", weights_sha256="0" * 64, metrics={"untrained": True})
+    Generation.objects.create(number=1, model_version_name="gen0")
+    QueueItem.objects.create(solution=SolutionFactory(is_correct=False), generation=1, priority=9,
+                             reason="convincing_wrong", score_at_selection=0.005)
+    client.force_login(reviewer)
+    page = " ".join(client.get(reverse("scoring:queue")).content.decode().split())
+    assert "gen0, a head not yet trained on any labels: its PRM scores rank nothing" in page
 
 
 # --- model page safety: confirm, cancel, speed ----------------------------------------------------
