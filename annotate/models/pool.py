@@ -102,9 +102,9 @@ class Solution(models.Model):
 class SampleLine(models.Model):
     """One input line that brought a solution (its first sample or a duplicate): where it came from.
 
-    Keyed on the file's content digest and line number, so importing the same file again
-    finds its lines here and counts no sample twice, while another file's identical
-    response is another sample. PRM800K lines are not recorded: a repeated PRM800K solution
+    Keyed on the file's content digest and line number (and the solution, so each project
+    keeps its own), so importing the same file again finds its lines here and counts no sample
+    twice, while another file's identical response is another sample. PRM800K lines are not recorded: a repeated PRM800K solution
     is another labeler's annotation of it, not another sample.
     """
 
@@ -115,7 +115,10 @@ class SampleLine(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["file_digest", "line_no"], name="unique_sample_line")]
+        # Per solution, so per project: the same file imported into two projects is a sample in
+        # each. File first: an import looks its lines up by digest.
+        constraints = [models.UniqueConstraint(fields=["file_digest", "line_no", "solution"],
+                                               name="unique_sample_line_per_solution")]
 
     def __str__(self) -> str:
         return f"Line {self.line_no} of {self.file_name or self.file_digest[:12]} (solution {self.solution_id})"

@@ -52,8 +52,6 @@ def test_the_same_text_imported_into_two_projects_is_one_copy_in_each(two_projec
     assert (in_alpha.sample_count, in_beta.sample_count) == (1, 1)
 
 
-@pytest.mark.xfail(reason="SampleLine's unique (file_digest, line_no) is site-wide: the same file's lines cannot be "
-                          "recorded in a second project until the constraint includes the solution", strict=False)
 def test_the_same_file_imported_into_two_projects_counts_its_samples_in_each(two_projects, tmp_path):
     alpha, beta = two_projects
     path = write(tmp_path, [generic("What is 2 + 3?", "5", ["2 + 3 = 5.", "# Answer\n\n5"])] * 2)
