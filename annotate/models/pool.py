@@ -104,8 +104,8 @@ class SampleLine(models.Model):
 
     Keyed on the file's content digest and line number (and the solution, so each project
     keeps its own), so importing the same file again finds its lines here and counts no sample
-    twice, while another file's identical response is another sample. PRM800K lines are not recorded: a repeated PRM800K solution
-    is another labeler's annotation of it, not another sample.
+    twice, while another file's identical response is another sample. PRM800K lines are not
+    recorded: a repeated PRM800K solution is another labeler's annotation of it, not another sample.
     """
 
     solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="sample_lines")
