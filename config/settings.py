@@ -11,9 +11,10 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from dj_database_url import DBConfig
+from django.conf import global_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from infra.env import env_bool, env_choice, env_int, env_networks, env_str
+from infra.env import env_bool, env_choice, env_int, env_list, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -145,6 +146,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's hashers unless set (the first hashes new passwords). The tests name a fast one for the
+# thousands of users they make (tests/env_defaults.py); a deployment has no reason to.
+PASSWORD_HASHERS = env_list("STEPWISE_PASSWORD_HASHERS") or global_settings.PASSWORD_HASHERS
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

@@ -30,6 +30,23 @@ def _fresh_process_memos():
     forget_all()
 
 
+_DATABASE_FIXTURES = {"db", "transactional_db", "live_server"}
+
+
+@pytest.fixture(autouse=True)
+def _as_a_fresh_install(request):
+    """A test with the database starts where a fresh install does, with the project every row
+    defaults to (migration annotate 0021 makes it): a transactional test's flush removes it,
+    and a test must not pass or fail by which ran before it on its process."""
+    if _DATABASE_FIXTURES.isdisjoint(request.fixturenames) and not request.node.get_closest_marker("django_db"):
+        return
+    from annotate.models import Project
+    from annotate.models.projects import DEFAULT_SLUG
+
+    request.getfixturevalue("db")  # the test's own database access, transactional or not
+    Project.objects.get_or_create(slug=DEFAULT_SLUG, defaults={"name": "Default"})
+
+
 @pytest.fixture(autouse=True)
 def _no_job_beaten_after_its_test():
     """A job a test ran in this process and left unfinished (as a killed worker would) is let go

@@ -93,6 +93,7 @@ def test_pg_dump_and_pg_restore_into_an_empty_database_keep_every_label(transact
         run("dropdb", "--if-exists", f"--maintenance-db={source_url}", restored_url.rsplit("/", 1)[1])
 
 
+@pytest.mark.slow
 def test_a_sqlite_backup_keeps_every_label(tmp_path):
     """The embedded default's drill: migrate and fill a SQLite file, back it up with SQLite's backup API."""
     source = tmp_path / "stepwise.sqlite3"

@@ -39,12 +39,14 @@ def test_a_postgresql_only_part():
 """
 
 
+@pytest.mark.slow
 def test_outside_ci_skips_stay_skips(tmp_path):
     code, output = run_pytest(tmp_path, child_tests(tmp_path, SKIPPING))
     assert code == 0, output
     assert "2 skipped" in output and "needs PostgreSQL" in output
 
 
+@pytest.mark.slow
 def test_under_ci_a_skipped_test_fails_the_run_with_its_reason(tmp_path):
     # The embedded rerun is held to this rule too (it only leaves the postgresql tests out).
     code, output = run_pytest(tmp_path, child_tests(tmp_path, SKIPPING), CI="true", STEPWISE_EMBEDDED_RUN="1")
@@ -55,6 +57,7 @@ def test_under_ci_a_skipped_test_fails_the_run_with_its_reason(tmp_path):
     assert "skipped under CI=true, which fails the run: needs PostgreSQL" in output
 
 
+@pytest.mark.slow
 def test_under_ci_missing_chromium_postgresql_and_redis_stop_the_run_naming_each(tmp_path):
     code, output = run_pytest(
         tmp_path, child_tests(tmp_path, "def test_nothing():\n    pass\n"), CI="true",
@@ -69,12 +72,14 @@ def test_under_ci_missing_chromium_postgresql_and_redis_stop_the_run_naming_each
     assert "1 passed" not in output
 
 
+@pytest.mark.slow
 def test_under_ci_the_embedded_database_is_not_enough(tmp_path):
     code, output = run_pytest(tmp_path, child_tests(tmp_path, "def test_nothing():\n    pass\n"), CI="true")
     assert code == pytest.ExitCode.USAGE_ERROR, output
     assert "DATABASE_URL is not a PostgreSQL URL" in output and "REDIS_URL is not set" in output
 
 
+@pytest.mark.slow
 def test_the_summary_counts_the_real_worker_tests_that_passed(tmp_path):
     code, output = run_pytest(tmp_path, "tests/config/test_worker.py::test_real_worker_process_executes_a_task")
     assert code == 0, output

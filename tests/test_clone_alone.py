@@ -1,4 +1,6 @@
 """A clone alone passes its tests (tests/outside_reads.py), seen from pytest runs of their own."""
+import pytest
+
 from tests.conftest import TEST_DATA
 from tests.test_ci import child_tests, run_pytest
 
@@ -19,6 +21,7 @@ def test_reads_the_repository_data():
 """
 
 
+@pytest.mark.slow
 def test_a_test_that_opens_a_file_beside_the_repository_fails_naming_it(tmp_path):
     from tests.conftest import REPO_ROOT
 
@@ -27,6 +30,7 @@ def test_a_test_that_opens_a_file_beside_the_repository_fails_naming_it(tmp_path
     assert "read outside the repository: " + str(REPO_ROOT.parent / "shared" / "data" / "gsm8k") in output
 
 
+@pytest.mark.slow
 def test_a_test_that_reads_the_repository_data_passes(tmp_path):
     path = TEST_DATA / "gsm8k" / "test.jsonl"
     code, output = run_pytest(tmp_path, child_tests(tmp_path, READS_INSIDE.format(path=str(path))))

@@ -256,6 +256,7 @@ def get(url: str) -> int:
         return error.code
 
 
+@pytest.mark.slow
 def test_run_says_each_stage_answers_and_ctrl_c_stops_everything_within_10_seconds(tmp_path, unused_port):
     began = time.monotonic()
     process, output = start_run(tmp_path, unused_port)
@@ -287,6 +288,7 @@ def test_run_says_each_stage_answers_and_ctrl_c_stops_everything_within_10_secon
         stop_leftovers(process, tmp_path)
 
 
+@pytest.mark.slow
 def test_run_no_demo_adds_no_demo_and_stops_cleanly_while_still_starting(tmp_path, unused_port):
     process, output = start_run(tmp_path, unused_port, "--no-demo")
     try:

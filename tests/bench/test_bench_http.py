@@ -19,6 +19,7 @@ from tests.factories import SolutionFactory
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 
 
+@pytest.mark.slow
 def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx():
     LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"qc_rate": 0.3})
     out = io.StringIO()
@@ -43,6 +44,7 @@ def test_two_annotators_over_http_leave_no_duplicates_no_lost_labels_and_no_5xx(
     assert LabelingConfig.of(Project.objects.sole()).qc_rate == 0.3  # The project's settings are restored.
 
 
+@pytest.mark.slow
 def test_under_the_product_defaults_annotators_pass_screening_get_gold_and_share_no_ordinary_item():
     out = io.StringIO()
     bench.call("bench_http", pool=80, clients="2", seconds=4, product_defaults=True, stdout=out)

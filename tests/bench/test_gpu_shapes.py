@@ -51,6 +51,7 @@ def test_tiny_shape_measures_every_stage_on_the_cpu(tmp_path):
         assert f"tiny   {stage}" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_spent_budget_skips_the_stages_with_a_line_saying_so(tmp_path):
     out = tmp_path / "out"
     done = run_script("--shape", "tiny", "--out", str(out), "--budget-seconds", "0.001", cwd=tmp_path)

@@ -83,6 +83,7 @@ def test_schema_generates_without_warnings_and_validates(tmp_path):
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
+@pytest.mark.slow
 def test_no_generated_request_causes_a_server_error(case, admin_token):
     response = case.call(headers={"Authorization": f"Token {admin_token}"})
     waits_for = {"/api/score": "no scoring worker answered", "/api/search": "no search worker answered"}

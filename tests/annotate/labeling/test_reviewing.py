@@ -177,9 +177,9 @@ def test_where_annotators_rate_every_step_a_reviewers_minus_one_keeps_the_rating
         reviewer, annotator_user, tmp_path):
     """The project asked for every step rated: the line goes on from the -1, and says so (chosen 0)."""
     from annotate.labeling import queueing
-    from annotate.models import LabelingConfig
+    from annotate.models import LabelingConfig, Project
 
-    LabelingConfig.objects.update_or_create(pk=1, defaults={"stop_at_first_error": False})
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"stop_at_first_error": False})
     SolutionFactory(steps=SIX_STEPS, is_correct=False)
     queueing.ensure_default_queue()
     task = queueing.claim_next(annotator=annotator_user)

@@ -230,6 +230,7 @@ def test_chunk_records_give_the_same_lines_as_model_instances(tmp_path):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_export_memory_does_not_grow_with_the_number_of_lines():
     import tracemalloc
 

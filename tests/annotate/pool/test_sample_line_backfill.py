@@ -61,6 +61,7 @@ def old_solution(apps, steps: list[str], *, prm800k_label: bool = False):
     return solution.pk
 
 
+@pytest.mark.slow
 def test_a_solution_imported_before_sample_lines_gets_its_line_and_the_next_file_counts_a_second_sample(
     back_to_latest, tmp_path
 ):
@@ -86,6 +87,7 @@ def test_a_solution_imported_before_sample_lines_gets_its_line_and_the_next_file
     assert Solution.objects.get(pk=imported).sample_count == 2
 
 
+@pytest.mark.slow
 def test_the_backfill_is_undone_by_migrating_back(back_to_latest):
     old = migrate(BEFORE_SAMPLE_LINES)
     imported = old_solution(old, STEPS)

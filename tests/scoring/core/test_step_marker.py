@@ -79,6 +79,7 @@ def run_card_snippet(folder):
 
 
 @pytest.mark.parametrize("kind", ["token_classification", "step_token"])
+@pytest.mark.slow
 def test_api_rescoring_export_and_the_cards_snippet_agree_on_cpu(tmp_path, db, settings, kind):
     settings.STEPWISE_SCORING_DTYPE = "auto"  # the rule itself, not a pinned dtype
     registry.forget_loaded()

