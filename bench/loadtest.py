@@ -103,6 +103,7 @@ class Connection:
     def __init__(self, base_url: str, timeout: float = 30):
         parts = urlsplit(base_url)
         self.host, self.port, self.timeout = parts.hostname, parts.port, timeout
+        self.prefix = parts.path.rstrip("/")  # a project's URLs: /p/<slug>
         self.cookies: dict[str, str] = {}
         self._connection: http.client.HTTPConnection | None = None
 
@@ -120,7 +121,7 @@ class Connection:
             sent["Cookie"] = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
         connection, reused = self._open()
         try:
-            connection.request(method, path, body=body, headers=sent)
+            connection.request(method, self.prefix + path, body=body, headers=sent)
             response = connection.getresponse()
             text = response.read().decode()
         except (ConnectionResetError, BrokenPipeError):  # http.client.RemoteDisconnected among them

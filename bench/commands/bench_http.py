@@ -1,4 +1,5 @@
 """./stepwise bench bench_http [--pool 50000] [--clients 1,10] [--seconds 30] [--url URL]
+    [--site-projects N --site-solutions M]
 
 The annotator's workflow over HTTP against the real server as `./stepwise run` starts it (waitress,
 2 processes x 4 Django threads on loopback), or the server at --url.
@@ -14,7 +15,10 @@ submits the database does not hold), and server + database CPU per labeled task:
 processes and the PostgreSQL backends of our database, from /proc (on SQLite the database
 works inside the server, so its CPU is in the server figure). Uses the database of
 DATABASE_URL; the pool (source "bench-workspace", shared with bench_workspace) is built on
-first use and kept. Refuses a database holding other solutions unless --force.
+first use and kept, in the project a fresh install has, labeled under its own URLs (/p/default/).
+--site-projects and --site-solutions put other projects beside it (bench/site_pool.py), to measure
+labeling one project of a large site against the same project alone. Refuses a database holding
+other solutions unless --force.
 """
 from __future__ import annotations
 
@@ -32,8 +36,8 @@ from django.db import connection, connections
 from annotate.labeling import quality, queue_items, queueing, roles
 from annotate.models import Annotation, Completion, LabelingConfig, Project, QueueItem, Solution, Step, StepLabel
 from bench import label_studio as label_studio_module
-from bench import loadtest, request_costs, tables
-from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE
+from bench import loadtest, request_costs, site_pool, tables
+from bench.commands.bench_workspace import BENCH_PRIORITY, BENCH_SETTINGS, SOURCE, bench_project
 from bench.commands.bench_workspace import Command as WorkspaceBench
 
 ENDPOINTS = (loadtest.NEXT, loadtest.CLAIM, loadtest.RATE, loadtest.SUBMIT)
@@ -52,6 +56,10 @@ class Command(BaseCommand):
         parser.add_argument("--server-pid", type=int, default=0,
                             help="With --url: the server's main pid (waitress or gunicorn), to measure its CPU")
         parser.add_argument("--force", action="store_true", help="Run on a database that holds other solutions")
+        parser.add_argument("--site-projects", type=int, default=0, metavar="N",
+                            help="Other projects beside the bench's, each with a pool and queue (bench/site_pool.py)")
+        parser.add_argument("--site-solutions", type=int, default=0, metavar="M",
+                            help="Solutions the other projects hold in all (made once and kept)")
         parser.add_argument("--product-defaults", action="store_true",
                             help="Label under the product's default settings (gold at 10 %%, screening required) "
                                  "with a screening set and gold items drawn from the pool, instead of plain tasks only")
@@ -74,7 +82,8 @@ class Command(BaseCommand):
     def handle(self, *args, pool: int, clients: str, seconds: float, max_requests: int, url: str, server_pid: int,
                force: bool, in_process: int, product_defaults: bool, profile: bool = False,
                compare_paths: bool = False, label_studio: Path | None = None,
-               label_studio_database: str = label_studio_module.DATABASE, **options):
+               label_studio_database: str = label_studio_module.DATABASE, site_projects: int = 0,
+               site_solutions: int = 0, **options):
         try:
             runs = [int(c) for c in clients.split(",") if c.strip()]
         except ValueError:
@@ -82,10 +91,11 @@ class Command(BaseCommand):
         if label_studio and (url or in_process or not _postgres()):
             raise CommandError("--label-studio compares the two servers this command starts, both on PostgreSQL: "
                                "not with --url or --in-process, nor on SQLite")
-        if not force and Solution.objects.exclude(source=SOURCE).exists():
+        if not force and Solution.objects.exclude(source__in=[SOURCE, site_pool.SOURCE]).exists():
             raise CommandError("this database holds other solutions; run on a scratch database or pass --force")
         built = WorkspaceBench().build_pool(pool)
-        config = LabelingConfig.of(Project.objects.sole())
+        site_built = site_pool.fill(projects=site_projects, solutions=site_solutions)
+        config = LabelingConfig.of(bench_project())
         saved = {"qc_rate": config.qc_rate, "screening_required": config.screening_required,
                  "overlap_k": config.overlap_k}
         LabelingConfig.objects.update_or_create(
@@ -114,9 +124,12 @@ class Command(BaseCommand):
                 f"{url or 'waitress 2 processes x 4 Django threads'}; "
                 f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; {_settings_named()}"
             )
+            self.stdout.write(_site_named(site_built))
             with peer as label_studio_server:
                 for n in runs:
-                    ours = self.run_once(n, seconds, max_requests, url or server.url, server)
+                    # Under the project's own URLs, as with several projects every page is.
+                    ours = self.run_once(n, seconds, max_requests, f"{url or server.url}/p/{bench_project().slug}",
+                                         server)
                     if label_studio_server:
                         theirs = label_studio_module.run(label_studio_server, label_studio_database, n, seconds)
                         self.stdout.write("\n".join(label_studio_module.side_by_side(ours, theirs, n)))
@@ -167,7 +180,7 @@ def _database_url() -> str:
 def _queue_whole_pool() -> None:
     """Queue every unlabeled bench solution, past the project's queue size: the queue is as big as the
     pool, so whatever scans the queue per request shows in the figures, and no run runs out of work."""
-    project = Project.objects.sole()
+    project = bench_project()
     config = LabelingConfig.objects.get(project=project)
     size, config.queue_size = config.queue_size, Solution.objects.filter(source=SOURCE).count()
     config.save()  # a save, not an update: the settings' memo hears of it
@@ -187,16 +200,23 @@ def _queue_whole_pool() -> None:
 GOLD_ITEMS, SCREENING_ITEMS = 25, 5
 
 
+def _site_named(built: float | None) -> str:
+    projects = Project.objects.exclude(pk=bench_project().pk)
+    others = Solution.objects.exclude(project=bench_project()).count()
+    made = f", built in {built:.1f} s" if built else ""
+    return f"the site: {projects.count() + 1} projects, {others:,} solutions in the others{made}"
+
+
 def _product_defaults() -> dict:
     return {name: LabelingConfig._meta.get_field(name).default for name in BENCH_SETTINGS}
 
 
 def _settings_named() -> str:
-    config = LabelingConfig.of(Project.objects.sole())
+    config = LabelingConfig.of(bench_project())
     if not config.qc_rate and not config.screening_required:
         return "plain tasks (no gold, no screening)"
     return (f"gold at {config.qc_rate:.0%}, screening {'required' if config.screening_required else 'off'} "
-            f"({len(quality.screening_solution_ids())} items)")
+            f"({len(quality.screening_solution_ids(bench_project()))} items)")
 
 
 def _gold_and_screening() -> None:
@@ -207,7 +227,7 @@ def _gold_and_screening() -> None:
         Step.objects.filter(solution=solution).update(gold_rating=1)
         Solution.objects.filter(pk=solution.pk).update(is_gold=True)
         queue_items.withdraw(solution=solution)
-    screening = quality.screening_solution_ids()
+    screening = quality.screening_solution_ids(bench_project())
     for solution in bench.filter(is_gold=True).exclude(pk__in=screening)[:max(0, SCREENING_ITEMS - len(screening))]:
         queueing.add_to_screening(solution=solution)
 
@@ -226,10 +246,11 @@ def _annotators(n: int) -> list[tuple[str, str]]:
     """n fresh annotator accounts for one run, as (username, password)."""
     stamp = int(time.time() * 1000)
     password = secrets.token_urlsafe(12)
+    project = bench_project()
     users = []
     for i in range(n):
         user = get_user_model().objects.create_user(f"bench-http-{stamp}-{i}", password=password)
-        roles.grant_role(user, roles.ANNOTATOR)
+        roles.grant_role(user, roles.ANNOTATOR, project)
         users.append((user.username, password))
     return users
 

@@ -37,6 +37,12 @@ STEPS_PER_SOLUTION = 4
 BENCH_PRIORITY = 1e9
 # Every task a plain one: no gold, no screening, one annotator per item.
 BENCH_SETTINGS = {"qc_rate": 0, "screening_required": False, "overlap_k": 1}
+BENCH_PROJECT = "default"  # the project a fresh install has; other projects may stand beside it (bench/site_pool.py)
+
+
+def bench_project() -> Project:
+    """The project the bench pool lives in and its clients label."""
+    return Project.objects.get_or_create(slug=BENCH_PROJECT, defaults={"name": "Default"})[0]
 
 
 class Command(BaseCommand):
@@ -56,7 +62,7 @@ class Command(BaseCommand):
         if not force and Solution.objects.exclude(source=SOURCE).exists():
             raise CommandError("this database holds other solutions; run on a scratch database or pass --force")
         built = self.build_pool(solutions)
-        config = LabelingConfig.of(Project.objects.sole())
+        config = LabelingConfig.of(bench_project())
         saved = (config.qc_rate, config.screening_required, config.overlap_k)
         LabelingConfig.objects.update_or_create(pk=config.pk, defaults=BENCH_SETTINGS)
         try:
@@ -79,16 +85,17 @@ class Command(BaseCommand):
         if have >= n:
             return None
         started = time.perf_counter()
+        project = bench_project()
         batch = 2000
         for start in range(have, n, batch):
             stop = min(n, start + batch)
             problems = Problem.objects.bulk_create(
-                Problem(statement=f"Benchmark problem {i}: what is ${i} + {i}$?", ground_truth_answer=str(2 * i),
-                        source=SOURCE, content_hash=content_hash(SOURCE, "problem", i))
+                Problem(project=project, statement=f"Benchmark problem {i}: what is ${i} + {i}$?",
+                        ground_truth_answer=str(2 * i), source=SOURCE, content_hash=content_hash(SOURCE, "problem", i))
                 for i in range(start, stop)
             )
             made = Solution.objects.bulk_create(
-                Solution(problem=p, final_answer=str(2 * i), is_correct=True, source=SOURCE,
+                Solution(project=project, problem=p, final_answer=str(2 * i), is_correct=True, source=SOURCE,
                          content_hash=content_hash(SOURCE, "solution", i))
                 for p, i in zip(problems, range(start, stop))
             )
@@ -96,7 +103,7 @@ class Command(BaseCommand):
                 Step(solution=s, index=k, text=f"Step {k + 1}: add ${i}$ and ${i}$ <<{i}+{i}={2 * i}>>.")
                 for s, i in zip(made, range(start, stop)) for k in range(STEPS_PER_SOLUTION)
             )
-        queueing.ensure_default_queue()
+        queueing.ensure_default_queue(project)
         QueueItem.objects.filter(solution__source=SOURCE, status=QueueItem.Status.AVAILABLE).update(
             priority=BENCH_PRIORITY
         )
@@ -107,7 +114,7 @@ class Command(BaseCommand):
         stamp = int(time.time() * 1000)
         users = [User.objects.create_user(f"bench-{stamp}-{n}-{i}", password=None) for i in range(n)]
         for user in users:
-            roles.grant_role(user, roles.ANNOTATOR)
+            roles.grant_role(user, roles.ANNOTATOR, bench_project())
         connections.close_all()  # Children must not share the parent's database connection.
         ctx = multiprocessing.get_context("fork")
         barrier, queue = ctx.Barrier(n), ctx.Queue()

@@ -10,7 +10,7 @@ from django.core.management import CommandError
 
 import bench
 from annotate.labeling import quality
-from annotate.models import Annotation, LabelingConfig, Project, ScreeningResult, Solution
+from annotate.models import Annotation, LabelingConfig, Project, QueueItem, ScreeningResult, Solution
 from bench import label_studio, loadtest
 from bench.commands import bench_http
 from bench.commands.bench_workspace import Command as WorkspaceBench
@@ -59,6 +59,27 @@ def test_under_the_product_defaults_annotators_pass_screening_get_gold_and_share
     assert clients.filter(is_quality_control=True).exists()
     config = LabelingConfig.of(Project.objects.sole())
     assert config.qc_rate == 0.1 and config.screening_required
+
+
+@pytest.mark.slow
+def test_beside_other_projects_the_bench_labels_only_its_own_project_under_its_own_urls():
+    out = io.StringIO()
+    bench.call("bench_http", pool=40, clients="2", seconds=3, site_projects=2, site_solutions=60, stdout=out)
+    report = out.getvalue()
+
+    assert "the site: 3 projects, 60 solutions in the others" in report, report
+    assert "duplicate assignments: 0; lost labels: 0" in report and " 0 5xx " in report, report
+    others = Project.objects.exclude(slug="default")
+    assert sorted(others.values_list("slug", flat=True)) == ["bench-site-01", "bench-site-02"]
+    for project in others:  # each a campaign of its own: its pool queued, none of it labeled
+        assert Solution.objects.filter(project=project).count() == 30
+        assert QueueItem.objects.filter(project=project, status=QueueItem.Status.AVAILABLE).exists()
+    labeled = Annotation.objects.filter(annotator__username__startswith="bench-http-")
+    assert labeled.exists() and not labeled.exclude(project__slug="default").exists()
+    # Made once: a second run finds them there.
+    again = io.StringIO()
+    bench.call("bench_http", pool=40, clients="1", seconds=1, site_projects=2, site_solutions=60, stdout=again)
+    assert "built in" not in again.getvalue().split("the site:")[1].splitlines()[0]
 
 
 def test_the_gold_items_and_screening_set_are_made_once_however_the_pool_grows():
