@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import Annotation, Completion, Problem, Solution, Step, StepLabel
+from annotate.models import Annotation, Completion, Problem, Project, Solution, Step, StepLabel
 from annotate.models.pool import content_hash
 from annotate.pool import exporting
 
@@ -40,6 +40,7 @@ def peak_rss_mb() -> float:
 
 class Command(BaseCommand):
     help = "Export N annotated solutions in each format; print seconds and peak memory per format."
+    project: Project | None = None  # --project's; the sole project when the rows are made without it
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--solutions", type=int, default=50_000)
@@ -52,13 +53,18 @@ class Command(BaseCommand):
             "--compare", action="store_true",
             help="Also export PRM800K the plain ORM way (model instances + prefetch_related), for the ratio",
         )
+        parser.add_argument("--project", default=None, metavar="SLUG",
+                            help="The project the rows go into and are exported from (default: the sole one)")
         parser.add_argument("--child", help="internal: export one format in this process and print JSON")
 
     def handle(self, *args, **opts) -> None:
+        self.project = Project.objects.named(opts["project"])
         if opts["child"]:
             self.stdout.write(json.dumps(self.export_once(opts["child"], opts["container"])))
             return
         self.ensure_data(opts["solutions"], opts["steps"])
+        others = Solution.objects.exclude(project=self.project).count()
+        self.stdout.write(f"project {self.project.slug}; {others:,} solutions in the site's other projects")
         self.stdout.write(f"{opts['solutions']} annotated solutions x {opts['steps']} steps "
                           f"({settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}), as {opts['container']}")
         # Wall time depends on what else the machine runs; CPU time is this process's alone.
@@ -68,8 +74,8 @@ class Command(BaseCommand):
         results = {}
         for format in [*(opts["format"] or exporting.FORMATS), *(["orm"] if opts["compare"] else [])]:
             results[format] = result = json.loads(subprocess.run(
-                [sys.executable, "-m", "bench", "bench_export", "--child", format, "--container",
-                 "jsonl" if format == "orm" else opts["container"]],
+                [sys.executable, "-m", "bench", "bench_export", "--child", format, "--project", self.project.slug,
+                 "--container", "jsonl" if format == "orm" else opts["container"]],
                 cwd=settings.BASE_DIR, check=True, capture_output=True, text=True,
             ).stdout.strip().splitlines()[-1])
             self.stdout.write(
@@ -82,7 +88,7 @@ class Command(BaseCommand):
             self.stdout.write(f"PRM800K, plain ORM / chunk records: {orm['seconds'] / ours['seconds']:.1f}x wall, "
                               f"{orm['cpu'] / ours['cpu']:.1f}x CPU (same bytes: {orm['bytes'] == ours['bytes']})")
         if opts["cleanup"]:
-            Problem.objects.filter(source=SOURCE).delete()
+            Problem.objects.filter(project=self.project, source=SOURCE).delete()
 
     def export_once(self, format: str, container: str = "jsonl") -> dict:
         options = exporting.ExportOptions(generations=(BENCH_GENERATION,), container=container)
@@ -94,19 +100,19 @@ class Command(BaseCommand):
             if format == "orm":
                 lines = self.export_with_model_instances(path, options)
             else:
-                lines = exporting.write_export(path=path, format=format, options=options)
+                lines = exporting.write_export(path=path, format=format, options=options, project=self.project)
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
             size = sum(f.stat().st_size for f in files)
         return {"lines": lines, "seconds": seconds, "cpu": cpu, "bytes": size, "start_rss_mb": start_rss,
                 "peak_rss_mb": peak_rss_mb()}
 
-    @staticmethod
-    def export_with_model_instances(path: Path, options: exporting.ExportOptions) -> int:
+    def export_with_model_instances(self, path: Path, options: exporting.ExportOptions) -> int:
         """The straightforward way, for comparison: instances, prefetch_related, iterator()."""
         from annotate.pool import prm800k
 
-        qs = exporting.selected_annotations(options=options).select_related("solution__problem", "queue_item")
+        qs = exporting.selected_annotations(project=self.project, options=options)
+        qs = qs.select_related("solution__problem", "queue_item")
         qs = qs.prefetch_related("solution__steps", "step_labels__completions")
         lines = 0
         with path.open("w", encoding="utf-8") as out:
@@ -116,10 +122,10 @@ class Command(BaseCommand):
         return lines
 
     def ensure_data(self, n: int, n_steps: int) -> None:
-        have = Annotation.objects.filter(generation=BENCH_GENERATION).count()
+        have = Annotation.objects.filter(project=self.project, generation=BENCH_GENERATION).count()
         if have == n:
             return
-        Problem.objects.filter(source=SOURCE).delete()
+        Problem.objects.filter(project=self.project, source=SOURCE).delete()
         started = time.perf_counter()
         batch = 5000
         for offset in range(0, n, batch):
@@ -129,16 +135,18 @@ class Command(BaseCommand):
 
     def create_batch(self, numbers: range, n_steps: int) -> None:
         now = timezone.now()
+        self.project = self.project or Project.objects.sole()
         problems = Problem.objects.bulk_create(
-            Problem(statement=f"Bench problem {i}: what is {i} * 7 + 3?", ground_truth_answer=str(i * 7 + 3),
-                    ground_truth_solution=f"{i} * 7 = {i * 7}, plus 3 is {i * 7 + 3}.", source=SOURCE,
+            Problem(project=self.project, statement=f"Bench problem {i}: what is {i} * 7 + 3?",
+                    ground_truth_answer=str(i * 7 + 3), source=SOURCE,
+                    ground_truth_solution=f"{i} * 7 = {i * 7}, plus 3 is {i * 7 + 3}.",
                     content_hash=content_hash(SOURCE, "problem", i))
             for i in numbers
         )
         texts = {i: [f"Step {s} of solution {i}: we compute {i} * 7 = {i * 7} and carry on with the sum."
                      for s in range(n_steps)] for i in numbers}
         solutions = Solution.objects.bulk_create(
-            Solution(problem=p, final_answer=str(i * 7 + 3), is_correct=i % 3 != 0, source=SOURCE,
+            Solution(project=self.project, problem=p, final_answer=str(i * 7 + 3), is_correct=i % 3 != 0, source=SOURCE,
                      generator="bench", pre_generated_verifier_score=0.5, content_hash=content_hash(SOURCE, i))
             for i, p in zip(numbers, problems)
         )
@@ -146,7 +154,7 @@ class Command(BaseCommand):
             Step(solution=s, index=k, text=t) for i, s in zip(numbers, solutions) for k, t in enumerate(texts[i])
         )
         annotations = Annotation.objects.bulk_create(
-            Annotation(solution=s, labeler=f"bench-{i % 40}", status=Annotation.Status.SUBMITTED,
+            Annotation(project=self.project, solution=s, labeler=f"bench-{i % 40}", status=Annotation.Status.SUBMITTED,
                        generation=BENCH_GENERATION, timestamp=now, total_time_ms=60_000,
                        finish_reason="found_error" if i % 3 == 0 else "solution")
             for i, s in zip(numbers, solutions)

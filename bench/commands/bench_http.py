@@ -204,7 +204,8 @@ def _site_named(built: float | None) -> str:
     projects = Project.objects.exclude(pk=bench_project().pk)
     others = Solution.objects.exclude(project=bench_project()).count()
     made = f", built in {built:.1f} s" if built else ""
-    return f"the site: {projects.count() + 1} projects, {others:,} solutions in the others{made}"
+    count = projects.count() + 1
+    return f"the site: {count} project{'s' if count > 1 else ''}, {others:,} solutions in the others{made}"
 
 
 def _product_defaults() -> dict:

@@ -1,4 +1,4 @@
-"""./stepwise bench bench_import [--solutions 50000] [--keep]
+"""./stepwise bench bench_import [--solutions 50000] [--keep] [--project SLUG]
 
 Generates a generic JSONL file of model-like solutions (several per problem, some right,
 some wrong; answers as integers, thousands, decimals, fractions and LaTeX) in a temporary
@@ -20,7 +20,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from annotate.models import Solution
+from annotate.models import Project, Solution
 from annotate.pool import importing
 from steps.grading import clear_cache
 
@@ -95,9 +95,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--solutions", type=int, default=50_000)
         parser.add_argument("--keep", action="store_true", help="Keep the imported rows")
+        parser.add_argument("--project", default=None, metavar="SLUG",
+                            help="The project imported into (default: the sole one)")
 
     def handle(self, *args, **options):
         total = options["solutions"]
+        self.project = Project.objects.named(options["project"])
+        others = Solution.objects.exclude(project=self.project).count()
+        self.stdout.write(f"project {self.project.slug}; {others:,} solutions in the site's other projects")
         with tempfile.TemporaryDirectory(prefix="bench-import-") as folder:
             small, large = Path(folder) / "small.jsonl", Path(folder) / "large.jsonl"
             write_pool(small, solutions=max(total // 5, 1), seed=1)
@@ -108,7 +113,8 @@ class Command(BaseCommand):
                     for path in (small, large):
                         clear_cache()  # each run grades from scratch
                         self._run(path)
-                    graded = Solution.objects.filter(source="bench").values_list("is_correct", flat=True)
+                    graded = (Solution.objects.filter(project=self.project, source="bench")
+                              .values_list("is_correct", flat=True))
                     verdicts = {v: list(graded).count(v) for v in (True, False, None)}
                     self.stdout.write(
                         f"graded: {verdicts[True]} correct, {verdicts[False]} wrong, {verdicts[None]} unknown"
@@ -121,7 +127,7 @@ class Command(BaseCommand):
     def _run(self, path: Path) -> None:
         with _PeakMemory() as memory:
             started, cpu_started = time.perf_counter(), time.process_time()
-            summary = importing.import_pool(path=path, format="generic")
+            summary = importing.import_pool(project=self.project, path=path, format="generic")
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         self.stdout.write(
             f"{path.name}: {summary.lines} lines in {seconds:.2f} s = {summary.lines / seconds:,.0f} lines/s "
