@@ -24,7 +24,7 @@ Modules: `actions` (rate, flag, undo, write a step, submit), `timing` (active ti
 `queueing` (generations, enqueueing, claims), `queue_items` (an item's lease and states after
 it), `quality` (gold, screening, agreement), `verdicts` (which rating counts), `assistance`
 (what an assisted project shows of the model's view, read with the query scoring gives it, and
-what each rating keeps of it), `reviewing`, `roles`. Imports run one way: actions → tasks →
-assistance, timing → rows → queue_items → refusals, models and infra; queueing → quality →
-queue_items, verdicts.
+what each rating keeps of it), `reviewing`, `roles`, `members` (a project's members changed by its
+admins, each change recorded). Imports run one way: actions → tasks → assistance, timing → rows
+→ queue_items → refusals, models and infra; queueing → quality → queue_items, verdicts.
 """

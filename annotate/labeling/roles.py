@@ -90,6 +90,12 @@ def grant_role(user, role: str, project: Project | None = None) -> Membership:
     return membership
 
 
+def revoke_role(user, project: Project) -> None:
+    """The user is no longer a member of the project (their labels stay theirs)."""
+    Membership.objects.filter(project=project, user=user).delete()
+    user.__dict__.pop("_stepwise_roles", None)
+
+
 def make_site_admin(user) -> None:
     """A site admin: every role in every project, creates projects, and uses the Django admin.
 

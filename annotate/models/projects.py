@@ -111,7 +111,8 @@ class Membership(models.Model):
 
 
 class SettingsChange(models.Model):
-    """Who changed which of a project's settings, when, from what to what."""
+    """Who changed which of a project's settings, when, from what to what; a change of its members
+    too (field `member`: "NAME as ROLE" before and after, annotate/labeling/members.py)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="settings_changes")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

@@ -1,4 +1,5 @@
 """Template filters of the labeling pages, and how the labeling page offers the ratings."""
+import functools
 import json
 from dataclasses import dataclass
 
@@ -53,6 +54,19 @@ def display_text(text: str | None) -> str:
 def rendered(text: str | None) -> SafeString:
     """Model or problem text as HTML: math for KaTeX, Markdown emphasis and lists (escaped first)."""
     return mark_safe(rendering.render(display_text(text)))  # safe: rendering escapes all data first
+
+
+@register.filter
+def guideline(text: str | None) -> SafeString:
+    """A project's guideline as HTML, as problem text is rendered (escaped first), calculator-like
+    `<<...>>` kept: a guideline may quote one as an example."""
+    return mark_safe(_guideline_html(text or ""))  # safe: rendering escapes all data first
+
+
+# Every task page shows the guideline, often longer than the renderer's own memo takes.
+@functools.lru_cache(maxsize=16)
+def _guideline_html(text: str) -> str:
+    return rendering.render(text)
 
 
 @register.filter

@@ -71,5 +71,6 @@ def environment(**options) -> Environment:
                        rating_buttons=workspace.RATING_BUTTONS, rating_keys=workspace.RATING_KEYS,
                        rating_signs=workspace.RATING_SIGNS)
     env.filters.update(rendered=workspace.rendered, answer_math=workspace.answer_math,
-                       rating_word=workspace.rating_word, has_role=workspace.has_role)
+                       rating_word=workspace.rating_word, has_role=workspace.has_role,
+                       guideline=workspace.guideline)
     return env

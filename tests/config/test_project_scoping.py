@@ -25,7 +25,7 @@ ARGUMENT_KINDS = {
     "annotate:label-submit": "own_task",
     "annotate:review-detail": "annotation", "annotate:review-override": "annotation",
     "annotate:review-make-gold": "annotation", "annotate:review-add-to-screening": "annotation",
-    "annotate:quality-reset-screening": "member",
+    "annotate:quality-reset-screening": "member", "annotate:member-role": "member", "annotate:member-remove": "member",
     "annotate:import-detail": "import", "annotate:import-report": "import",
     "annotate:export-detail": "export", "annotate:export-download": "export",
     "api-problem-detail": "problem", "api-solution-detail": "solution", "api-annotation-detail": "annotation",

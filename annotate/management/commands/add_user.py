@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from annotate.labeling import members, roles
 from annotate.management.projects import add_project_option, project_of
 from annotate.models import Membership
 
@@ -42,18 +43,13 @@ class Command(BaseCommand):
                 user = User.objects.create_user(username, email=email, password=password)
                 self.stdout.write(f"created user {username!r}")
             if project is None:
-                # Superuser rather than staff with a list of permissions: a site admin's work in the
-                # Django admin spans every app, and a permission list goes stale with each new model.
-                user.is_staff = user.is_superuser = True
-                user.save(update_fields=["is_staff", "is_superuser"])
+                roles.make_site_admin(user)
                 self.stdout.write(f"{username!r} is a site admin")
             else:
-                membership, created = Membership.objects.get_or_create(project=project, user=user,
-                                                                       defaults={"role": role})
-                if not created and membership.role != role:
-                    self.stdout.write(f"{username!r} was {membership.get_role_display()} of {project.slug}")
-                    membership.role = role
-                    membership.save(update_fields=["role"])
+                # As the members page does it, so the change is recorded with the project's settings changes.
+                membership, before = members.set_role(project=project, user=user, role=role, by=None)
+                if before not in (None, role):
+                    self.stdout.write(f"{username!r} was {Membership.Role(before).label} of {project.slug}")
                 self.stdout.write(f"{username!r} is {membership.get_role_display()} of project {project.slug}")
         if password is not None and "STEPWISE_NEW_PASSWORD" not in os.environ:
             self.stdout.write(f"password: {password}")
