@@ -88,7 +88,7 @@ class Command(BaseCommand):
             self.stdout.write(f"PRM800K, plain ORM / chunk records: {orm['seconds'] / ours['seconds']:.1f}x wall, "
                               f"{orm['cpu'] / ours['cpu']:.1f}x CPU (same bytes: {orm['bytes'] == ours['bytes']})")
         if opts["cleanup"]:
-            Problem.objects.filter(project=self.project, source=SOURCE).delete()
+            self.delete_rows()
 
     def export_once(self, format: str, container: str = "jsonl") -> dict:
         options = exporting.ExportOptions(generations=(BENCH_GENERATION,), container=container)
@@ -125,13 +125,20 @@ class Command(BaseCommand):
         have = Annotation.objects.filter(project=self.project, generation=BENCH_GENERATION).count()
         if have == n:
             return
-        Problem.objects.filter(project=self.project, source=SOURCE).delete()
+        self.delete_rows()
         started = time.perf_counter()
         batch = 5000
         for offset in range(0, n, batch):
             with transaction.atomic():
                 self.create_batch(range(offset, min(n, offset + batch)), n_steps)
         self.stdout.write(f"created {n} annotated solutions in {time.perf_counter() - started:.1f} s")
+
+    def delete_rows(self) -> None:
+        """The benchmark's rows, a batch of problems at a time: a delete collects every related row
+        of the problems it is given in one statement, which PostgreSQL caps at 65,535 parameters."""
+        ids = list(Problem.objects.filter(project=self.project, source=SOURCE).values_list("pk", flat=True))
+        for start in range(0, len(ids), 5000):
+            Problem.objects.filter(pk__in=ids[start:start + 5000]).delete()
 
     def create_batch(self, numbers: range, n_steps: int) -> None:
         now = timezone.now()
