@@ -17,6 +17,7 @@ from annotate.pool.importing.formats import (
 )
 from annotate.pool.importing.reading import BadJson, count_lines, detect_file_format, file_digest, read_jsonl, split_of
 from annotate.pool.importing.report import ImportSummary, Outcome, Report
+from annotate.pool.importing.statistics import PlannerStatistics
 from annotate.pool.importing.writing import CONNECTION_FAULTS, GradingBudget, SourceFile, write_batch
 from annotate.pool.prm800k import LineError
 from steps.splitting import check_mode
@@ -97,6 +98,7 @@ def _import_lines(path: Path, parse: Parser, summary: ImportSummary, report: Rep
     # Lines in input order, parsed (Record) or already failed (Outcome), so that the
     # report keeps the file's order although only the records go to the database.
     pending: list[Record | Outcome] = []
+    statistics = PlannerStatistics()
     for line_no, obj in read_jsonl(path):
         summary.lines += 1
         try:
@@ -107,6 +109,7 @@ def _import_lines(path: Path, parse: Parser, summary: ImportSummary, report: Rep
             pending.append(Outcome(line_no=line_no, status="error", error=str(error)))
         if len(pending) >= batch_size:
             _flush(pending, summary, report, progress, source_file, budget, project)
+            statistics.wrote(len(pending))
             pending = []
     _flush(pending, summary, report, progress, source_file, budget, project)
 

@@ -470,3 +470,18 @@ def test_once_the_grading_budget_is_spent_the_rest_of_the_import_is_imported_ung
     # Each line may take no more than what is left (here less than STEPWISE_GRADING_TIMEOUT).
     assert len(timeouts) == len(graded) and timeouts[0] == 1.0 and 0 < timeouts[-1] < 0.4
     assert timeouts == sorted(timeouts, reverse=True)
+
+
+@pytest.mark.postgresql
+def test_a_large_import_renews_the_planners_statistics_of_the_pool_as_it_grows(tmp_path):
+    from django.db import connection
+
+    def planned_rows(table: str) -> float:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE relname = %s", [table])
+            return cursor.fetchone()[0]
+
+    # Inside one transaction (the test's), as an atomic import is: autovacuum could not see these rows.
+    importing.import_pool(project=Project.objects.sole(), path=write(tmp_path, [generic(n) for n in range(2500)]),
+                          grading_budget=0)
+    assert planned_rows("annotate_solution") >= 2000 and planned_rows("annotate_step") >= 4000
