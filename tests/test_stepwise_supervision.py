@@ -31,12 +31,13 @@ STAND_IN = "sleep 600"
 
 def supervised(data_dir: Path, worker: str, *, env: dict[str, str] | None = None,
                settings: str = "") -> tuple[subprocess.Popen, Output]:
-    """The script's start and watch, as `run` ends: web, scorer and beat stand-ins, `worker` real."""
+    """The script's start and watch, as `run` ends: web, jobs, scorer and beat stand-ins, `worker` real."""
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     script = (f'source "{SCRIPT}" && {settings} trap stopped INT TERM && trap stop_all EXIT && '
               f'start web "{logs}" {STAND_IN} && start worker "{logs}" {worker} && '
-              f'start scorer "{logs}" {STAND_IN} && start beat "{logs}" {STAND_IN} && watch "{logs}"')
+              f'start jobs "{logs}" {STAND_IN} && start scorer "{logs}" {STAND_IN} && '
+              f'start beat "{logs}" {STAND_IN} && watch "{logs}"')
     process = subprocess.Popen(
         ["bash", "-c", script], cwd=SCRIPT.parent, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={**(env or os.environ), "STEPWISE_DATA_DIR": str(data_dir), "STEPWISE_VENV": sys.prefix},
@@ -71,7 +72,8 @@ def test_a_process_that_keeps_crashing_is_started_again_with_growing_pauses_then
         # The rest run on (the site with them), and nothing starts the worker again.
         time.sleep(3)
         running = started_by_run(tmp_path).values()
-        assert sum(command.startswith(STAND_IN) for command in running) == 3 and process.poll() is None
+        assert sum(command.startswith(STAND_IN) for command in running) == 4 and process.poll() is None  # web, jobs,
+        # scorer and beat
         assert log == (tmp_path / "logs" / "worker.log").read_text()
         stop(process, output)
     finally:
