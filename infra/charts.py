@@ -17,6 +17,14 @@ from pathlib import Path
 
 COLORS = ("#2f5bd3", "#c0392b", "#1e8e3e", "#b07d00", "#7d3cb5", "#667")
 SVG_NS = "http://www.w3.org/2000/svg"
+TICK_FONT, LABEL_FONT = 10, 11
+# The y axis's label, rotated, reads upwards along x = Y_LABEL_X, its glyphs reaching left of that
+# line by the font's ascent and right of it by its descent (about 0.3 em): the tick labels must
+# start right of that.
+Y_LABEL_X = 12
+Y_LABEL_RIGHT = Y_LABEL_X + 0.3 * LABEL_FONT
+TICK_PAD = 4  # between a y tick label and the axis, and between the widest one and the y axis's label
+MIN_LEFT = 48  # the plot's left edge where the tick labels are short, as every chart had it
 Point = tuple[float, float | None]
 
 
@@ -107,7 +115,10 @@ def line_chart(
     plot_height, top = height, 12 + (18 if title else 0)
     height += top - 12 + 16 * legend
     x0, x1, y0, y1 = _ranges(points, lines, rules, x_range, y_range)
-    axes = _Axes(48, width - 12, top, plot_height + top - 12 - 36, x0, x1, y0, y1, log_x=log_x)
+    # The plot starts right of its widest y tick label, which starts right of the y axis's label.
+    widest_tick = max(_text_width(number(y), TICK_FONT) for y in _y_ticks(y0, y1))
+    left = max(MIN_LEFT, math.ceil(Y_LABEL_RIGHT + TICK_PAD + widest_tick + TICK_PAD))
+    axes = _Axes(left, width - 12, top, plot_height + top - 12 - 36, x0, x1, y0, y1, log_x=log_x)
     parts = [
         f'<svg xmlns="{SVG_NS}" class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" aria-label="{escape(y_label)} by {escape(x_label)}">',
@@ -183,6 +194,16 @@ def _ranges(
     return x0, x1, y0, y1
 
 
+def _text_width(text: str, font_size: float) -> float:
+    """How wide a tick label is drawn, estimated: the server measures no font. Widths in em of
+    DejaVu Sans (Debian's default sans-serif, among the widest), so other fonts draw it narrower."""
+    return font_size * sum(0.84 if c == "+" else 0.32 if c in ".," else 0.65 for c in text)
+
+
+def _y_ticks(y0: float, y1: float) -> tuple[float, float, float]:
+    return y0, (y0 + y1) / 2, y1
+
+
 def _x_ticks(axes: _Axes, xs: list[float], given_range: bool) -> list[float]:
     if axes.log_x:
         powers = [10.0**k for k in range(math.floor(math.log10(axes.x0)), math.ceil(math.log10(axes.x1)) + 1)]
@@ -200,16 +221,16 @@ def _axes(axes: _Axes, points: list[tuple[float, float]], x_label: str, y_label:
         f'<line x1="{axes.left}" y1="{axes.bottom}" x2="{axes.right}" y2="{axes.bottom}" stroke="#999"/>',
         f'<line x1="{axes.left}" y1="{axes.top}" x2="{axes.left}" y2="{axes.bottom}" stroke="#999"/>',
     ]
-    for y in (axes.y0, (axes.y0 + axes.y1) / 2, axes.y1):
-        parts.append(f'<text x="{axes.left - 4}" y="{axes.sy(y) + 4:.1f}" font-size="10" '
-                     f'text-anchor="end">{number(y)}</text>')
+    for y in _y_ticks(axes.y0, axes.y1):
+        parts.append(f'<text class="y-tick" x="{axes.left - TICK_PAD}" y="{axes.sy(y) + 4:.1f}" '
+                     f'font-size="{TICK_FONT}" text-anchor="end">{number(y)}</text>')
     for x in _x_ticks(axes, [p[0] for p in points], given_range):
-        parts.append(f'<text class="x-tick" x="{axes.sx(x):.1f}" y="{axes.bottom + 14}" font-size="10" '
+        parts.append(f'<text class="x-tick" x="{axes.sx(x):.1f}" y="{axes.bottom + 14}" font-size="{TICK_FONT}" '
                      f'text-anchor="middle">{number(x)}</text>')
-    parts.append(f'<text x="{(axes.left + axes.right) / 2}" y="{axes.bottom + 30}" font-size="11" '
-                 f'text-anchor="middle">{escape(x_label)}</text>')
-    parts.append(f'<text x="12" y="{middle_y}" font-size="11" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {middle_y})">{escape(y_label)}</text>')
+    parts.append(f'<text class="x-label" x="{(axes.left + axes.right) / 2}" y="{axes.bottom + 30}" '
+                 f'font-size="{LABEL_FONT}" text-anchor="middle">{escape(x_label)}</text>')
+    parts.append(f'<text class="y-label" x="{Y_LABEL_X}" y="{middle_y}" font-size="{LABEL_FONT}" '
+                 f'text-anchor="middle" transform="rotate(-90 {Y_LABEL_X} {middle_y})">{escape(y_label)}</text>')
     return parts
 
 

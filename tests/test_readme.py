@@ -185,3 +185,41 @@ def test_the_prm800k_list_names_every_key_of_the_schema():
     keys = {*schema.LINE_KEYS, *schema.QUESTION_KEYS, *schema.LABEL_KEYS, *schema.STEP_KEYS, *schema.COMPLETION_KEYS}
     assert keys <= documented, sorted(keys - documented)
     assert set(schema.FINISH_REASONS) <= documented
+
+
+def _export_table_fields() -> dict[str, str]:
+    """Each format of the Exports table, with its 'fields' cell."""
+    rows = [line.split("|") for line in _section("Exports").splitlines() if line.startswith("| `")]
+    return {re.fullmatch(r"\s*`(\w+)`\s*", row[1]).group(1): row[3] for row in rows}
+
+
+def _columns_written(format) -> set[str]:
+    """The top-level columns of a format's rows, automatic ones included, as its writer declares them:
+    the Arrow schema of its Parquet and dataset exports, which the container tests hold to the JSON Lines
+    rows. Placeholder types, so that no `datasets` import is needed."""
+    from annotate.pool.exporting.formats.base import ArrowTypes
+
+    placeholders = ArrowTypes(text="string", integer="int64", number="float64", boolean="bool",
+                              list_of=lambda item: [item])
+    return set(format.features(placeholders, True))
+
+
+def test_the_exports_table_names_every_column_each_format_writes():
+    from annotate.pool.exporting.formats import FORMATS
+
+    table = _export_table_fields()
+    assert set(table) == set(FORMATS)
+    prm800k_schema = set(re.findall(r"`([a-z_]+)`", _section("Import formats").split("**PRM800K**")[1]))
+    for name, format in FORMATS.items():
+        documented = set(re.findall(r"`([a-z_]+)`", table[name]))
+        if "as above" in table[name]:
+            documented |= prm800k_schema
+        missing = sorted(_columns_written(format) - documented)
+        assert not missing, f"README.md's Exports table does not name the {name} columns {missing}"
+
+
+def test_the_columns_checked_include_those_trl_rows_carry():
+    from annotate.pool.exporting.formats import FORMATS
+
+    # If this fails, the check above reads something other than the rows, not a gap in the README.
+    assert {"prompt", "completions", "labels", "assistance", "label_source"} <= _columns_written(FORMATS["trl"])

@@ -60,3 +60,12 @@ def test_a_grid_of_charts_is_one_valid_svg_file(tmp_path):
     assert root.tag == f"{SVG}svg" and len(root.findall(f"{SVG}svg")) == 4
     assert int(root.get("width")) == 3 * int(root.find(f"{SVG}svg").get("width"))
     assert len(list(root.iter(f"{SVG}polygon"))) == 4  # each band drawn
+
+
+def test_wider_y_tick_labels_move_the_plot_right_rather_than_onto_the_axis_label():
+    def plot_left(low: float, high: float) -> float:
+        root = parse(charts.line_chart([("loss", [(1, high), (2, low)])], x_label="epoch", y_label="loss"))
+        return float(next(root.iter(f"{SVG}line")).get("x1"))
+
+    assert plot_left(0.5, 0.7) == charts.MIN_LEFT  # short ticks: the usual margin
+    assert charts.MIN_LEFT < plot_left(0.0123, 12.5) < plot_left(0.00042, 0.0131)

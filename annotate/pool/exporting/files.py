@@ -8,6 +8,7 @@ the download is one file) it is zipped into that file.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -47,8 +48,7 @@ def write_export(
     if options.container != "jsonl":
         return _write_dataset(project=project, path=path, format=format, options=options, on_progress=on_progress,
                               progress_every=progress_every, tally=tally or ExportTally())
-    # Same folder as the destination, so the final rename never crosses file systems.
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    fd, temp_name = _create_part_file(path)
     lines = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
@@ -66,6 +66,22 @@ def write_export(
     if on_progress:
         on_progress(lines)
     return lines
+
+
+def _create_part_file(path: Path) -> tuple[int, str]:
+    """A new hidden file next to `path`, opened for writing: (descriptor, name).
+
+    Not `tempfile.mkstemp`: its files are 0600, so the renamed export would be unreadable to the
+    group and others where a Parquet export (written by plain `open`) is not. Created 0666 here,
+    the process umask takes off what it takes off any new file. Same folder as the destination,
+    so the final rename never crosses file systems.
+    """
+    while True:
+        name = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.part")
+        try:
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), name
+        except FileExistsError:  # another writer's part file has that name: draw another
+            continue
 
 
 def _write_dataset(*, project: Project, path: Path, format: str, options: ExportOptions, on_progress,

@@ -119,6 +119,28 @@ def test_an_export_job_in_a_dataset_container_downloads_as_one_zip(labels, tmp_p
     assert table.to_list() == jsonl_rows(tmp_path, "soft")
 
 
+@pytest.fixture
+def umask():
+    """A umask unlike the usual 022, so that a mode merely matching the common default shows nothing."""
+    import os
+
+    old = os.umask(0o027)
+    yield 0o027
+    os.umask(old)
+
+
+def test_every_export_file_gets_the_mode_of_a_newly_created_file_whatever_the_container(labels, tmp_path, umask):
+    outputs = {"jsonl": tmp_path / "out.jsonl", "parquet": tmp_path / "pq", "hf_dataset": tmp_path / "hf",
+               "parquet as one zip": tmp_path / "pq.zip"}
+    for container, out in outputs.items():
+        call_command("export_prm800k", str(out), "--format", "trl", "--container", container.split()[0])
+    files = [path for out in outputs.values() for path in (out.rglob("*") if out.is_dir() else [out])
+             if path.is_file()]
+    modes = {path.relative_to(tmp_path).as_posix(): oct(path.stat().st_mode & 0o777) for path in files}
+    assert {"out.jsonl", "pq/data/train.parquet", "hf/README.md", "pq.zip"} <= set(modes)
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
+
+
 def first_gold_error(solution: Solution) -> int:
     """The first step an imported gold label calls bad; -1 when none is."""
     bad = solution.steps.filter(auto_labels__soft=0.0).order_by("index").values_list("index", flat=True)
