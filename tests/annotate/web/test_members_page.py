@@ -95,6 +95,17 @@ def test_the_settings_page_and_an_admins_top_bar_link_the_members_page(alpha, ad
     assert f'href="{MEMBERS}"' not in client_for(dana).get("/p/alpha/label/").content.decode()
 
 
+def test_both_pages_list_the_recorded_changes_the_settings_page_naming_the_setting(alpha, ada, dana):
+    from annotate.labeling import projects
+
+    projects.change_settings(project=alpha, user=ada, values={"qc_rate": 0.25})
+    client_for(ada).post(MEMBERS, {"username": "dana", "role": "reviewer"})
+    settings_page = client_for(ada).get("/p/alpha/settings/").content.decode()
+    assert "<th>Setting</th>" in settings_page and "<td>qc_rate</td>" in settings_page
+    members_page = client_for(ada).get(MEMBERS).content.decode()
+    assert "<th>Setting</th>" not in members_page and "<td>dana as reviewer</td>" in members_page
+
+
 @pytest.mark.parametrize(("data", "error"), [
     ({"username": "nobody", "role": "annotator"}, "Username: no user named &#x27;nobody&#x27;"),
     ({"username": "dana", "role": "boss"},
