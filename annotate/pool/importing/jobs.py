@@ -52,15 +52,18 @@ def create_import_job(
     split_mode: str = "auto", source: str = "", atomic: bool = False, user=None,
 ) -> ImportJob:
     """An ImportJob row for a saved file, into `project`, queued for a worker once the transaction commits."""
-    project = Project.objects.given(project)
-    check_format(format)
-    job = ImportJob.objects.create(
-        project=project, path=str(path), original_name=original_name[:300], format=format,
-        split_mode=check_mode(split_mode), source=source, atomic=atomic,
-        report_path=str(path.with_name(path.stem + "-report.jsonl")), created_by=user,
-    )
+    job = _new_job(project=project, path=str(path), original_name=original_name, format=format,
+                   split_mode=split_mode, source=source, atomic=atomic,
+                   report_path=str(path.with_name(path.stem + "-report.jsonl")), created_by=user)
     transaction.on_commit(job.send_task)
     return job
+
+
+def _new_job(*, project: Project | None, format: str, split_mode: str, original_name: str, **fields) -> ImportJob:
+    """The job's row, its format and split mode checked: an upload's and the command's alike."""
+    check_format(format)
+    return ImportJob.objects.create(project=Project.objects.given(project), format=format,
+                                    split_mode=check_mode(split_mode), original_name=original_name[:300], **fields)
 
 
 def run_import_job(*, job_id: int) -> ImportJob:
@@ -77,12 +80,8 @@ def import_here(*, project: Project | None = None, path: str | Path, format: str
                 queue: bool = True) -> tuple[ImportJob, ImportSummary]:
     """An import run in this process (the import_pool command), recorded as a job as an upload's
     is, so the imports page lists every import whichever way it came; its summary for the caller."""
-    check_format(format)
-    job = ImportJob.objects.create(
-        project=Project.objects.given(project), path=str(path)[:500], original_name=Path(path).name[:300],
-        format=format, split_mode=check_mode(split_mode), source=source or "",
-        atomic=atomic, report_path=report_path,
-    )
+    job = _new_job(project=project, path=str(path)[:500], original_name=Path(path).name, format=format,
+                   split_mode=split_mode, source=source or "", atomic=atomic, report_path=report_path)
     job.start()
     summary = _run_started(job, queue=queue)
     job.refresh_from_db()
