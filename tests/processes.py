@@ -19,7 +19,8 @@ import ctypes
 import os
 import signal
 import time
-from pathlib import Path
+
+import psutil
 
 GRACE_SECONDS = 5.0
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
@@ -43,23 +44,14 @@ def pytest_unconfigure(config):
 
 
 def descendants(pid: int | None = None) -> list[int]:
-    """The processes below `pid` (this one by default), from /proc, children before theirs."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    """The processes still running below `pid` (this one by default), children before theirs."""
+    found = []
+    for process in psutil.Process(pid or os.getpid()).children(recursive=True):
         try:
-            # The command may hold spaces and parentheses: the fields after its closing one.
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid or os.getpid()]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        except psutil.NoSuchProcess:
+            pass
     return found
 
 
