@@ -1,5 +1,5 @@
 """The labeling side's data: the pool, annotations, the queue and background jobs."""
-from annotate.models.auto_labels import AutoLabelRun, AutoStepLabel
+from annotate.models.auto_labels import ROLLOUT_METHODS, AutoLabelRun, AutoStepLabel, JudgeAnswer
 from annotate.models.jobs import ExportJob, ImportJob
 from annotate.models.labels import Annotation, Completion, FinishReason, ScreeningResult, StepLabel
 from annotate.models.pool import Problem, SampleLine, Solution, Step
@@ -12,6 +12,7 @@ __all__ = [
     "AmbiguousProject",
     "Membership",
     "Project",
+    "ROLLOUT_METHODS",
     "SettingsChange",
     "Annotation",
     "Assistance",
@@ -22,6 +23,7 @@ __all__ = [
     "FinishReason",
     "Generation",
     "ImportJob",
+    "JudgeAnswer",
     "LabelingConfig",
     "Problem",
     "QueueItem",

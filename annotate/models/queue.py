@@ -76,6 +76,7 @@ class QueueItem(models.Model):
         FIRST_ERROR_DISAGREEMENT = "first_error_disagreement", "the ensemble disagrees on the first error"
         UNCERTAIN_CONVINCING_WRONG = "uncertain_convincing_wrong", "wrong answer some plausible head finds convincing"
         ROLLOUT_DISAGREEMENT = "rollout_disagreement", "rollouts and the model disagree"
+        SOURCES_DISAGREE = "sources_disagree", "the judge, rollouts and the model disagree on a step"
         # The labeling side: before any model, imported since the last rescore, the screening set.
         DEFAULT = "default order", "default order"
         IMPORTED = "imported, not scored yet", "imported, not scored yet"

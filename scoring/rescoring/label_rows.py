@@ -74,7 +74,7 @@ def human_ratings(*, project: Project | None = None,
 
 def automatic_counts(*, project: Project, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
     """Per solution of the project, step index -> (K, N) summed over every automatic label of that step."""
-    labels = AutoStepLabel.objects.filter(step__solution__project=project).annotate(
+    labels = AutoStepLabel.objects.automatic().filter(step__solution__project=project).annotate(
         solution_id=F("step__solution_id"), index=F("step__index"))
     if solution_ids is not None:
         labels = labels.filter(step__solution_id__in=solution_ids)

@@ -39,7 +39,7 @@ from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from annotate.labeling import queueing
-from annotate.models import AutoLabelRun, AutoStepLabel, Generation, LabelingConfig, Project, QueueItem, Solution
+from annotate.models import AutoStepLabel, Generation, LabelingConfig, Project, QueueItem, Solution
 from infra import env
 from scoring.models import ModelVersion, SolutionScore, StepScore
 
@@ -57,8 +57,6 @@ REASONS: tuple[Reason, ...] = (
 # Those that need an ensemble's uncertainty (scoring/rescoring/ensemble.py).
 ENSEMBLE_REASONS = {Reason.DISAGREEMENT, Reason.FIRST_ERROR_DISAGREEMENT, Reason.UNCERTAIN_CONVINCING_WRONG}
 SHARES_SETTING = "STEPWISE_SELECTION_SHARES"
-# Runs whose soft labels are shares of rollouts; imported verdicts are not compared with the model.
-ROLLOUT_METHODS = (AutoLabelRun.Method.MATH_SHEPHERD, AutoLabelRun.Method.OMEGAPRM)
 
 
 def parse_shares(text: str) -> dict[str, float]:
@@ -172,7 +170,7 @@ def rollout_disagreements(*, solutions: QuerySet[Solution], model_version: Model
     has not scored gets none: the two lists must describe the same steps."""
     p = StepScore.objects.filter(step=OuterRef("step"), model_version=model_version).values("p")[:1]
     rows = (
-        AutoStepLabel.objects.filter(run__method__in=ROLLOUT_METHODS, step__solution__in=solutions.values("pk"))
+        AutoStepLabel.objects.rollouts().filter(step__solution__in=solutions.values("pk"))
         .annotate(p=Subquery(p))
         # Per solution, the latest run's labels come first, in step order.
         .order_by("step__solution_id", "-run__created_at", "-run_id", "step__index")

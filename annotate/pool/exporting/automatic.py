@@ -51,7 +51,7 @@ class AutoLabel:
 
 def labels_by_step(solution_ids) -> dict[int, dict[int, list[AutoLabel]]]:
     """solution id -> step index -> its automatic labels, in run order."""
-    rows = (AutoStepLabel.objects.filter(step__solution_id__in=list(solution_ids))
+    rows = (AutoStepLabel.objects.automatic().filter(step__solution_id__in=list(solution_ids))
             .order_by("step__solution_id", "step__index", "run_id")
             .values_list("step__solution_id", "step__index", "run__source", "run__method", "run__params",
                          "n_rollouts", "n_correct", "soft"))
@@ -71,7 +71,8 @@ def pooled(labels: list[AutoLabel]) -> tuple[int, int]:
 
 
 def _labeled_solutions(project: Project):
-    return Solution.objects.filter(project=project, steps__auto_labels__isnull=False)
+    automatic = AutoStepLabel.objects.automatic().filter(step__solution__project=project)
+    return Solution.objects.filter(project=project, pk__in=automatic.values("step__solution_id"))
 
 
 def labeled_solution_chunks(project: Project,

@@ -1,0 +1,163 @@
+"""Every label source's word on each step of a solution, side by side: people, rollouts, a judge, the PRM.
+
+The one place that says what each source's verdict on a step is (True: good, False: bad, None:
+that source said nothing there), so that the review page, the API, the sources page, the
+`sources_disagree` queue reason, second look and the consensus export compare the same things:
+
+- **human**: each trainable annotation's rating of the pool step (`Verdicts.pool_path`: up to
+  the annotator's first -1). A neutral 0 counts as good, as exports count it by default. Several
+  annotators: the majority; a tie says nothing.
+- **rollouts**: the latest rollout run's label of the step, Math-Shepherd's hard rule
+  (`AutoStepLabel.hard`: some continuation from the step reached the answer).
+- **judge**: the latest judge run's verdict (its probability at least one half), with its critique.
+- **prm**: the current model's P(right) at least `PRM_THRESHOLD`, when the caller passes the
+  model's scores (the labeling side does not read scoring's tables itself; `assistance.model_ps`
+  is the view scoring gives it for one solution).
+
+Imported dataset labels are not a source here: they are someone else's labels of unknown
+origin, compared with nothing.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from annotate.labeling import verdicts
+from annotate.models import Annotation, AutoStepLabel, Step
+from steps.ratings import is_good
+
+SOURCES = ("human", "rollouts", "judge", "prm")
+# ProcessBench's rule for a PRM's verdict: a step below one half is an error.
+PRM_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class RolloutWord:
+    soft: float
+    n_correct: int | None
+    n_rollouts: int | None
+    good: bool
+
+
+@dataclass(frozen=True)
+class JudgeWord:
+    soft: float
+    critique: str
+    good: bool
+
+
+@dataclass(frozen=True)
+class StepSources:
+    """What each source says of one pool step."""
+
+    index: int
+    text: str
+    human: tuple[int, ...] = ()  # each annotator's rating of this step, in annotation order
+    rollout: RolloutWord | None = None
+    judge: JudgeWord | None = None
+    prm: float | None = None
+
+    def verdict(self, source: str) -> bool | None:
+        """The source's verdict on this step: True good, False bad, None nothing said."""
+        if source == "human":
+            return majority(self.human)
+        if source == "rollouts":
+            return None if self.rollout is None else self.rollout.good
+        if source == "judge":
+            return None if self.judge is None else self.judge.good
+        if source == "prm":
+            return None if self.prm is None else self.prm >= PRM_THRESHOLD
+        raise ValueError(f"source {source!r}; expected one of {', '.join(SOURCES)}")
+
+    def verdicts(self) -> dict[str, bool | None]:
+        return {source: self.verdict(source) for source in SOURCES}
+
+
+def majority(ratings: Sequence[int]) -> bool | None:
+    """The annotators' verdict: good when more rated it good (0 or +1) than bad (-1); None on a tie."""
+    votes = Counter(is_good(rating) for rating in ratings)
+    if votes[True] == votes[False]:
+        return None
+    return votes[True] > votes[False]
+
+
+def for_solutions(solution_ids: Iterable[int], *,
+                  prm: Mapping[int, Sequence[float | None]] | None = None) -> dict[int, list[StepSources]]:
+    """solution id -> its steps in order, each with every source's word (five queries in all).
+
+    `prm`: solution id -> the current model's P(right) per step (scoring reads them); omitted,
+    no step has a PRM word.
+    """
+    ids = list(solution_ids)
+    texts: dict[int, list[str]] = defaultdict(list)
+    for solution_id, text in Step.objects.filter(solution_id__in=ids).order_by("solution_id", "index") \
+            .values_list("solution_id", "text"):
+        texts[solution_id].append(text)
+    human = human_ratings(ids)
+    rollout = latest_words(ids, AutoStepLabel.objects.rollouts(), _rollout_word)
+    judge = latest_words(ids, AutoStepLabel.objects.judged(), _judge_word)
+    prm = prm or {}
+    found = {}
+    for solution_id in ids:
+        ps = list(prm.get(solution_id, ()))
+        found[solution_id] = [
+            StepSources(index=i, text=text, human=tuple(human.get(solution_id, {}).get(i, ())),
+                        rollout=rollout.get(solution_id, {}).get(i), judge=judge.get(solution_id, {}).get(i),
+                        prm=ps[i] if i < len(ps) else None)
+            for i, text in enumerate(texts.get(solution_id, []))
+        ]
+    return found
+
+
+def human_ratings(solution_ids: list[int]) -> dict[int, dict[int, list[int]]]:
+    """solution id -> step index -> the ratings trainable annotations gave that pool step."""
+    annotations = Annotation.objects.trainable().filter(solution_id__in=solution_ids)
+    finished = {pk: (solution_id, reason) for pk, solution_id, reason
+                in annotations.values_list("pk", "solution_id", "finish_reason")}
+    found: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for annotation_id, verdict in sorted(verdicts.verdicts_by_annotation(annotations).items()):
+        solution_id, finish_reason = finished.get(annotation_id, (None, None))  # None: submitted since
+        if solution_id is None or verdict.withheld(finish_reason) is not None:
+            continue  # labels no export hands out say nothing here either
+        for index, rating in enumerate(verdict.pool_path):
+            if rating is not None:
+                found[solution_id][index].append(rating)
+    return found
+
+
+def latest_words(solution_ids: list[int], labels, word) -> dict[int, dict[int, object]]:
+    """solution id -> step index -> the word of the latest run (highest id) that labeled the solution."""
+    rows = labels.filter(step__solution_id__in=solution_ids).order_by("step__solution_id", "-run_id", "step__index") \
+        .values_list("step__solution_id", "run_id", "step__index", "soft", "n_correct", "n_rollouts", "critique")
+    found: dict[int, dict[int, object]] = {}
+    latest_run: dict[int, int] = {}
+    for solution_id, run_id, index, soft, k, n, critique in rows:
+        if latest_run.setdefault(solution_id, run_id) != run_id:
+            continue
+        found.setdefault(solution_id, {})[index] = word(soft, k, n, critique)
+    return found
+
+
+def _rollout_word(soft: float, k: int | None, n: int | None, critique: str) -> RolloutWord:
+    good = k > 0 if k is not None else soft >= 0.5  # AutoStepLabel.hard
+    return RolloutWord(soft=soft, n_correct=k, n_rollouts=n, good=good)
+
+
+def _judge_word(soft: float, k: int | None, n: int | None, critique: str) -> JudgeWord:
+    return JudgeWord(soft=soft, critique=critique, good=soft >= 0.5)
+
+
+def first_error(step_verdicts: Sequence[bool | None]) -> int | None:
+    """The first step a source calls bad, or None when it calls none bad (a gap stops nothing)."""
+    return next((i for i, good in enumerate(step_verdicts) if good is False), None)
+
+
+
+def consensus(step: StepSources, sources: Sequence[str]) -> bool | None:
+    """The verdict every named source gives the step (Qwen's consensus filtering), or None where
+    one of them is silent or they differ: such a step keeps no label."""
+    said = {step.verdict(source) for source in sources}
+    if len(said) != 1 or None in said:
+        return None
+    return said.pop()
