@@ -17,6 +17,7 @@ from annotate.models import (
     ExportJob,
     Generation,
     ImportJob,
+    JudgeAnswer,
     LabelingConfig,
     Membership,
     Problem,
@@ -105,7 +106,7 @@ class SampleLineAdmin(admin.ModelAdmin):
 
 @admin.register(AutoLabelRun)
 class AutoLabelRunAdmin(admin.ModelAdmin):
-    """Automatic labeling passes with their provenance; rollouts and imports write them."""
+    """Machine labeling passes with their provenance; rollouts, imports and judges write them."""
 
     list_display = ("id", "method", "source", "rollouts", "tokens", "created_at")
     list_filter = ("method",)
@@ -121,7 +122,21 @@ class AutoStepLabelAdmin(admin.ModelAdmin):
     list_display = ("id", "run_id", "step_id", "n_correct", "n_rollouts", "soft")
     list_filter = ("run__method",)
     raw_id_fields = ("run", "step")
-    readonly_fields = ("run", "step", "n_rollouts", "n_correct", "soft")
+    readonly_fields = ("run", "step", "n_rollouts", "n_correct", "soft", "critique")
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(JudgeAnswer)
+class JudgeAnswerAdmin(admin.ModelAdmin):
+    """A judge's raw answer per solution, parsed or not: where an unparseable one can be read."""
+
+    list_display = ("id", "run_id", "solution_id", "parsed", "error", "completion_tokens", "created_at")
+    list_filter = ("parsed",)
+    raw_id_fields = ("run", "solution")
+    readonly_fields = ("run", "solution", "text", "parsed", "error", "prompt_tokens", "completion_tokens", "created_at")
     show_full_result_count = False
 
     def has_add_permission(self, request) -> bool:
