@@ -20,8 +20,9 @@ origin, compared with nothing.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from annotate.labeling import verdicts
 from annotate.models import Annotation, AutoStepLabel, Step
@@ -30,6 +31,7 @@ from steps.ratings import is_good
 SOURCES = ("human", "rollouts", "judge", "prm")
 # ProcessBench's rule for a PRM's verdict: a step below one half is an error.
 PRM_THRESHOLD = 0.5
+Word = TypeVar("Word")
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class StepSources:
 
 def majority(ratings: Sequence[int]) -> bool | None:
     """The annotators' verdict: good when more rated it good (0 or +1) than bad (-1); None on a tie."""
-    votes = Counter(is_good(rating) for rating in ratings)
+    votes = Counter(is_good(rating, neutral_is_good=True) for rating in ratings)
     if votes[True] == votes[False]:
         return None
     return votes[True] > votes[False]
@@ -126,11 +128,11 @@ def human_ratings(solution_ids: list[int]) -> dict[int, dict[int, list[int]]]:
     return found
 
 
-def latest_words(solution_ids: list[int], labels, word) -> dict[int, dict[int, object]]:
+def latest_words(solution_ids: list[int], labels, word: Callable[..., Word]) -> dict[int, dict[int, Word]]:
     """solution id -> step index -> the word of the latest run (highest id) that labeled the solution."""
     rows = labels.filter(step__solution_id__in=solution_ids).order_by("step__solution_id", "-run_id", "step__index") \
         .values_list("step__solution_id", "run_id", "step__index", "soft", "n_correct", "n_rollouts", "critique")
-    found: dict[int, dict[int, object]] = {}
+    found: dict[int, dict[int, Word]] = {}
     latest_run: dict[int, int] = {}
     for solution_id, run_id, index, soft, k, n, critique in rows:
         if latest_run.setdefault(solution_id, run_id) != run_id:
