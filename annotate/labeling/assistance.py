@@ -166,11 +166,12 @@ class SecondLook:
     critique: str | None
 
 
-def second_look(record: dict, margin: float) -> SecondLook:
+def second_look(record: dict | None, margin: float) -> SecondLook:
     """The prompt of a step whose second look is asked, from what its rating kept (whether the
     model doubts it by the project's margin as it stands)."""
+    record = record or {}
     p, shown = record.get("model_p"), record.get("judge_critique_shown", False)
-    return SecondLook(model_p=p, model_doubts=doubts(record["first_rating"], p, margin),
+    return SecondLook(model_p=p, model_doubts=doubts(record.get("first_rating", 0), p, margin),
                       judge_good=record.get("judge_good") if shown else None,
                       judge_p=record.get("judge_p") if shown else None,
                       critique=record.get("judge_critique", "") if shown else None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from django.db.models import Subquery
 
@@ -176,8 +177,9 @@ def machine_words(solution_ids: Iterable[int], *,
     solution id -> its steps up to the last one a machine source speaks of, each with the word of
     the latest rollout run, the latest judge run and the PRM (`prm` as for_solutions)."""
     ids = list(solution_ids)
-    rollout = latest_words(ids, AutoStepLabel.objects.rollouts(), _rollout_word)
-    judge = latest_words(ids, AutoStepLabel.objects.judged(), _judge_word)
+    rollouts, judged = AutoStepLabel.objects.rollouts(), AutoStepLabel.objects.judged()
+    rollout = cast(dict[int, dict[int, RolloutWord]], latest_words(ids, rollouts, _rollout_word))
+    judge = cast(dict[int, dict[int, JudgeWord]], latest_words(ids, judged, _judge_word))
     found = {}
     for solution_id in ids:
         ps = list(prm.get(solution_id, ()))
@@ -207,25 +209,28 @@ def disagreement(steps: Sequence[StepSources], sources: Sequence[str] = MACHINE_
 
     Each source is read up to its first error: past it every rollout fails, while a step-local judge
     or PRM may rightly call a later step good, and neither is a disagreement about the solution."""
-    said = {source: [step.verdict(source) for step in steps] for source in sources}
-    if not any(sum(said[source][i] is not None for source in sources) >= 2 for i in range(len(steps))):
+    said = [[step.verdict(source) for step in steps] for source in sources]
+    if not any(sum(verdict is not None for verdict in on_step) >= 2 for on_step in zip(*said)):
         return None
-    firsts = {source: first_error(verdicts) for source, verdicts in said.items()}
-    split = 0
-    for i in range(len(steps)):
-        # Whether all is right up to step i, by each source that has a word on it.
-        so_far = {False if firsts[s] is not None and firsts[s] <= i else said[s][i] for s in sources} - {None}
-        split += len(so_far) > 1
-    end = min((first for first in firsts.values() if first is not None), default=len(steps))
+    so_far = [_right_so_far(verdicts) for verdicts in said]
+    split = sum(len(set(on_step) - {None}) > 1 for on_step in zip(*so_far))
+    firsts = [first for first in map(first_error, said) if first is not None]
+    end = min(firsts, default=len(steps))
     gaps = [max(ps) - min(ps) for ps in ([_probability(step, s) for s in sources if step.verdict(s) is not None]
                                          for step in steps[: end + 1]) if len(ps) >= 2]
     return Disagreement(steps=split, spread=max(gaps, default=0.0))
 
 
+def _right_so_far(verdicts: list[bool | None]) -> list[bool | None]:
+    """One source's word on whether all is right up to each step: no from its first error on."""
+    first = first_error(verdicts)
+    return [False if first is not None and i >= first else verdict for i, verdict in enumerate(verdicts)]
+
+
 def _probability(step: StepSources, source: str) -> float:
     """A machine source's P(good) of a step it speaks of: the soft label, or the PRM's p."""
-    said = {"rollouts": step.rollout and step.rollout.soft, "judge": step.judge and step.judge.soft, "prm": step.prm}
-    p = said[source]
+    word = step.rollout if source == "rollouts" else step.judge if source == "judge" else None
+    p = step.prm if source == "prm" else None if word is None else word.soft
     if p is None:
         raise ValueError(f"{source!r} says nothing of step {step.index}")
     return p

@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from annotate.labeling import sources
-from annotate.models import AutoLabelRun, AutoStepLabel, Project, QueueItem
+from annotate.models import AutoLabelRun, AutoStepLabel, LabelingConfig, Project, QueueItem
 from infra.env import env_shares
 from scoring.models import ModelVersion
 from scoring.rescoring import selection
@@ -164,3 +164,13 @@ def test_the_reason_is_named_in_the_shares_setting_and_shown_in_words_on_the_que
     client.force_login(reviewer)
     page = client.get(reverse("scoring:queue")).content.decode()
     assert "the judge, rollouts and the model disagree on a step" in page
+
+
+def test_a_projects_settings_can_give_the_reason_its_share(version):
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(),
+                                            defaults={"selection_shares": {"sources_disagree": 1.0}})
+    split = solution_scored(version, [0.9, 0.9])
+    judged(split, [0.9, 0.1])
+    generation = selection.rebuild_queue(model_version=version, project=Project.objects.sole())
+    assert list(QueueItem.objects.filter(generation=generation.number).values_list("solution_id", "reason")) == [
+        (split.pk, "sources_disagree")]
