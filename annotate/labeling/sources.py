@@ -198,7 +198,7 @@ class Disagreement:
     """How much some sources disagree on a solution, in the order of "more": first `steps`, the
     steps whose prefix they judge differently (one says an error came by there, another that all
     is right so far): how far apart they place the first error; then `spread`, the widest gap
-    between their probabilities on a step before any of them sees an error."""
+    between their probabilities on a step, up to the first error any of them sees."""
 
     steps: int
     spread: float

@@ -22,7 +22,7 @@ verdict on a step is):
   sources_disagree           the machine sources (the latest judge run, the latest rollout run's hard
                              label, this version's step score >= 0.5) place the first error furthest
                              apart, in steps; ties by the widest gap between their probabilities on a
-                             step before any sees an error (`sources.disagreement`).
+                             step up to the first error any sees (`sources.disagreement`).
 A solution needs two machine sources on some step to be ranked by it; with none such, its share goes to random.
 Reasons are interleaved in proportion to their shares (the best convincing wrong answer is
 served first), each problem appears at most `per_problem` times, and quality-control and
