@@ -63,11 +63,13 @@ def rate(*, annotation: AnnotationOrRef, index: int, rating: int, times: ActiveT
 
 def _assisted(read: Change, config: LabelingConfig, index: int,
               rating: int) -> tuple[dict | None, assistance.Suggestion | None]:
-    """What the rating keeps of the model's view (written with it), and the guess the page shows.
-    A blind project reads nothing more."""
+    """What the rating keeps of the model's and the judge's view (written with it), and the guess
+    the page shows. A blind project reads nothing more."""
     prior = read.rows[index].assistance
-    ps = assistance.model_ps(solution_id=read.annotation.solution_id) if config.assistance != Assistance.BLIND else []
-    seen = assistance.record(config=config, prior=prior, rating=rating, index=index, ps=ps)
+    solution_id = read.annotation.solution_id
+    ps = assistance.model_ps(solution_id=solution_id) if config.assistance != Assistance.BLIND else []
+    judge = assistance.judge_for(config=config, prior=prior, solution_id=solution_id, index=index)
+    seen = assistance.record(config=config, prior=prior, rating=rating, index=index, ps=ps, judge=judge)
     if seen != prior:
         read.writes.update(StepLabel, read.step_label_ids[index], assistance=seen)
     return seen, assistance.suggestion(ps) if config.assistance == Assistance.SUGGEST else None

@@ -5,6 +5,13 @@ The project chooses (`LabelingConfig.assistance`): `blind` shows nothing and kee
 `assistance_margin`, whether to look again, and keeps the first and the final answer;
 `suggest` shows the model's first-error guess from the start.
 
+Under `second_look` a verifier model's word counts too: where the latest judge run's verdict on the
+step (annotate.labeling.sources) disagrees with the rating (a neutral 0 counts as good, as exports
+count it), the page asks to look again even if the PRM agrees, and shows the judge's critique
+beside the model's p. A judge gives a reason the annotator can check, which a bare p does not; and
+it is still asked only once per step. The judge is read only after the annotator's own call, never
+before, and never in `blind` or `suggest`.
+
 The model's view is the current PRM's probability that each step is right, read where scoring
 stores its scores, so it changes the moment a version is made current. The labeling side never
 imports the scoring side (import-linter's layers): scoring gives it the query when the apps are
@@ -16,8 +23,13 @@ imported line), goes out with the step in the PRM800K export, so a dataset can b
 what its annotators saw:
 ``{"mode": "second_look", "model_p": 0.1, "shown": "second_look", "first_rating": 1,
 "final_rating": -1}``, ``{"mode": "second_look", "model_p": 0.8, "shown": "none"}``,
-``{"mode": "suggest", "model_p": 0.3, "shown": "suggestion", "model_first_error": 2}``. The other
-exports carry a row's `summary` of them.
+``{"mode": "suggest", "model_p": 0.3, "shown": "suggestion", "model_first_error": 2}``. Where the
+latest judge run labeled the step, a `second_look` record also has `judge_good` (its verdict),
+`judge_p` (its P(good)) and `judge_critique_shown` (whether the page showed its critique: it
+disagreed), and with the critique shown, `judge_critique`, the text as shown:
+``{"mode": "second_look", "model_p": 0.9, "shown": "second_look", "first_rating": 1,
+"final_rating": 1, "judge_good": false, "judge_p": 0.2, "judge_critique_shown": true,
+"judge_critique": "7 * 8 is 56, not 54."}``. The other exports carry a row's `summary` of them.
 """
 from __future__ import annotations
 
@@ -27,6 +39,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from annotate.labeling import sources
+from annotate.labeling.sources import JudgeWord
 from annotate.models import Assistance, LabelingConfig
 from infra import statements
 from steps import arithmetic
@@ -35,6 +49,8 @@ from steps.ratings import is_good
 # ProcessBench's rule for a PRM's first error: the first step below this probability.
 GUESS_THRESHOLD = 0.5
 SHOWN_SECOND_LOOK = "second_look"
+# The most of a critique a page shows (and a record keeps): a judge's note on one step, not an essay.
+MAX_CRITIQUE_SHOWN = 2000
 
 
 @dataclass(frozen=True)
@@ -95,18 +111,40 @@ def waiting_index(records: Sequence[dict | None], ratings: Sequence[int | None])
     return next((i for i, (record, rating) in enumerate(zip(records, ratings)) if is_waiting(record, rating)), None)
 
 
+def judge_for(*, config: LabelingConfig, prior: dict | None, solution_id: int, index: int) -> JudgeWord | None:
+    """The latest judge run's word on the step, read (one query) only where a rating may show it:
+    a `second_look` project's rating that does not answer a second look already asked."""
+    if config.assistance != Assistance.SECOND_LOOK or _asked(prior):
+        return None
+    return sources.judge_word(solution_id=solution_id, index=index)
+
+
+def judge_disagrees(rating: int, judge: JudgeWord | None) -> bool:
+    """Whether the judge's verdict differs from the rating's (a neutral 0 reads as good)."""
+    return judge is not None and judge.good != is_good(rating, neutral_is_good=True)
+
+
+def _asked(prior: dict | None) -> bool:
+    return prior is not None and prior.get("shown") == SHOWN_SECOND_LOOK
+
+
 def record(*, config: LabelingConfig, prior: dict | None, rating: int, index: int,
-           ps: Sequence[float | None]) -> dict | None:
+           ps: Sequence[float | None], judge: JudgeWord | None = None) -> dict | None:
     """What a rating of step `index` keeps: `prior` (the step's record) updated. A rating that
     answers an open second look is its final answer, whatever the project asks now; a step is
-    asked once."""
-    if prior and prior.get("shown") == SHOWN_SECOND_LOOK:
+    asked once. `judge`: the latest judge run's word on the step (`judge_for`)."""
+    if prior is not None and _asked(prior):
         return prior if prior.get("final_rating") is not None else {**prior, "final_rating": rating}
     p = ps[index] if index < len(ps) else None
     if config.assistance == Assistance.SECOND_LOOK:
         kept: dict[str, Any] = {"mode": config.assistance, "model_p": p, "shown": "none"}
-        if doubts(rating, p, config.assistance_margin):
+        judged = judge_disagrees(rating, judge)
+        if doubts(rating, p, config.assistance_margin) or judged:
             kept.update(shown=SHOWN_SECOND_LOOK, first_rating=rating, final_rating=None)
+        if judge is not None:
+            kept.update(judge_good=judge.good, judge_p=judge.soft, judge_critique_shown=judged)
+        if judged and judge is not None:
+            kept["judge_critique"] = judge.critique[:MAX_CRITIQUE_SHOWN]
         return kept
     if config.assistance == Assistance.SUGGEST:
         guess = suggestion(ps)
@@ -114,6 +152,29 @@ def record(*, config: LabelingConfig, prior: dict | None, rating: int, index: in
             return {"mode": config.assistance, "model_p": p, "shown": "none"}
         return {"mode": config.assistance, "model_p": p, "shown": "suggestion", "model_first_error": guess.first_error}
     return prior  # blind: nothing shown, nothing kept
+
+
+@dataclass(frozen=True)
+class SecondLook:
+    """What a step's "look again?" prompt says: the model's p (and whether it doubts the rating),
+    and the judge's verdict, p and critique where it disagreed (else `critique` is None)."""
+
+    model_p: float | None
+    model_doubts: bool
+    judge_good: bool | None
+    judge_p: float | None
+    critique: str | None
+
+
+def second_look(record: dict | None, margin: float) -> SecondLook:
+    """The prompt of a step whose second look is asked, from what its rating kept (whether the
+    model doubts it by the project's margin as it stands)."""
+    record = record or {}
+    p, shown = record.get("model_p"), record.get("judge_critique_shown", False)
+    return SecondLook(model_p=p, model_doubts=doubts(record.get("first_rating", 0), p, margin),
+                      judge_good=record.get("judge_good") if shown else None,
+                      judge_p=record.get("judge_p") if shown else None,
+                      critique=record.get("judge_critique", "") if shown else None)
 
 
 def summary(records: Iterable[dict | None]) -> dict:

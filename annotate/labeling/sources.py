@@ -24,8 +24,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from django.db.models import Subquery
+
 from annotate.labeling import verdicts
 from annotate.models import Annotation, AutoStepLabel, Step
+from infra import statements
 from steps.ratings import is_good
 
 SOURCES = ("human", "rollouts", "judge", "prm")
@@ -163,3 +166,88 @@ def consensus(step: StepSources, sources: Sequence[str]) -> bool | None:
     if len(said) != 1 or None in said:
         return None
     return said.pop()
+
+
+# The sources that are machines: where they disagree, a person's label is worth most (`sources_disagree`).
+MACHINE_SOURCES = ("rollouts", "judge", "prm")
+
+
+def machine_words(solution_ids: Iterable[int], *,
+                  prm: Mapping[int, Sequence[float | None]]) -> dict[int, list[StepSources]]:
+    """`for_solutions` without the steps' text and the people, for ranking a pool (two queries):
+    solution id -> its steps up to the last one a machine source speaks of, each with the word of
+    the latest rollout run, the latest judge run and the PRM (`prm` as for_solutions)."""
+    ids = list(solution_ids)
+    rollouts, judged = AutoStepLabel.objects.rollouts(), AutoStepLabel.objects.judged()
+    rollout = latest_words(ids, rollouts, _rollout_word)
+    judge = latest_words(ids, judged, _judge_word)
+    found = {}
+    for solution_id in ids:
+        ps = list(prm.get(solution_id, ()))
+        said = {**rollout.get(solution_id, {}), **judge.get(solution_id, {})}
+        length = max([len(ps), *(index + 1 for index in said)])
+        found[solution_id] = [
+            StepSources(index=i, text="", rollout=rollout.get(solution_id, {}).get(i),
+                        judge=judge.get(solution_id, {}).get(i), prm=ps[i] if i < len(ps) else None)
+            for i in range(length)
+        ]
+    return found
+
+
+@dataclass(frozen=True, order=True)
+class Disagreement:
+    """How much some sources disagree on a solution, in the order of "more": first `steps`, the
+    steps whose prefix they judge differently (one says an error came by there, another that all
+    is right so far): how far apart they place the first error; then `spread`, the widest gap
+    between their probabilities on a step, up to the first error any of them sees."""
+
+    steps: int
+    spread: float
+
+
+def disagreement(steps: Sequence[StepSources], sources: Sequence[str] = MACHINE_SOURCES) -> Disagreement | None:
+    """How much the sources disagree on a solution; None where no step has the word of two of them.
+
+    Each source is read up to its first error: past it every rollout fails, while a step-local judge
+    or PRM may rightly call a later step good, and neither is a disagreement about the solution."""
+    said = [[step.verdict(source) for step in steps] for source in sources]
+    if not any(sum(verdict is not None for verdict in on_step) >= 2 for on_step in zip(*said)):
+        return None
+    so_far = [_right_so_far(verdicts) for verdicts in said]
+    split = sum(len(set(on_step) - {None}) > 1 for on_step in zip(*so_far))
+    firsts = [first for first in map(first_error, said) if first is not None]
+    end = min(firsts, default=len(steps))
+    gaps = [max(ps) - min(ps) for ps in ([_probability(step, s) for s in sources if step.verdict(s) is not None]
+                                         for step in steps[: end + 1]) if len(ps) >= 2]
+    return Disagreement(steps=split, spread=max(gaps, default=0.0))
+
+
+def _right_so_far(verdicts: list[bool | None]) -> list[bool | None]:
+    """One source's word on whether all is right up to each step: no from its first error on."""
+    first = first_error(verdicts)
+    return [False if first is not None and i >= first else verdict for i, verdict in enumerate(verdicts)]
+
+
+def _probability(step: StepSources, source: str) -> float:
+    """A machine source's P(good) of a step it speaks of: the soft label, or the PRM's p."""
+    word = step.rollout if source == "rollouts" else step.judge if source == "judge" else None
+    p = step.prm if source == "prm" else None if word is None else word.soft
+    if p is None:
+        raise ValueError(f"{source!r} says nothing of step {step.index}")
+    return p
+
+
+_LATEST_JUDGE_OF_STEP = statements.Compiled(lambda solution_id, index: (
+    AutoStepLabel.objects.judged().filter(
+        step__solution_id=solution_id, step__index=index,
+        run_id=Subquery(AutoStepLabel.objects.judged().filter(step__solution_id=solution_id)
+                        .order_by("-run_id").values("run_id")[:1]))
+    .values_list("soft", "n_correct", "n_rollouts", "critique")
+))
+
+
+def judge_word(*, solution_id: int, index: int) -> JudgeWord | None:
+    """The latest judge run's word on one step (one query, built once per connection: a rating's
+    second look reads it on the labeling fast path); None where that run said nothing of it."""
+    found = _LATEST_JUDGE_OF_STEP.rows(solution_id=solution_id, index=index)
+    return _judge_word(*found[0]) if found else None

@@ -38,6 +38,8 @@ class StepRow:
     submitted: bool = False  # the task's
     # The model disagreed with its rating: the page asks once to look again (assistance).
     second_look: bool = False
+    # What that prompt says: the model's p, the judge's critique where it disagreed.
+    look_again: assistance.SecondLook | None = None
 
     @property
     def inactive(self) -> bool:
@@ -130,9 +132,10 @@ def build(annotation: AnnotationRow, steps: list[StepValues], config: LabelingCo
             state = StepState.RATED
         else:
             state = StepState.CURRENT if step.step_index == following else StepState.LOCKED
+        asked = step.step_index == waiting
         shown.append(StepRow(step.step_index, step.text, step.rating, bool(step.flagged), step.time_ms or 0,
-                             (step.human_completion or {}).get("text"), state, annotation.is_submitted,
-                             step.step_index == waiting))
+                             (step.human_completion or {}).get("text"), state, annotation.is_submitted, asked,
+                             assistance.second_look(step.assistance, config.assistance_margin) if asked else None))
     reason = finish_reason(ratings, config) if waiting is None else None
     return Task(annotation, shown, following, first_error, reason, config, suggestion=suggestion)
 

@@ -17,6 +17,13 @@ With rollout labels (Math-Shepherd, OmegaPRM: scoring/generation/rollout_labelin
                              reach the answer) are furthest from this version's step scores, up
                              to the first error either side sees (`rollout_disagreement`).
 Solutions without rollout labels are not ranked by it; with none in the pool its share goes to random.
+With a judge's verdicts as well (a verifier model: annotate.labeling.sources says what each source's
+verdict on a step is):
+  sources_disagree           the machine sources (the latest judge run, the latest rollout run's hard
+                             label, this version's step score >= 0.5) place the first error furthest
+                             apart, in steps; ties by the widest gap between their probabilities on a
+                             step up to the first error any sees (`sources.disagreement`).
+A solution needs two machine sources on some step to be ranked by it; with none such, its share goes to random.
 Reasons are interleaved in proportion to their shares (the best convincing wrong answer is
 served first), each problem appears at most `per_problem` times, and quality-control and
 screening items are left alone: the labeling side serves those at claim time.
@@ -30,7 +37,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import groupby, islice
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -38,7 +45,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
-from annotate.labeling import queueing
+from annotate.labeling import queueing, sources
 from annotate.models import AutoStepLabel, Generation, LabelingConfig, Project, QueueItem, Solution
 from infra import env
 from scoring.models import ModelVersion, SolutionScore, StepScore
@@ -53,10 +60,13 @@ Reason = QueueItem.Reason
 REASONS: tuple[Reason, ...] = (
     Reason.CONVINCING_WRONG, Reason.CONVINCING, Reason.UNCERTAIN, Reason.RANDOM, Reason.DISAGREEMENT,
     Reason.FIRST_ERROR_DISAGREEMENT, Reason.UNCERTAIN_CONVINCING_WRONG, Reason.ROLLOUT_DISAGREEMENT,
+    Reason.SOURCES_DISAGREE,
 )
 # Those that need an ensemble's uncertainty (scoring/rescoring/ensemble.py).
 ENSEMBLE_REASONS = {Reason.DISAGREEMENT, Reason.FIRST_ERROR_DISAGREEMENT, Reason.UNCERTAIN_CONVINCING_WRONG}
 SHARES_SETTING = "STEPWISE_SELECTION_SHARES"
+# Solutions whose sources are read together (three queries a chunk): memory stays bounded in any pool.
+SOURCES_CHUNK = 1000
 
 
 def parse_shares(text: str) -> dict[str, float]:
@@ -108,6 +118,9 @@ class Candidate:
     upper_score: float | None = None
     # From the latest rollout label run (`rollout_disagreement`); None without one.
     rollout_disagreement: float | None = None
+    # From the latest judge and rollout runs and this version's step scores (`sources_disagree`);
+    # None without two of them on some step.
+    sources_disagreement: sources.Disagreement | None = None
 
 
 @dataclass
@@ -117,9 +130,11 @@ class Pick:
 
 
 def candidates(*, model_version: ModelVersion, project: Project | None = None, score: str = "product",
-               uncertainty: Mapping[int, SolutionUncertainty] | None = None) -> list[Candidate]:
+               uncertainty: Mapping[int, SolutionUncertainty] | None = None,
+               sources_disagree: bool = True) -> list[Candidate]:
     """Unlabeled solutions of the project's pool that nobody is labeling or has labeled: scored,
-    then unscored."""
+    then unscored. `sources_disagree=False` skips reading every machine source (a policy without
+    that reason's share has no use for it)."""
     project = Project.objects.given(project)
     busy = QueueItem.objects.filter(
         project=project, status__in=[QueueItem.Status.LEASED, QueueItem.Status.DONE]).values("solution_id")
@@ -138,6 +153,10 @@ def candidates(*, model_version: ModelVersion, project: Project | None = None, s
     by_rollouts = rollout_disagreements(solutions=solutions, model_version=model_version)
     for candidate in pool:
         candidate.rollout_disagreement = by_rollouts.get(candidate.solution_id)
+    if sources_disagree:
+        by_sources = sources_disagreements(solutions=solutions, model_version=model_version)
+        for candidate in pool:
+            candidate.sources_disagreement = by_sources.get(candidate.solution_id)
     return pool
 
 
@@ -192,6 +211,36 @@ def _latest_run_disagreement(labels: Iterable[tuple[int, int, float, float | Non
     return rollout_disagreement([soft for soft, _ in latest], [p for _, p in latest if p is not None])
 
 
+def sources_disagreements(*, solutions: QuerySet[Solution],
+                          model_version: ModelVersion) -> dict[int, sources.Disagreement]:
+    """Solution id -> `sources.disagreement` of the machine sources on it, for the solutions with a
+    rollout or judge label (only the PRM: one source, nothing to compare), read in chunks."""
+    labeled = ((AutoStepLabel.objects.rollouts() | AutoStepLabel.objects.judged())
+               .filter(step__solution__in=solutions.values("pk"))
+               .order_by("step__solution_id").values_list("step__solution_id", flat=True).distinct())
+    ids = labeled.iterator(chunk_size=SOURCES_CHUNK)
+    out: dict[int, sources.Disagreement] = {}
+    while chunk := list(islice(ids, SOURCES_CHUNK)):
+        words = sources.machine_words(chunk, prm=step_ps(chunk, model_version=model_version))
+        for solution_id, steps in words.items():
+            found = sources.disagreement(steps)
+            if found is not None:
+                out[solution_id] = found
+    return out
+
+
+def step_ps(solution_ids: list[int], *, model_version: ModelVersion) -> dict[int, list[float | None]]:
+    """Solution id -> this version's P(step right) by step index (None: a step it has not scored)."""
+    rows = StepScore.objects.filter(model_version=model_version, step__solution_id__in=solution_ids) \
+        .values_list("step__solution_id", "step__index", "p")
+    found: dict[int, list[float | None]] = {}
+    for solution_id, index, p in rows:
+        ps = found.setdefault(solution_id, [])
+        ps.extend([None] * (index + 1 - len(ps)))
+        ps[index] = p
+    return found
+
+
 def _by_score(candidate: Candidate) -> tuple:
     # Unscored after every scored candidate; in id order among themselves.
     return (candidate.score is None, -(candidate.score or 0.0), candidate.solution_id)
@@ -214,12 +263,19 @@ def ranked(pool: list[Candidate], reason: Reason, rng: random.Random) -> list[Ca
     if reason == Reason.ROLLOUT_DISAGREEMENT:
         return sorted((c for c in pool if c.rollout_disagreement is not None),
                       key=lambda c: (-(c.rollout_disagreement or 0.0), c.solution_id))
+    if reason == Reason.SOURCES_DISAGREE:
+        return sorted((c for c in pool if c.sources_disagreement is not None),
+                      key=lambda c: (_more_first(c.sources_disagreement), c.solution_id))
     if reason == Reason.UNCERTAIN_CONVINCING_WRONG:
         return sorted((c for c in pool if c.is_correct is False and c.upper_score is not None),
                       key=lambda c: (-(c.upper_score or 0.0), c.solution_id))
     shuffled = list(pool)
     rng.shuffle(shuffled)
     return shuffled
+
+
+def _more_first(found: sources.Disagreement | None) -> tuple[int, float]:
+    return (0, 0.0) if found is None else (-found.steps, -found.spread)
 
 
 def select(pool: list[Candidate], policy: Policy) -> list[Pick]:
@@ -286,7 +342,8 @@ def rebuild_queue(*, model_version: ModelVersion, project: Project | None = None
     """
     project = Project.objects.given(project)
     policy = policy or Policy.of(project)
-    pool = candidates(model_version=model_version, project=project, score=policy.score, uncertainty=uncertainty)
+    pool = candidates(model_version=model_version, project=project, score=policy.score, uncertainty=uncertainty,
+                      sources_disagree=policy.shares.get(Reason.SOURCES_DISAGREE, 0) > 0)
     if uncertainty is None and ENSEMBLE_REASONS & {r for r, share in policy.shares.items() if share > 0}:
         from scoring.rescoring.ensemble import for_model_version  # torch: never imported by the web process
 

@@ -1,9 +1,10 @@
 """Quality measures: kappa, agreement with gold, agreement between annotators, gold items."""
 import pytest
+from django.urls import reverse
 
 from annotate.labeling import actions as labeling
 from annotate.labeling import quality, queueing
-from annotate.models import LabelingConfig, Project, QueueItem
+from annotate.models import AutoLabelRun, AutoStepLabel, LabelingConfig, Project, QueueItem
 from tests.factories import SolutionFactory, user_with_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -78,3 +79,38 @@ def test_make_gold_takes_the_solution_out_of_ordinary_work(annotator):
     quality.make_gold(annotation=task)
     assert list(task.solution.steps.order_by("index").values_list("gold_rating", flat=True)) == [1, -1]
     assert QueueItem.objects.get(solution=other).status == QueueItem.Status.AVAILABLE
+
+
+def machine_labels(solution, soft):
+    """A judge run and a rollout run giving every step of the solution P(good) `soft`."""
+    for method, counts in ((AutoLabelRun.Method.JUDGE, None), (AutoLabelRun.Method.MATH_SHEPHERD, 4)):
+        run = AutoLabelRun.objects.create(method=method, source="machine")
+        AutoStepLabel.objects.bulk_create(
+            AutoStepLabel(run=run, step=step, soft=soft, critique="machine's word",
+                          n_rollouts=counts, n_correct=None if counts is None else round(soft * counts))
+            for step in solution.steps.all())
+
+
+def test_judge_and_rollout_labels_never_count_in_quality_control(annotator, reviewer, client):
+    """Gold agreement, agreement between people and the quality page are about people: machine
+    labels on a gold item or an overlapped one, however they disagree, change no figure."""
+    LabelingConfig.objects.update_or_create(project=Project.objects.sole(), defaults={"qc_rate": 1.0, "overlap_k": 2})
+    gold = gold_solution([1, 1, -1])
+    labeled(annotator, [1, -1])
+    shared = SolutionFactory(steps=["a", "b"])
+    queueing.ensure_default_queue()
+    other = user_with_role("other", "annotator")
+    labeled(annotator, [1, 1])
+    labeled(other, [1, -1])
+    client.force_login(reviewer)
+
+    def figures():
+        standing, overall = quality.gold_standing(annotator=annotator), quality.inter_annotator()
+        page = client.get(reverse("annotate:quality")).content.decode()
+        return standing, overall, quality.screening_status(annotator=annotator), page[page.index("<section"):]
+
+    before = figures()
+    machine_labels(gold, 0.0)
+    machine_labels(shared, 0.0)
+    assert figures() == before
+    assert before[0].items == 1 and before[1].items == 1
