@@ -22,12 +22,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 from annotate.labeling import verdicts
 from annotate.models import Annotation, AutoStepLabel, Step
 from steps.ratings import is_good
 
 SOURCES = ("human", "rollouts", "judge", "prm")
+# Every pair of sources, in SOURCES' order: what the sources page compares.
+PAIRS: tuple[tuple[str, str], ...] = tuple(combinations(SOURCES, 2))
 # ProcessBench's rule for a PRM's verdict: a step below one half is an error.
 PRM_THRESHOLD = 0.5
 
@@ -76,7 +79,7 @@ class StepSources:
 
 def majority(ratings: Sequence[int]) -> bool | None:
     """The annotators' verdict: good when more rated it good (0 or +1) than bad (-1); None on a tie."""
-    votes = Counter(is_good(rating) for rating in ratings)
+    votes = Counter(is_good(rating, neutral_is_good=True) for rating in ratings)
     if votes[True] == votes[False]:
         return None
     return votes[True] > votes[False]
@@ -151,6 +154,26 @@ def _judge_word(soft: float, k: int | None, n: int | None, critique: str) -> Jud
 def first_error(step_verdicts: Sequence[bool | None]) -> int | None:
     """The first step a source calls bad, or None when it calls none bad (a gap stops nothing)."""
     return next((i for i, good in enumerate(step_verdicts) if good is False), None)
+
+
+def first_error_said(steps: Sequence[StepSources], source: str) -> tuple[bool, int | None]:
+    """(whether the source says where the solution's first error is, that step or None for none).
+
+    A source that calls some step bad says so (`first_error`). One that calls none bad says "no
+    error" only when it gave every step a verdict: a judge whose answer covered two steps of
+    five, or a person who gave up half way, has not said the rest are right.
+    """
+    said = [step.verdict(source) for step in steps]
+    found = first_error(said)
+    if found is not None:
+        return True, found
+    return bool(said) and None not in said, None
+
+
+def disagreeing_pairs(step: StepSources) -> int:
+    """How many pairs of sources both gave the step a verdict and gave different ones (0 to 4)."""
+    said = step.verdicts()
+    return sum(1 for a, b in PAIRS if said[a] is not None and said[b] is not None and said[a] != said[b])
 
 
 
