@@ -156,23 +156,23 @@ def first_error(step_verdicts: Sequence[bool | None]) -> int | None:
     return next((i for i, good in enumerate(step_verdicts) if good is False), None)
 
 
-def first_error_said(steps: Sequence[StepSources], source: str) -> tuple[bool, int | None]:
-    """(whether the source says where the solution's first error is, that step or None for none).
+def first_error_said(step_verdicts: Sequence[bool | None]) -> tuple[bool, int | None]:
+    """(whether a source says where a solution's first error is, that step or None for none),
+    from its verdict on each step in order.
 
     A source that calls some step bad says so (`first_error`). One that calls none bad says "no
     error" only when it gave every step a verdict: a judge whose answer covered two steps of
     five, or a person who gave up half way, has not said the rest are right.
     """
-    said = [step.verdict(source) for step in steps]
-    found = first_error(said)
+    found = first_error(step_verdicts)
     if found is not None:
         return True, found
-    return bool(said) and None not in said, None
+    return bool(step_verdicts) and None not in step_verdicts, None
 
 
-def disagreeing_pairs(step: StepSources) -> int:
-    """How many pairs of sources both gave the step a verdict and gave different ones (0 to 4)."""
-    said = step.verdicts()
+def disagreeing_pairs(said: Mapping[str, bool | None]) -> int:
+    """How many pairs of sources both gave a step a verdict (`StepSources.verdicts`) and gave
+    different ones (0 to 4)."""
     return sum(1 for a, b in PAIRS if said[a] is not None and said[b] is not None and said[a] != said[b])
 
 
