@@ -43,7 +43,7 @@ def test_the_review_page_shows_people_rollouts_judge_and_prm_side_by_side(client
     client.force_login(reviewer)
     rows = table_rows(client.get(reverse("annotate:review-detail", args=[annotation.pk])).content.decode())
     first, second, last = rows
-    assert "good" in cell(first, "human") and "of 2" in cell(first, "human")
+    assert "good" in cell(first, "human") and "(2 labels)" in cell(first, "human")
     assert "3/4" in cell(first, "rollouts") and "good p=0.90" in cell(first, "judge")
     assert "0.800" in cell(first, "prm")
     assert "bad" in cell(second, "human") and "0/4" in cell(second, "rollouts")
