@@ -165,3 +165,14 @@ def test_reviewers_find_the_page_in_the_navigation(client, reviewer, annotator, 
     assert f'href="{reverse("scoring:sources")}"' in client.get(reverse("annotate:review-list")).content.decode()
     client.force_login(annotator)
     assert reverse("scoring:sources") not in client.get(reverse("annotate:home")).content.decode()
+
+
+def test_the_page_and_the_api_read_the_same_verdicts(client, reviewer, pool):
+    _, s2, _, _ = pool
+    page = page_of(client, reviewer)
+    listed = re.findall(r'<tr class="disagreement">(.*?)</tr>', page, flags=re.S)[0]
+    steps = client.get(f"/api/solutions/{s2.pk}/sources").json()["steps"]
+    mark = {True: "✓", False: "✗", None: "·"}
+    for number in (2, 3):
+        said = ", ".join(f"{source} {mark[v]}" for source, v in steps[number - 1]["verdicts"].items())
+        assert f"step {number}: {said}" in listed
