@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scoring.web import generation_views, review_views, training_views, views
+from scoring.web import generation_views, review_views, sources_views, training_views, views
 
 app_name = "scoring"
 urlpatterns: list = [
@@ -12,6 +12,7 @@ urlpatterns: list = [
     path("<int:version_id>/export/", views.export_model, name="export-model"),
     path("<int:version_id>/export/<str:as_kind>.zip", views.download_model, name="download-model"),
     path("review-scores/<int:solution_id>/", review_views.review_scores, name="review-scores"),
+    path("sources/", sources_views.sources, name="sources"),
 ]
 
 # Retraining loop (training_views.py)

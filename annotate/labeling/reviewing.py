@@ -17,7 +17,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from annotate.labeling import actions as labeling
-from annotate.labeling import quality, verdicts
+from annotate.labeling import assistance, quality, sources, verdicts
+from annotate.labeling.sources import StepSources
 from annotate.models import (
     Annotation,
     AutoStepLabel,
@@ -226,10 +227,17 @@ class ReviewRow:
     overrides: list[RatingOverride]
     # Automatic labels of this step (rollouts, imports), one per run: shown apart, never as a rating.
     automatic: list[AutoStepLabel] = field(default_factory=list)
+    # Every source's word on the step (people, rollouts, judge, PRM), as `sources` reads it everywhere.
+    sources: StepSources | None = None
 
     @property
     def ratings(self) -> list[int | None]:
         return [cell.rating for cell in self.cells]
+
+    @property
+    def verdicts(self) -> dict[str, bool | None]:
+        """Each source's verdict, by name (for the template, which cannot pass an argument)."""
+        return self.sources.verdicts() if self.sources else {}
 
 
 def review_rows(*, annotation: Annotation, others: list[Annotation]) -> list[ReviewRow]:
@@ -243,15 +251,23 @@ def review_rows(*, annotation: Annotation, others: list[Annotation]) -> list[Rev
     ):
         overrides[override.step_label.index].append(override)
     automatic: dict[int, list[AutoStepLabel]] = defaultdict(list)
-    for auto in AutoStepLabel.objects.filter(step__solution=annotation.solution).select_related("run", "step").order_by(
-        "run_id"
-    ):
+    for auto in AutoStepLabel.objects.automatic().filter(step__solution=annotation.solution) \
+            .select_related("run", "step").order_by("run_id"):
         automatic[auto.step.index].append(auto)
+    words = dict(enumerate(solution_sources(annotation.solution_id)))
     return [
         ReviewRow(index=step.index, text=step.text, gold=step.gold_rating, overrides=overrides.get(step.index, []),
-                  cells=[_cell(labels.get(a.pk, ()), step.index) for a in shown], automatic=automatic[step.index])
+                  cells=[_cell(labels.get(a.pk, ()), step.index) for a in shown], automatic=automatic[step.index],
+                  sources=words.get(step.index))
         for step in annotation.solution.steps.order_by("index")
     ]
+
+
+def solution_sources(solution_id: int) -> list[StepSources]:
+    """Every source's word on each step of one solution, the PRM's from the project's current model:
+    what the review page and the API show side by side."""
+    found = sources.for_solutions([solution_id], prm={solution_id: assistance.model_ps(solution_id=solution_id)})
+    return found[solution_id]
 
 
 def _cell(labels: tuple[verdicts.PoolStepLabel, ...], index: int) -> ReviewCell:

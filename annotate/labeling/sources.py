@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 from typing import TypeVar
 
 from django.db.models import Subquery
@@ -32,6 +33,8 @@ from infra import statements
 from steps.ratings import is_good
 
 SOURCES = ("human", "rollouts", "judge", "prm")
+# Every pair of sources, in SOURCES' order: what the sources page compares.
+PAIRS: tuple[tuple[str, str], ...] = tuple(combinations(SOURCES, 2))
 # ProcessBench's rule for a PRM's verdict: a step below one half is an error.
 PRM_THRESHOLD = 0.5
 Word = TypeVar("Word")
@@ -156,6 +159,26 @@ def _judge_word(soft: float, k: int | None, n: int | None, critique: str) -> Jud
 def first_error(step_verdicts: Sequence[bool | None]) -> int | None:
     """The first step a source calls bad, or None when it calls none bad (a gap stops nothing)."""
     return next((i for i, good in enumerate(step_verdicts) if good is False), None)
+
+
+def first_error_said(step_verdicts: Sequence[bool | None]) -> tuple[bool, int | None]:
+    """(whether a source says where a solution's first error is, that step or None for none),
+    from its verdict on each step in order.
+
+    A source that calls some step bad says so (`first_error`). One that calls none bad says "no
+    error" only when it gave every step a verdict: a judge whose answer covered two steps of
+    five, or a person who gave up half way, has not said the rest are right.
+    """
+    found = first_error(step_verdicts)
+    if found is not None:
+        return True, found
+    return bool(step_verdicts) and None not in step_verdicts, None
+
+
+def disagreeing_pairs(said: Mapping[str, bool | None]) -> int:
+    """How many pairs of sources both gave a step a verdict (`StepSources.verdicts`) and gave
+    different ones (0 to 4)."""
+    return sum(1 for a, b in PAIRS if said[a] is not None and said[b] is not None and said[a] != said[b])
 
 
 

@@ -19,6 +19,7 @@ from annotate.pool import exporting, importing
 from tests.browser.test_csp import violations, watch_csp
 from tests.browser.test_labeling_browser import PASSWORD, start_labeling
 from tests.factories import user_with_role
+from tests.sources_fixtures import judge_labels
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -132,6 +133,8 @@ def test_hostile_content_runs_nowhere(new_page, live_server, hostile_pool):
     assert StepLabel.objects.get(annotation=annotation, index=1).human_completion
     job = ExportJob.objects.create(format="prm800k", options=exporting.ExportOptions.from_dict({}).to_dict())
     exporting.run_export_job(job_id=job.pk)
+    # A judge's critiques: a short one shown whole, a long one folded; the judge disagrees at step 1.
+    judge_labels(annotation.solution, [(0.1, HTML_PAYLOADS[0]), (0.9, " ".join(HTML_PAYLOADS + KATEX_PAYLOADS))])
 
     admin = Watched(new_page())
     admin.log_in(live_server, "boss")
@@ -144,7 +147,8 @@ def test_hostile_content_runs_nowhere(new_page, live_server, hostile_pool):
         f"{base}/admin/annotate/annotation/{annotation.pk}/change/", f"{base}/admin/annotate/completion/",
         f"{base}/admin/annotate/queueitem/", f"{base}/admin/auth/user/", f"{base}/admin/auth/user/{hostile.pk}/change/",
         f"{base}/api/annotations?format=api", f"{base}/api/annotations/{annotation.pk}?format=api",
-        f"{base}/api/solutions?format=api", f"{base}/api/problems?format=api",
+        f"{base}/api/solutions?format=api", f"{base}/api/problems?format=api", f"{base}/models/sources/",
+        f"{base}/api/solutions/{annotation.solution_id}/sources?format=api",
     ]
     for url in pages:
         admin.visit(url)
@@ -153,6 +157,7 @@ def test_hostile_content_runs_nowhere(new_page, live_server, hostile_pool):
     admin.page.goto(f"{base}/review/{annotation.pk}/")
     assert HOSTILE_NAME in admin.page.inner_text("main")
     assert HTML_PAYLOADS[0] in admin.page.inner_text("main")
+    assert HTML_PAYLOADS[0] in admin.page.inner_text(".source-judge")
     admin.page.goto(f"{base}/models/queue/")
     assert HOSTILE_REASON in admin.page.inner_text("main")
 

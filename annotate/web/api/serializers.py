@@ -195,3 +195,35 @@ class ExportRequestSerializer(serializers.Serializer):
         except exporting.ExportError as error:
             raise serializers.ValidationError({"labels": str(error)}) from None
         return data
+
+
+class RolloutWordSerializer(serializers.Serializer):
+    soft = serializers.FloatField(help_text="K/N: the share of continuations that reached the answer")
+    n_correct = serializers.IntegerField(allow_null=True)
+    n_rollouts = serializers.IntegerField(allow_null=True)
+    good = serializers.BooleanField()
+
+
+class JudgeWordSerializer(serializers.Serializer):
+    soft = serializers.FloatField(help_text="The judge's P(step is good)")
+    critique = serializers.CharField()
+    good = serializers.BooleanField()
+
+
+class StepSourcesSerializer(serializers.Serializer):
+    """One step with every label source's word on it (annotate.labeling.sources.StepSources)."""
+
+    index = serializers.IntegerField()
+    text = serializers.CharField()
+    human = serializers.ListField(child=serializers.IntegerField(),
+                                  help_text="Each submitted label's rating of the step (-1, 0, 1)")
+    rollouts = RolloutWordSerializer(source="rollout", allow_null=True, help_text="The latest rollout run's label")
+    judge = JudgeWordSerializer(allow_null=True, help_text="The latest judge run's verdict")
+    prm = serializers.FloatField(allow_null=True, help_text="The project's current model's P(step is right)")
+    verdicts = serializers.DictField(child=serializers.BooleanField(allow_null=True),
+                                     help_text="Each source's verdict: true good, false bad, null nothing said")
+
+
+class SolutionSourcesSerializer(serializers.Serializer):
+    solution = serializers.IntegerField()
+    steps = StepSourcesSerializer(many=True)

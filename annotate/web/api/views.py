@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotate.labeling import roles
+from annotate.labeling import reviewing, roles
 from annotate.labeling.roles import project_of
 from annotate.models import (
     Annotation,
@@ -91,6 +91,14 @@ class SolutionViewSet(ProjectScoped, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.SolutionSerializer
     permission_classes = [IsReviewer]
     filterset_fields = ["problem", "is_correct", "source", "generator", "is_gold", "is_reference"]
+
+    @extend_schema(responses=serializers.SolutionSourcesSerializer,
+                   summary="Every label source's word on each step: people, rollouts (K/N), the judge, the PRM")
+    @action(detail=True, methods=["get"])
+    def sources(self, request: Request, pk: str | None = None) -> Response:
+        solution = self.get_object()
+        steps = reviewing.solution_sources(solution.pk)
+        return Response(serializers.SolutionSourcesSerializer({"solution": solution.pk, "steps": steps}).data)
 
 
 class AnnotationViewSet(viewsets.ReadOnlyModelViewSet):
