@@ -34,17 +34,30 @@ class ExportForm(forms.Form):
     )
     labels = forms.ChoiceField(
         choices=[("human", "human labels"), ("automatic", "automatic labels (rollouts, imports)"),
-                 ("both", "both, each row saying which")],
+                 ("both", "both, each row saying which"), ("judge", "judge labels (a verifier model) alone"),
+                 ("consensus", "consensus: only the steps the sources below agree on")],
         initial="human", label="Labels", required=False,
-        help_text="TRL and soft labels; PRM800K gains an auto_labels key per step (not ProcessBench)",
+        help_text="With automatic labels PRM800K gains an auto_labels key per step; ProcessBench is for human "
+                  "labels, critique for human or judge labels",
+    )
+    consensus = forms.MultipleChoiceField(
+        choices=[(name, name) for name in exporting.CONSENSUS_SOURCES], initial=list(exporting.DEFAULT_CONSENSUS),
+        required=False, widget=forms.CheckboxSelectMultiple, label="Consensus of",
+        help_text="With consensus labels: two or more sources (rollouts and judge, as Qwen's PRM study)",
     )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         assert data is not None  # Form.clean returns cleaned_data
         found = exporting.FORMATS.get(data.get("format") or "")
-        if found and found.human_only and data.get("labels") not in ("", "human", None):
-            self.add_error("labels", f"{found.title} takes human labels only ({found.human_only})")
+        if found is None:
+            return data
+        try:
+            exporting.check_labels(found.name, exporting.ExportOptions.from_dict(data))
+        except exporting.ExportError as error:
+            # "labels: processbench takes ..." -> on the labels field, "ProcessBench takes ...".
+            field, _, message = str(error).partition(": ")
+            self.add_error(field if field in self.fields else "labels", message.replace(found.name, found.title, 1))
         return data
 
     def clean_generations(self) -> list[int]:

@@ -1,5 +1,6 @@
-"""Write a project's submitted labels as a dataset file: PRM800K JSONL by default, or
-TRL/ProcessBench/soft, as JSONL, Parquet or a Hugging Face `datasets` folder."""
+"""Write a project's labels as a dataset file: PRM800K JSONL by default, or TRL, ProcessBench, soft
+labels, OpenRLHF or verification chains, as JSONL, Parquet or a Hugging Face `datasets` folder; from
+people, rollouts, a verifier model (judge), or the steps where chosen sources agree (consensus)."""
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotate.management.projects import add_project_option, project_of
@@ -35,7 +36,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--labels", choices=exporting.LABEL_SOURCES, default="human",
-            help="soft / trl: human labels (default), automatic labels, or both; prm800k: both adds auto_labels",
+            help="human: annotators' labels (default); automatic: rollouts and imports; both: human rows, then "
+                 "automatic ones (prm800k: adds auto_labels per step); judge: a verifier model's verdicts alone; "
+                 "consensus: only the steps the --consensus sources agree on",
+        )
+        parser.add_argument(
+            "--consensus", default=",".join(exporting.DEFAULT_CONSENSUS),
+            help=f"With --labels consensus: two or more of {', '.join(exporting.CONSENSUS_SOURCES)}, comma-separated "
+                 f"(default {','.join(exporting.DEFAULT_CONSENSUS)}, as Qwen's PRM study)",
         )
 
     def handle(self, *args, **opts) -> None:
@@ -49,6 +57,7 @@ class Command(BaseCommand):
                 "neutral_is_good": opts["neutral"] == "good",
                 "container": opts["container"],
                 "labels": opts["labels"],
+                "consensus": opts["consensus"],
             })
             lines = exporting.write_export(project=project, path=opts["out"], format=opts["format"], options=options)
         except exporting.ExportError as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from annotate.pool import prm800k
+from annotate.pool.exporting import sourced
 from annotate.pool.exporting.formats.base import ExportFormat, ExportTally
 from annotate.pool.exporting.options import ExportOptions
 
@@ -34,13 +35,14 @@ def dataset_card(*, format: ExportFormat, container: str, options: ExportOptions
               "## Features", "", "| column | type | meaning |", "|---|---|---|"]
     lines += [f"| `{name}` | `{type_name(feature)}` | {format.columns.get(name, '')} |"
               for name, feature in features.items()]
-    automatic = [format.automatic_semantics, ""] if options.labels != "human" and format.automatic_semantics else []
+    automatic = _source_semantics(format, options)
     lines += ["", "## Labels", "", format.semantics, "", *automatic,
               f"**Neutral rule**: a neutral (0) rating counts as {neutral}.", "",
-              f"**Label source**: {options.labels} (`human`: annotators only; `automatic`: automatic "
-              "labels by rollouts or imported, never mixed with human ones; `both`: each row says which).", "",
+              f"**Label source**: {_label_source(options)} (`human`: annotators only; `automatic`: automatic "
+              "labels by rollouts or imported, never mixed with human ones; `both`: each row says which; `judge`: "
+              "a verifier model's verdicts alone; `consensus`: only the steps the named sources agree on).", "",
               "## Counts", "", f"- rows: {rows}", f"- {format.unit} read: {tally.read}", f"- left out: {left_out}",
-              *_total_time_counts(tally), "",
+              *_total_time_counts(tally), *_consensus_counts(options, tally), "",
               "## Selection", "",
               f"- generations: {', '.join(map(str, options.generations)) or 'all'}",
               f"- since: {options.since.isoformat() if options.since else 'any time'}",
@@ -48,6 +50,29 @@ def dataset_card(*, format: ExportFormat, container: str, options: ExportOptions
               f"- finish reasons: {', '.join(options.finish_reasons) or 'all'}", "",
               "## Loading", "", "```python", *_loading(container), "```", ""]
     return "\n".join(lines)
+
+
+def _source_semantics(format: ExportFormat, options: ExportOptions) -> list[str]:
+    """The format's words on the export's non-human labels, when it has them."""
+    if options.labels in ("automatic", "both") and format.automatic_semantics:
+        return [format.automatic_semantics, ""]
+    if options.labels in ("judge", "consensus") and format.sourced_semantics:
+        return [format.sourced_semantics, ""]
+    return []
+
+
+def _label_source(options: ExportOptions) -> str:
+    if options.labels == "consensus":
+        return f"consensus of {', '.join(options.consensus)}"
+    return options.labels
+
+
+def _consensus_counts(options: ExportOptions, tally: ExportTally) -> list[str]:
+    """How many steps the consensus kept and dropped, by rule (`sourced.OUTCOMES`)."""
+    if options.labels != "consensus":
+        return []
+    return [f"- consensus of {', '.join(options.consensus)}, steps:",
+            *(f"  - {meaning}: {tally.consensus[outcome]}" for outcome, meaning in sourced.OUTCOMES.items())]
 
 
 TOTAL_TIME_SOURCES = {

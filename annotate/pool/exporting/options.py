@@ -13,8 +13,14 @@ from annotate.models import Annotation, FinishReason, Project
 CHUNK_SIZE = 2000
 # How the rows are written: JSON Lines, a Parquet dataset folder, or `Dataset.save_to_disk`'s.
 CONTAINERS = ("jsonl", "parquet", "hf_dataset")
-# Whose labels the rows carry (soft and TRL formats; PRM800K gains `auto_labels` extras).
-LABEL_SOURCES = ("human", "automatic", "both")
+# Whose labels the rows carry (soft and TRL formats; PRM800K gains `auto_labels` extras): people, rollouts
+# and imports (`automatic`), both apart, a verifier model alone (`judge`), or the steps where the sources
+# named in `consensus` agree.
+LABEL_SOURCES = ("human", "automatic", "both", "judge", "consensus")
+# The sources a consensus export may compare (`annotate.labeling.sources`); Qwen's PRM study kept the
+# steps where rollouts and an LLM judge agree.
+CONSENSUS_SOURCES = ("human", "rollouts", "judge")
+DEFAULT_CONSENSUS = ("rollouts", "judge")
 
 
 class ExportError(ValueError):
@@ -37,6 +43,7 @@ class ExportOptions:
     neutral_is_good: bool = True
     container: str = "jsonl"
     labels: str = "human"
+    consensus: tuple[str, ...] = DEFAULT_CONSENSUS
 
     @classmethod
     def from_dict(cls, data: dict) -> ExportOptions:
@@ -68,14 +75,35 @@ class ExportOptions:
             neutral_is_good=bool(data.get("neutral_is_good", True)),
             container=container,
             labels=labels,
+            consensus=parse_consensus(data.get("consensus")),
         )
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["generations"] = list(self.generations)
         data["finish_reasons"] = list(self.finish_reasons)
+        data["consensus"] = list(self.consensus)
         data["since"] = self.since.isoformat() if self.since else None
         return data
+
+
+def parse_consensus(value: object) -> tuple[str, ...]:
+    """The sources a consensus must agree across: "rollouts,judge" or a list; two or more of
+    CONSENSUS_SOURCES, each once (empty: the default, rollouts and judge)."""
+    if not value:
+        return DEFAULT_CONSENSUS
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, list | tuple) or not all(isinstance(part, str) for part in parts):
+        raise ExportError(f"consensus: {value!r} is not a list of sources")
+    named = tuple(dict.fromkeys(part.strip() for part in parts if part.strip()))
+    unknown = [name for name in named if name not in CONSENSUS_SOURCES]
+    if unknown:
+        raise ExportError(f"consensus: unknown {', '.join(map(repr, unknown))}; "
+                          f"expected two or more of {', '.join(CONSENSUS_SOURCES)}")
+    if len(named) < 2:
+        raise ExportError(f"consensus: {', '.join(named)} alone agrees with nothing; "
+                          f"name two or more of {', '.join(CONSENSUS_SOURCES)}")
+    return named
 
 
 def parse_since(value: str) -> datetime:

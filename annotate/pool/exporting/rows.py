@@ -1,12 +1,13 @@
 """An export's rows: a registered format's human rows, its automatic rows, or both (each row
-then says whose labels it carries), as dicts or JSON Lines, and how many inputs it will read."""
+then says whose labels it carries), or its judge or consensus rows, as dicts or JSON Lines, and how
+many inputs it will read."""
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 
 from annotate.models import Project
-from annotate.pool.exporting import automatic
+from annotate.pool.exporting import automatic, sourced
 from annotate.pool.exporting.formats import get_format
 from annotate.pool.exporting.formats.base import ExportFormat, ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportError, ExportOptions, selected_annotations
@@ -15,9 +16,11 @@ from annotate.pool.exporting.options import CHUNK_SIZE, ExportError, ExportOptio
 def check_labels(format: str, options: ExportOptions) -> ExportFormat:
     """The format, once it is known to take the labels the options ask for."""
     found = get_format(format)
-    if options.labels != "human" and found.human_only:
+    if found.takes(options.labels):
+        return found
+    if found.human_only:
         raise ExportError(f"labels: {found.name} takes human labels only ({found.human_only})")
-    return found
+    raise ExportError(f"labels: {found.name} takes {', '.join(found.label_sources)} labels, not {options.labels}")
 
 
 def iter_rows(*, project: Project | None = None, format: str, options: ExportOptions, chunk_size: int = CHUNK_SIZE,
@@ -26,9 +29,16 @@ def iter_rows(*, project: Project | None = None, format: str, options: ExportOpt
     project = Project.objects.given(project)
     tally = tally or ExportTally()
     found = check_labels(format, options)
+    if options.labels in SOURCED:
+        assert found.sourced_rows is not None  # check_labels: the format takes them
+        return found.sourced_rows(project=project, options=options, tally=tally, chunk_size=chunk_size)
     if options.labels == "human" or found.automatic_rows is None:
         return found.rows(project=project, options=options, tally=tally, chunk_size=chunk_size)
     return _with_automatic(found, project=project, options=options, tally=tally, chunk_size=chunk_size)
+
+
+# The label sources read per solution through `annotate.labeling.sources`.
+SOURCED = ("judge", "consensus")
 
 
 def _with_automatic(found: ExportFormat, *, project: Project, options: ExportOptions, tally: ExportTally,
@@ -56,6 +66,8 @@ def count_inputs(*, project: Project | None = None, format: str, options: Export
     """How many of the project's annotations (per-solution formats: solutions) the export will read."""
     project = Project.objects.given(project)
     found = check_labels(format, options)
+    if options.labels in SOURCED:
+        return sourced.count_solutions(project, options)
     offers_automatic = found.automatic_rows is not None and options.labels != "human"
     automatic_count = automatic.count_labeled_solutions(project) if offers_automatic else 0
     if offers_automatic and options.labels == "automatic":

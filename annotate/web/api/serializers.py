@@ -186,14 +186,22 @@ class ExportRequestSerializer(serializers.Serializer):
     )
     labels = serializers.ChoiceField(
         choices=exporting.LABEL_SOURCES, default="human",
-        help_text="trl / soft: human, automatic or both (each row says which); prm800k: adds auto_labels per step",
+        help_text="human, automatic or both (each row says which; prm800k: adds auto_labels per step), judge (a "
+                  "verifier model's verdicts alone) or consensus (only the steps the consensus sources agree on)",
+    )
+    consensus = serializers.ListField(
+        child=serializers.ChoiceField(choices=exporting.CONSENSUS_SOURCES), required=False, max_length=3,
+        help_text=f"With labels=consensus: two or more of {', '.join(exporting.CONSENSUS_SOURCES)} "
+                  f"(default {', '.join(exporting.DEFAULT_CONSENSUS)})",
     )
 
     def validate(self, data: dict) -> dict:
         try:
             exporting.check_labels(data.get("format", "prm800k"), exporting.ExportOptions.from_dict(data))
         except exporting.ExportError as error:
-            raise serializers.ValidationError({"labels": str(error)}) from None
+            # The message starts with the option it is about ("consensus: ...", "labels: ...").
+            field = str(error).partition(":")[0]
+            raise serializers.ValidationError({field if field in self.fields else "labels": str(error)}) from None
         return data
 
 

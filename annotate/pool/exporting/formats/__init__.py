@@ -7,11 +7,13 @@ types); adding a format is writing its module and naming it in `FORMATS` below.
 from __future__ import annotations
 
 from annotate.models import ExportJob
-from annotate.pool.exporting.formats import prm800k, processbench, soft, trl
+from annotate.pool.exporting.formats import critique, openrlhf, prm800k, processbench, soft, trl
 from annotate.pool.exporting.formats.base import ExportFormat
 from annotate.pool.exporting.options import ExportError
 
-FORMATS: dict[str, ExportFormat] = {f.name: f for f in (prm800k.FORMAT, trl.FORMAT, processbench.FORMAT, soft.FORMAT)}
+FORMATS: dict[str, ExportFormat] = {
+    f.name: f for f in (prm800k.FORMAT, trl.FORMAT, processbench.FORMAT, soft.FORMAT, openrlhf.FORMAT, critique.FORMAT)
+}
 
 # The job model sits below the pool, so it learns here what each format's progress counts.
 ExportJob.units_by_format.update({f.name: f.unit for f in FORMATS.values()})

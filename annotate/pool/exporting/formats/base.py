@@ -16,8 +16,9 @@ from typing import Any, Literal, Protocol
 
 from annotate.labeling import assistance, verdicts
 from annotate.models import Project
+from annotate.pool.exporting import loading
 from annotate.pool.exporting.loading import AnnotationRecord
-from annotate.pool.exporting.options import ExportOptions
+from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
 
 # What a human row's annotators saw of the model (`assistance_of`), as the card explains it.
 ASSISTANCE = ("`mode`: `blind`, `second_look` or `suggest` (`mixed` when the row's annotations differ); "
@@ -34,13 +35,20 @@ class ExportTally:
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     total_time: Counter = field(default_factory=Counter)
+    # A consensus export's steps by outcome (`sourced.OUTCOMES`): what the card says each rule kept.
+    consensus: Counter = field(default_factory=Counter)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] += 1
 
     def report(self) -> dict:
         """What the export says of its lines beyond what it left out (ExportJob.report)."""
-        return {"total_time": dict(sorted(self.total_time.items()))} if self.total_time else {}
+        report = {}
+        if self.total_time:
+            report["total_time"] = dict(sorted(self.total_time.items()))
+        if self.consensus:
+            report["consensus"] = dict(self.consensus)
+        return report
 
 
 class Rows(Protocol):
@@ -103,6 +111,12 @@ class ExportFormat:
     automatic_semantics: str = ""  # the card's words on automatic labels, when the export has them
     # Why the format takes human labels only (empty: it takes automatic labels too).
     human_only: str = ""
+    # Rows from a verifier model's labels or from the steps where sources agree (`labels=judge|consensus`,
+    # read through `exporting.sourced`); None where the format takes neither.
+    sourced_rows: Rows | None = None
+    sourced_semantics: str = ""  # the card's words on judge and consensus rows, when the export has them
+    # The `labels` options it takes (`options.LABEL_SOURCES`) unless `human_only`.
+    label_sources: tuple[str, ...] = ("human", "automatic", "both")
     # A row as its Arrow schema holds it (PRM800K allows a human completion given as bare text).
     arrow_row: Callable[[dict], dict] = _as_is
 
@@ -115,7 +129,9 @@ class ExportFormat:
     def per_solution(self) -> bool:
         return self.unit == "solutions"
 
-
+    def takes(self, labels: str) -> bool:
+        """Whether it can write the `labels` asked for (a format for human labels only takes no other)."""
+        return labels == "human" or (not self.human_only and labels in self.label_sources)
 
 
 def assistance_of(annotations: list[AnnotationRecord]) -> dict:
@@ -134,3 +150,14 @@ def labeled(annotation: AnnotationRecord, tally: ExportTally, *, trainable: bool
         return None
     return verdict
 
+
+
+def labeled_annotations(*, project: Project, options: ExportOptions, tally: ExportTally,
+                        chunk_size: int = CHUNK_SIZE) -> Iterator[tuple[AnnotationRecord, verdicts.Verdicts]]:
+    """The selected annotations, each counted as read, with their verdicts; those with none to give
+    are left out (counted, `labeled`). What a format with a row per annotation walks."""
+    for annotation in loading.annotations(project=project, options=options, chunk_size=chunk_size):
+        tally.read += 1
+        verdict = labeled(annotation, tally)
+        if verdict is not None:
+            yield annotation, verdict

@@ -6,16 +6,16 @@ import functools
 from collections.abc import Iterator
 
 from annotate.models import Project
-from annotate.pool.exporting import automatic, loading
+from annotate.pool.exporting import automatic, sourced
 from annotate.pool.exporting.formats.base import (
     ASSISTANCE,
     ArrowTypes,
     ExportFormat,
     ExportTally,
     assistance_of,
-    labeled,
+    labeled_annotations,
 )
-from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
+from annotate.pool.exporting.options import CHUNK_SIZE, LABEL_SOURCES, ExportOptions
 from steps.ratings import is_error, is_good
 
 
@@ -31,11 +31,8 @@ def trl_rows(*, project: Project, options: ExportOptions, tally: ExportTally,
     carry its labels.
     """
     good = functools.partial(is_good, neutral_is_good=options.neutral_is_good)
-    for annotation in loading.annotations(project=project, options=options, chunk_size=chunk_size):
-        tally.read += 1
-        verdict = labeled(annotation, tally)
-        if verdict is None:
-            continue
+    for annotation, verdict in labeled_annotations(project=project, options=options, tally=tally,
+                                                   chunk_size=chunk_size):
         prompt = annotation.solution.problem.statement
         seen = assistance_of([annotation])
         texts: list[str] = []
@@ -76,6 +73,20 @@ def automatic_rows(*, project: Project, tally: ExportTally, chunk_size: int = CH
                 tally.skip("automatic_first_step_unlabeled")
 
 
+def sourced_rows(*, project: Project, options: ExportOptions, tally: ExportTally,
+                 chunk_size: int = CHUNK_SIZE) -> Iterator[dict]:
+    """A solution's steps up to the first without a label (a step the judge skipped, or the
+    sources did not agree on: a row is a prefix, so it is cut before it), each good by the judge's
+    verdict or the agreed one; a consensus row ends at the first agreed bad step."""
+    for found in sourced.solutions(project=project, options=options, tally=tally, chunk_size=chunk_size):
+        prefix = found.labeled_prefix()
+        if not prefix:
+            tally.skip(f"{found.source}_first_step_unlabeled")
+            continue
+        yield {"prompt": found.solution.problem.statement, "completions": [step.text for step in prefix],
+               "labels": [bool(step.good) for step in prefix], "assistance": None, "label_source": found.source}
+
+
 def features(t: ArrowTypes, automatic_labels: bool) -> dict:
     return {"prompt": t.text, "completions": t.list_of(t.text), "labels": t.list_of(t.boolean), **t.assistance,
             **({"label_source": t.text} if automatic_labels else {})}
@@ -87,14 +98,16 @@ FORMAT = ExportFormat(
     unit="annotations",
     rows=trl_rows,
     automatic_rows=automatic_rows,
+    sourced_rows=sourced_rows,
+    label_sources=LABEL_SOURCES,
     features=features,
     columns={
         "prompt": "the problem",
         "completions": "the steps of a path, one string each (do not join: a step may hold newlines)",
         "labels": "per step, whether it is good",
         "assistance": ASSISTANCE,
-        "label_source": "`human` (annotators) or `automatic` (rollouts or an imported dataset; good when "
-                        "K > 0 of the step's rollouts reached the answer)",
+        "label_source": "`human` (annotators), `automatic` (rollouts or an imported dataset; good when "
+                        "K > 0 of the step's rollouts reached the answer), `judge` or `consensus`",
     },
     semantics="One row per rejected alternative and one per walked path, as TRL's PRM800K converter "
               "writes them; each path ends at the first bad or unrated step. Labels read the verdict of "
@@ -107,4 +120,8 @@ FORMAT = ExportFormat(
                         "rollouts from the step reached the answer (Math-Shepherd's hard estimate; an imported "
                         "verdict is one vote), steps after a bad one kept as TRL's Math-Shepherd converter keeps "
                         "them.",
+    sourced_semantics="Judge rows: a solution's steps up to the first the judge gave no verdict, each good by "
+                      "its verdict (P(good) at least one half). Consensus rows: the steps up to the first the "
+                      "chosen sources did not agree on (the row is cut before it) or through the first agreed "
+                      "bad step, each labeled as they agree.",
 )
