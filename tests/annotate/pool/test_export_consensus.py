@@ -58,6 +58,8 @@ def test_the_consensus_export_keeps_exactly_the_agreed_steps(mixed):
     # TRL rows are prefixes: the first solution's row is cut before the step the sources disagreed on.
     assert [(row["completions"], row["labels"]) for row in rows("trl", labels="consensus")] == [
         (STEPS[:1], [True]), (["a", "b"], [True, True])]
+    assert [(row["label"], row["value"]) for row in rows("openrlhf", labels="consensus")] == [
+        (["+"], [1.0]), (["+", "+"], [1.0, 1.0])]
 
 
 def test_the_consensus_counts_every_step_by_the_rule_that_kept_or_dropped_it(mixed):

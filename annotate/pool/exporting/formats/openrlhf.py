@@ -70,8 +70,11 @@ def automatic_rows(*, project: Project, tally: ExportTally, chunk_size: int = CH
                 if i not in labels:
                     break
                 votes.append(automatic.pooled(labels[i]))
+            if not votes:
+                tally.skip("automatic_first_step_unlabeled")
+                continue
             found = row(solution.problem.statement, steps[:len(votes)], [k > 0 for k, _ in votes],
-                        [k / n for k, n in votes], solution_id=solution.id, tally=tally) if votes else None
+                        [k / n for k, n in votes], solution_id=solution.id, tally=tally)
             if found:
                 yield {**found, "label_source": "automatic"}
 
@@ -81,10 +84,12 @@ def sourced_rows(*, project: Project, options: ExportOptions, tally: ExportTally
     """Judge or consensus: the steps up to the first without a label, value the judge's P(good)
     or the agreed 1.0 / 0.0."""
     for labeled_solution in sourced.solutions(project=project, options=options, tally=tally, chunk_size=chunk_size):
-        prefix = labeled_solution.labeled_prefix()
-        solution = labeled_solution.solution
+        prefix, solution = labeled_solution.labeled_prefix(), labeled_solution.solution
+        if not prefix:
+            tally.skip(f"{labeled_solution.source}_first_step_unlabeled")
+            continue
         found = row(solution.problem.statement, [s.text for s in prefix], [bool(s.good) for s in prefix],
-                    [s.soft or 0.0 for s in prefix], solution_id=solution.id, tally=tally) if prefix else None
+                    [s.soft or 0.0 for s in prefix], solution_id=solution.id, tally=tally)
         if found:
             yield {**found, "assistance": None, "label_source": labeled_solution.source}
 
