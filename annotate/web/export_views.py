@@ -87,7 +87,8 @@ def export_list(request: HttpRequest) -> HttpResponse:
 def export_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A job's page; its progress partial polls this URL (htmx gets the partial) until the job ends."""
     job = get_object_or_404(ExportJob, pk=pk, project=project_of(request))
-    context = {"job": job, "available": exporting.finished_file(job) is not None}
+    context = {"job": job, "available": exporting.finished_file(job) is not None,
+               "consensus": exporting.consensus_counts(job.report or {})}
     return render(request, page_or_partial(request, "annotate/export_detail.html", "job-progress"), context)
 
 

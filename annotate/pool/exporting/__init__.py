@@ -14,6 +14,7 @@ labels and the consensus of sources, through `annotate.labeling.sources`), `rows
 for the labels asked, as JSON Lines), `files` (atomic files and export jobs). Callers use the names
 below: `exporting.iter_rows(...)`, `exporting.run_export_job(...)`, `exporting.FORMATS[name].help`.
 """
+from annotate.pool.exporting.cards import consensus_counts
 from annotate.pool.exporting.files import (
     create_export_job,
     download_name,
@@ -40,9 +41,9 @@ from annotate.pool.exporting.rows import check_labels, count_inputs, iter_jsonl,
 from steps.ratings import is_good
 
 __all__ = [
-    "CHUNK_SIZE", "CONSENSUS_SOURCES", "CONTAINERS", "DEFAULT_CONSENSUS", "FORMATS",
-    "LABEL_SOURCES", "ExportError", "ExportFormat", "ExportOptions",
-    "ExportTally", "annotation_chunks", "annotations", "check_format", "check_labels", "choices", "count_inputs",
-    "create_export_job", "download_name", "export_path", "finished_file", "get_format", "is_good", "iter_jsonl",
-    "iter_rows", "load_chunk", "parse_since", "run_export_job", "selected_annotations", "write_export",
+    "CHUNK_SIZE", "CONSENSUS_SOURCES", "CONTAINERS", "DEFAULT_CONSENSUS", "FORMATS", "LABEL_SOURCES", "ExportError",
+    "ExportFormat", "ExportOptions", "ExportTally", "annotation_chunks", "annotations", "check_format",
+    "check_labels", "choices", "consensus_counts", "count_inputs", "create_export_job", "download_name",
+    "export_path", "finished_file", "get_format", "is_good", "iter_jsonl", "iter_rows", "load_chunk", "parse_since",
+    "run_export_job", "selected_annotations", "write_export",
 ]

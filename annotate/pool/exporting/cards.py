@@ -5,8 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from annotate.pool import prm800k
-from annotate.pool.exporting import sourced
-from annotate.pool.exporting.formats.base import ExportFormat, ExportTally
+from annotate.pool.exporting.formats.base import CONSENSUS_OUTCOMES, ExportFormat, ExportTally
 from annotate.pool.exporting.options import ExportOptions
 
 
@@ -68,11 +67,18 @@ def _label_source(options: ExportOptions) -> str:
 
 
 def _consensus_counts(options: ExportOptions, tally: ExportTally) -> list[str]:
-    """How many steps the consensus kept and dropped, by rule (`sourced.OUTCOMES`)."""
+    """How many steps the consensus kept and dropped, by rule (`CONSENSUS_OUTCOMES`)."""
     if options.labels != "consensus":
         return []
     return [f"- consensus of {', '.join(options.consensus)}, steps:",
-            *(f"  - {meaning}: {tally.consensus[outcome]}" for outcome, meaning in sourced.OUTCOMES.items())]
+            *(f"  - {meaning}: {tally.consensus[outcome]}" for outcome, meaning in CONSENSUS_OUTCOMES.items())]
+
+
+def consensus_counts(report: dict) -> list[tuple[str, int]]:
+    """(what the rule did, steps) of a finished job's report, in the card's order (the database
+    keeps no key order); empty for an export that was not a consensus."""
+    counts = report.get("consensus") or {}
+    return [(meaning, counts.get(outcome, 0)) for outcome, meaning in CONSENSUS_OUTCOMES.items()] if counts else []
 
 
 TOTAL_TIME_SOURCES = {

@@ -6,7 +6,7 @@
   gives the same verdict (`sources.consensus`, Qwen's consensus filtering); the label is the agreed
   one, hard (1.0 / 0.0), and a solution's labels end at its first agreed bad step (PRM800K's rule).
   A step one source is silent on, or on which they differ, keeps no label; each format says what
-  that does to its row. The tally counts every step by outcome, for the card.
+  that does to its row. The tally counts every step by outcome (`CONSENSUS_OUTCOMES`), for the card.
 
 Like automatic rows, these come from every solution of the project the sources labeled; the
 annotation filters (generations, date, QC) do not apply. The human word in a consensus is
@@ -23,17 +23,6 @@ from annotate.labeling import sources
 from annotate.models import Annotation, AutoStepLabel, Project, Solution
 from annotate.pool.exporting.formats.base import ExportTally
 from annotate.pool.exporting.options import CHUNK_SIZE, ExportOptions
-
-# A consensus export's steps by outcome, in the card's order. `seen` is every step up to a
-# solution's first agreed bad one; the steps after it are counted apart and never labeled.
-OUTCOMES = {
-    "seen": "steps seen (up to each solution's first agreed bad step)",
-    "kept_good": "kept as good (every source said good)",
-    "kept_bad": "kept as bad (every source said bad)",
-    "silent": "dropped: a source said nothing of the step",
-    "disagreed": "dropped: the sources disagreed",
-    "after_first_error": "after the first agreed bad step (not labeled, as in PRM800K)",
-}
 
 
 @dataclass(frozen=True)

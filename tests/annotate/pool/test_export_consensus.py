@@ -155,7 +155,7 @@ def test_the_command_help_names_judge_and_consensus(capsys):
     assert "openrlhf" in help_text and "critique" in help_text
 
 
-def test_an_export_job_keeps_the_consensus_and_reports_its_counts(mixed, settings, tmp_path):
+def test_an_export_job_keeps_the_consensus_and_reports_its_counts(mixed, settings, tmp_path, client, admin_user):
     settings.EXPORTS_DIR = str(tmp_path)
     options = ExportOptions.from_dict({"labels": "consensus", "consensus": ["judge", "rollouts"]})
     job = exporting.create_export_job(format="trl", options=options)
@@ -164,6 +164,11 @@ def test_an_export_job_keeps_the_consensus_and_reports_its_counts(mixed, setting
     assert job.report["consensus"]["kept_bad"] == 1 and (job.done, job.total) == (2, 2)
     written = [json.loads(line) for line in open(job.path)]
     assert [row["labels"] for row in written] == [[True], [True, True]]
+    client.force_login(admin_user)
+    page = " ".join(client.get(f"/jobs/export/{job.pk}/").content.decode().split())
+    assert ("Consensus of judge, rollouts:</strong> 6 steps seen (up to each solution's first agreed bad step), "
+            "3 kept as good (every source said good), 1 kept as bad (every source said bad), 1 dropped: a source "
+            "said nothing of the step, 1 dropped: the sources disagreed") in page.replace("&#x27;", "'")
 
 
 def test_the_page_and_the_api_offer_judge_and_consensus_and_refuse_a_bad_consensus(mixed, client, admin_user):

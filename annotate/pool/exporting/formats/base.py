@@ -26,6 +26,17 @@ ASSISTANCE = ("`mode`: `blind`, `second_look` or `suggest` (`mixed` when the row
 
 Unit = Literal["annotations", "solutions"]
 
+# A consensus export's steps by outcome (`exporting.sourced`), in the card's order. `seen` is every
+# step up to a solution's first agreed bad one; the steps after it are counted apart, never labeled.
+CONSENSUS_OUTCOMES = {
+    "seen": "steps seen (up to each solution's first agreed bad step)",
+    "kept_good": "kept as good (every source said good)",
+    "kept_bad": "kept as bad (every source said bad)",
+    "silent": "dropped: a source said nothing of the step",
+    "disagreed": "dropped: the sources disagreed",
+    "after_first_error": "after the first agreed bad step (not labeled, as in PRM800K)",
+}
+
 
 @dataclass
 class ExportTally:
@@ -35,7 +46,7 @@ class ExportTally:
     read: int = 0
     skipped: Counter = field(default_factory=Counter)
     total_time: Counter = field(default_factory=Counter)
-    # A consensus export's steps by outcome (`sourced.OUTCOMES`): what the card says each rule kept.
+    # A consensus export's steps by outcome (`CONSENSUS_OUTCOMES`): what the card says each rule kept.
     consensus: Counter = field(default_factory=Counter)
 
     def skip(self, reason: str) -> None:
@@ -47,7 +58,7 @@ class ExportTally:
         if self.total_time:
             report["total_time"] = dict(sorted(self.total_time.items()))
         if self.consensus:
-            report["consensus"] = dict(self.consensus)
+            report["consensus"] = {outcome: self.consensus[outcome] for outcome in CONSENSUS_OUTCOMES}
         return report
 
 
