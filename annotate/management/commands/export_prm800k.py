@@ -9,7 +9,8 @@ from annotate.pool import exporting
 
 
 class Command(BaseCommand):
-    help = f"Export a project's submitted annotations as PRM800K JSONL (or --format {'|'.join(exporting.FORMATS)})."
+    help = (f"Export a project's labels as PRM800K JSONL (or --format {'|'.join(exporting.FORMATS)}): people's by "
+            "default, or --labels automatic|both|judge|consensus.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -28,7 +29,8 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--neutral", choices=("good", "bad"), default="good",
-            help="How a 0 rating counts in TRL/soft labels (bad: only +1 is good, as in TRL's PRM800K converter)",
+            help="How a 0 rating counts in TRL, soft, OpenRLHF and critique labels (bad: only +1 is good, as in "
+                 "TRL's PRM800K converter)",
         )
         parser.add_argument(
             "--container", choices=exporting.CONTAINERS, default="jsonl",
@@ -41,7 +43,7 @@ class Command(BaseCommand):
                  "consensus: only the steps the --consensus sources agree on",
         )
         parser.add_argument(
-            "--consensus", default=",".join(exporting.DEFAULT_CONSENSUS),
+            "--consensus", default=",".join(exporting.DEFAULT_CONSENSUS), metavar="SOURCES",
             help=f"With --labels consensus: two or more of {', '.join(exporting.CONSENSUS_SOURCES)}, comma-separated "
                  f"(default {','.join(exporting.DEFAULT_CONSENSUS)}, as Qwen's PRM study)",
         )
