@@ -12,7 +12,7 @@ The sources, drawn per solution with known error rates:
 - **human, noisy**: a blind labeler (`simulation_assistance.label`) who misses the first error
   with probability `miss` and calls a right step wrong with probability `false_alarm`. PRM800K's
   maintainers report about 80 % agreement with gold for their labelers (prm800k#12); the
-  default (0.2, 0.02) lands near that.
+  default (0.25, 0.03) lands near that.
 - **rollouts**: Math-Shepherd's K of `ROLLOUTS` per step, drawn as the learnable domain draws
   them (`learnable_domain.rollout_labels`), trained on as K of N, as training counts them.
 - **judge**: a verifier reading the steps in order, which gives each step's known verdict but
@@ -20,6 +20,9 @@ The sources, drawn per solution with known error rates:
   `false_alarm`, and stops at its first "incorrect", as a ThinkPRM verifier does. It is the noisy
   labeler's model with the judge's rates: after a missed error the later steps are locally right,
   so it calls them good. One vote a step, as `--labels judge` trains.
+- **rollouts, hard**: one vote a step, Math-Shepherd's hard label (some continuation reached the
+  answer: `AutoStepLabel.hard`), the verdict consensus compares; it tells a soft label's
+  calibration apart from the label's noise.
 - **rollouts + judge, pooled**: K of N with the judge's vote added where it spoke (how training
   adds up the counts of several sources).
 - **consensus**: one vote where the rollouts' and the judge's verdicts agree, by the product's own
@@ -47,8 +50,9 @@ from bench.simulation_assistance import Annotator, GoldTask
 from bench.simulation_pool import PoolProblem, known_ratings
 from scoring.rescoring.label_rows import CONSENSUS_SOURCES
 
-ARMS = ("human", "human_noisy", "rollouts", "pooled", "judge", "consensus")
-TITLES = {"human": "human (gold)", "human_noisy": "human, noisy labelers", "rollouts": "rollouts",
+ARMS = ("human", "human_noisy", "rollouts", "rollouts_hard", "pooled", "judge", "consensus")
+TITLES = {"human": "human (gold)", "human_noisy": "human, noisy labelers", "rollouts": "rollouts, K of N",
+          "rollouts_hard": "rollouts, hard (K > 0)",
           "pooled": "rollouts + judge, pooled", "judge": "judge", "consensus": "consensus (rollouts = judge)"}
 
 
@@ -76,7 +80,7 @@ class Settings:
     budgets: list[int]
     seeds: list[int]
     judge: Rates = Rates(miss=0.25, false_alarm=0.05)
-    labelers: Rates = Rates(miss=0.2, false_alarm=0.02)
+    labelers: Rates = Rates(miss=0.25, false_alarm=0.03)
     scorer: learnable_domain.ScorerConfig = learnable_domain.ScorerConfig()
     resamples: int = 2000
 
@@ -113,6 +117,17 @@ def rollout_counts(drawn: Drawn) -> Labels:
     return [(i, k / n, float(n)) for i, k in enumerate(drawn.rollouts_k)]
 
 
+def rollout_word(k: int) -> sources.RolloutWord:
+    """The product's word for K of N rollouts, its verdict by the product's hard rule."""
+    n = learnable_domain.ROLLOUTS
+    return sources.RolloutWord(soft=k / n, n_correct=k, n_rollouts=n,
+                               good=AutoStepLabel(soft=k / n, n_correct=k, n_rollouts=n).hard)
+
+
+def rollout_verdicts(drawn: Drawn) -> Labels:
+    return [(i, float(rollout_word(k).good), 1.0) for i, k in enumerate(drawn.rollouts_k)]
+
+
 def pooled(drawn: Drawn) -> Labels:
     """K of N with the judge's vote added where it spoke, as training adds the counts of sources."""
     judge = {i: target for i, target, _ in votes(drawn.judge_first_error, drawn.n_steps)}
@@ -126,14 +141,10 @@ def pooled(drawn: Drawn) -> Labels:
 
 def consensus(drawn: Drawn) -> Labels:
     """One vote where the rollouts and the judge agree, by the product's rule on the product's words."""
-    n = learnable_domain.ROLLOUTS
     out = []
     for i, judged, _ in votes(drawn.judge_first_error, drawn.n_steps):  # the judge is silent after it stops
-        k = drawn.rollouts_k[i]
         step = sources.StepSources(
-            index=i, text="",
-            rollout=sources.RolloutWord(soft=k / n, n_correct=k, n_rollouts=n,
-                                        good=AutoStepLabel(soft=k / n, n_correct=k, n_rollouts=n).hard),
+            index=i, text="", rollout=rollout_word(drawn.rollouts_k[i]),
             judge=sources.JudgeWord(soft=judged, critique="", good=AutoStepLabel(soft=judged).hard))
         agreed = sources.consensus(step, CONSENSUS_SOURCES)
         if agreed is not None:
@@ -145,6 +156,7 @@ LABELERS: dict[str, Callable[[Drawn], Labels]] = {
     "human": lambda d: votes(d.first_error, d.n_steps),
     "human_noisy": lambda d: votes(d.labeler_first_error, d.n_steps),
     "rollouts": rollout_counts,
+    "rollouts_hard": rollout_verdicts,
     "pooled": pooled,
     "judge": lambda d: votes(d.judge_first_error, d.n_steps),
     "consensus": consensus,
@@ -156,9 +168,12 @@ LABELERS: dict[str, Callable[[Drawn], Labels]] = {
 
 def label_quality(drawn: Sequence[Drawn], labels: Sequence[Labels]) -> dict:
     """Labeled steps per solution; agreement with the truth up to the first error (1 - |target - truth|,
-    a vote's accuracy); the share of labels placed after the first error."""
-    scored, agreement, beyond = 0, 0.0, 0
+    a vote's accuracy); the share of labels placed after the first error; and how often the labels'
+    first error (their first step below one half) is the known one (PRM800K's gold measure)."""
+    scored, agreement, beyond, same_first_error = 0, 0.0, 0, 0
     for d, solution_labels in zip(drawn, labels):
+        named = next((i for i, target, _ in solution_labels if target < 0.5), None)
+        same_first_error += named == d.first_error
         for i, target, _ in solution_labels:
             if d.first_error is not None and i > d.first_error:
                 beyond += 1
@@ -168,7 +183,8 @@ def label_quality(drawn: Sequence[Drawn], labels: Sequence[Labels]) -> dict:
             agreement += 1 - abs(target - truth)
     total = sum(len(s) for s in labels)
     return {"steps_per_solution": total / len(labels), "accuracy": agreement / scored if scored else None,
-            "beyond_first_error": beyond / total if total else None}
+            "beyond_first_error": beyond / total if total else None,
+            "first_error_agreement": same_first_error / len(labels)}
 
 
 def train(data: learnable_domain.Solutions, chosen: Sequence[int], labels: Sequence[Labels], *, seed: int,

@@ -29,9 +29,9 @@ class Command(BaseCommand):
     help = "Measure a PRM trained on human, rollout, judge, pooled and consensus-filtered labels."
 
     def add_arguments(self, parser):
-        parser.add_argument("--problems", type=int, default=1500, help="pool problems (right + 2 wrong each)")
+        parser.add_argument("--problems", type=int, default=2500, help="pool problems (right + 2 wrong each)")
         parser.add_argument("--heldout", type=int, default=500, help="held-out problems (right + 3 wrong each)")
-        parser.add_argument("--budgets", type=int, nargs="+", default=[500, 2000],
+        parser.add_argument("--budgets", type=int, nargs="+", default=[500, 2000, 5000],
                             help="labeled solutions each arm trains on (the same ones for every arm)")
         parser.add_argument("--seeds", type=int, nargs="+", default=list(range(5)))
         defaults = Settings(budgets=[], seeds=[])
@@ -86,15 +86,16 @@ def table(result: dict) -> str:
     seeds = len(result["settings"]["seeds"])
     lines = [f"step AUC on held-out steps, mean over {seeds} seeds [95 % bootstrap over seeds]:",
              "| solutions | labels | labeled steps (share of all) | accuracy to the first error | "
-             "labels after it | step AUC | first-error F1 | consensus − this arm |",
-             "|---|---|---|---|---|---|---|---|"]
+             "labels after it | labels' first error right | step AUC | first-error F1 | consensus − this arm |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for budget, arms in result["budgets"].items():
         for arm in ARMS:
             m = arms[arm]
             gain = arms["consensus"].get(f"gain_over_{arm}")
             lines.append(
                 f"| {budget} | {TITLES[arm]} | {m['steps_per_solution']:.2f} a solution ({m['step_share']:.0%}) | "
-                f"{m['accuracy']:.3f} | {m['beyond_first_error']:.0%} | {_interval(m['step_auc'])} | "
+                f"{m['accuracy']:.3f} | {m['beyond_first_error']:.0%} | {m['first_error_agreement']:.0%} | "
+                f"{_interval(m['step_auc'])} | "
                 f"{m['processbench_f1']:.3f} | {_interval(gain, signed=True) if gain else '–'} |")
     judge, labelers = result["settings"]["judge"], result["settings"]["labelers"]
     lines.append(f"\njudge: misses {judge['miss']:.0%} of first errors, flags {judge['false_alarm']:.0%} of right "

@@ -44,7 +44,8 @@ def test_consensus_keeps_exactly_the_steps_rollouts_and_the_judge_agree_on():
 def test_label_quality_reads_accuracy_up_to_the_first_error_and_counts_labels_after_it():
     drawn = [Drawn(n_steps=3, first_error=1, rollouts_k=[4, 0, 0], judge_first_error=None, labeler_first_error=1)]
     quality = judging.label_quality(drawn, [[(0, 1.0, 1.0), (1, 1.0, 1.0), (2, 0.0, 1.0)]])
-    assert quality == {"steps_per_solution": 3.0, "accuracy": 0.5, "beyond_first_error": pytest.approx(1 / 3)}
+    assert quality == {"steps_per_solution": 3.0, "accuracy": 0.5, "beyond_first_error": pytest.approx(1 / 3),
+                       "first_error_agreement": 0.0}  # the labels name step 2, the error is at step 1
 
 
 def test_a_bootstrap_interval_holds_the_mean():
