@@ -110,7 +110,7 @@ def verdict_counts(*, project: Project, solution_ids, verdict) -> dict[int, dict
     judged = AutoStepLabel.objects.judged().filter(step__solution__project=project)
     if solution_ids is not None:
         judged = judged.filter(step__solution_id__in=solution_ids)
-    ids = sorted(set(judged.values_list("step__solution_id", flat=True)))
+    ids = sorted(judged.order_by().values_list("step__solution_id", flat=True).distinct())
     found: dict[int, dict[int, tuple[int, int]]] = {}
     for start in range(0, len(ids), VERDICT_CHUNK):
         for solution_id, steps in sources.for_solutions(ids[start:start + VERDICT_CHUNK]).items():
