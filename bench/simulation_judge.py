@@ -242,7 +242,7 @@ def summarize(per_seed: Sequence[dict[int, dict[str, dict]]], settings: Settings
     consensus over each other arm, paired by seed."""
     out: dict = {}
     for budget in settings.budgets:
-        arms = {}
+        arms: dict[str, dict[str, object]] = {}
         for arm in ARMS:
             rows = [seed_result[budget][arm] for seed_result in per_seed]
             arms[arm] = {key: _mean([row[key] for row in rows]) for key in rows[0] if key != "step_auc"}
