@@ -15,8 +15,10 @@ NEUTRAL_MODES = ("positive", "negative", "ignore")
 HEAD_TYPES = ("point", "beta")
 MODES = ("head", "topk", "lora", "full")
 BIAS_CORRECTIONS = ("none", "class", "importance")
-# Which labels a run learns from: annotators' (the default), rollouts'/imports' (AutoStepLabel), or both.
-LABEL_SOURCES = ("human", "automatic", "both")
+# Which labels a run learns from: annotators' (the default), rollouts'/imports' (AutoStepLabel), or both;
+# a judge's verdicts alone; or the steps where rollouts and the judge agree (Qwen's consensus filtering).
+# Judge labels reach training only through the last two: "automatic" and "both" never include them.
+LABEL_SOURCES = ("human", "automatic", "both", "judge", "consensus")
 FITS = ("sgd", "converged")  # head mode: fixed epochs of Adam, or L2 logistic solved to convergence
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db.models import Count, F
 
-from annotate.labeling import verdicts
+from annotate.labeling import sources, verdicts
 from annotate.models import Annotation, AutoStepLabel, Project, Solution, Step
 from scoring.core.training_data import LABEL_SOURCES, LabeledRow, stratum_weights
 
@@ -28,12 +28,16 @@ def gather_rows(*, project: Project | None = None, solution_ids=None, labels: st
     including the first error; steps after it carry None (no label), as in PRM800K.
     "automatic": the AutoStepLabels of every run as (K, N) counts per step
     (`AutoStepLabel.counts`; several runs of one step add up). "both": a row carries both.
+    "judge": the latest judge run's verdict on each step it spoke on, as one vote. "consensus":
+    one vote on each step where the rollouts' and the judge's verdicts agree, the other steps
+    unlabeled. Both read the verdicts from `annotate.labeling.sources`, as the review page and
+    the sources page do. Judge labels never enter "automatic" or "both".
     """
     if labels not in LABEL_SOURCES:
         raise ValueError(f"labels={labels!r}; expected one of {', '.join(LABEL_SOURCES)}")
     project = project or Project.objects.sole()
-    ratings = human_ratings(project=project, solution_ids=solution_ids) if labels != "automatic" else {}
-    counts = automatic_counts(project=project, solution_ids=solution_ids) if labels != "human" else {}
+    ratings = human_ratings(project=project, solution_ids=solution_ids) if labels in ("human", "both") else {}
+    counts = COUNTS[labels](project=project, solution_ids=solution_ids) if labels in COUNTS else {}
     labeled = sorted(set(ratings) | set(counts))
     solutions = list(Solution.objects.filter(pk__in=labeled).select_related("problem").order_by("pk"))
     texts = step_texts(labeled)
@@ -84,6 +88,44 @@ def automatic_counts(*, project: Project, solution_ids=None) -> dict[int, dict[i
         old_k, old_n = found[label.solution_id].get(label.index, (0, 0))
         found[label.solution_id][label.index] = (old_k + k, old_n + n)
     return found
+
+
+def judge_counts(*, project: Project, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per judged solution of the project, step index -> (1, 1) or (0, 1): the judge's verdict as one vote.
+
+    One vote, not the judge's soft p: a verdict read from logprobs is often near 0 or 1 anyway,
+    and a vote keeps judge labels on the scale of a human rating (K of N whole labels)."""
+    return verdict_counts(project=project, solution_ids=solution_ids, verdict=lambda step: step.verdict("judge"))
+
+
+def consensus_counts(*, project: Project, solution_ids=None) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per judged solution, step index -> one vote of the verdict rollouts and the judge share
+    (`sources.consensus`); a step where they differ, or one of them is silent, has no label."""
+    return verdict_counts(project=project, solution_ids=solution_ids,
+                          verdict=lambda step: sources.consensus(step, CONSENSUS_SOURCES))
+
+
+def verdict_counts(*, project: Project, solution_ids, verdict) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per judged solution, step index -> (K, 1) for each step where `verdict(StepSources)` says something."""
+    judged = AutoStepLabel.objects.judged().filter(step__solution__project=project)
+    if solution_ids is not None:
+        judged = judged.filter(step__solution_id__in=solution_ids)
+    ids = sorted(judged.order_by().values_list("step__solution_id", flat=True).distinct())
+    found: dict[int, dict[int, tuple[int, int]]] = {}
+    for start in range(0, len(ids), VERDICT_CHUNK):
+        for solution_id, steps in sources.for_solutions(ids[start:start + VERDICT_CHUNK]).items():
+            said = {step.index: verdict(step) for step in steps}
+            votes = {index: (int(good), 1) for index, good in said.items() if good is not None}
+            if votes:
+                found[solution_id] = votes
+    return found
+
+
+# Qwen's consensus filtering (arXiv 2501.07301): a step keeps its label where these agree.
+CONSENSUS_SOURCES = ("rollouts", "judge")
+VERDICT_CHUNK = 2000  # solutions per read of every source's word: bounded IN lists and memory
+COUNTS = {"automatic": automatic_counts, "both": automatic_counts, "judge": judge_counts,
+          "consensus": consensus_counts}
 
 
 def step_texts(solution_ids) -> dict[int, list[str]]:

@@ -31,7 +31,9 @@ class StartRunForm(forms.Form):
                              help_text="head: frozen backbone, cached features (the CPU default)")
     epochs = forms.IntegerField(min_value=1, max_value=1000, initial=30)
     labels = forms.ChoiceField(choices=[(s, s) for s in LABEL_SOURCES], initial="human", required=False,
-                               help_text="automatic: rollout / imported step labels (K of N), never mixed in silently")
+                               help_text="automatic: rollout / imported step labels (K of N), never mixed in silently; "
+                                         "judge: a verifier's verdicts; consensus: steps where rollouts and the "
+                                         "judge agree")
     gate_metric = forms.ChoiceField(
         choices=[(m, m) for m in evaluation.GATE_METRICS], initial=DEFAULT_GATE_METRIC
     )

@@ -1,7 +1,7 @@
 """`manage.py train_prm [--project SLUG] [--wait | --inline] [--head point|beta] [--mode head|topk|lora|full]
 [--labels ...] ...`
 
-Starts a training run on every submitted label of the project (--labels: human, automatic or both).
+Starts a training run on every submitted label of the project (--labels: human, automatic, both, judge or consensus).
 By default the run is queued for a worker on the `ml` queue; --wait then follows it until
 it finishes, --inline runs it in this process (no worker needed). Exit status 1 when the run failed.
 """
@@ -29,7 +29,9 @@ class Command(BaseCommand):
         parser.add_argument("--head", choices=HEAD_TYPES, default="point")
         parser.add_argument("--mode", choices=MODES, default="head")
         parser.add_argument("--labels", choices=LABEL_SOURCES, default="human",
-                            help="train on human labels, automatic (rollout/imported) labels, or both")
+                            help="train on human labels, automatic (rollout/imported) labels, or both; judge: a "
+                                 "verifier's verdicts, one vote a step; consensus: the steps where rollouts and "
+                                 "the judge agree")
         parser.add_argument("--epochs", type=int)
         parser.add_argument("--layer", type=int, help="hidden-state index the head reads (default: the parent's)")
         parser.add_argument("--neutral", choices=NEUTRAL_MODES, help="how a neutral (0) rating counts")

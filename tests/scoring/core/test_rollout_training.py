@@ -131,3 +131,18 @@ def test_both_trains_on_human_and_automatic_labels_and_counts_each(current_model
     human_only = train_inline()  # the default stays today's behaviour: human labels only
     assert human_only["config"]["labels"] == "human"
     assert human_only["data"]["train"]["automatic_labels"] == human_only["data"]["val"]["automatic_labels"] == 0
+
+
+def test_judge_and_consensus_runs_train_on_their_votes_and_no_human_label(current_model, rollout_labeled_pool):
+    annotate(rollout_labeled_pool[0], [1, -1], labeler="someone")  # a human label that neither run may read
+    judge = AutoLabelRun.objects.create(method=AutoLabelRun.Method.JUDGE)
+    for solution in rollout_labeled_pool:  # the judge calls the first step good, the second bad, then stops
+        for step, p in zip(solution.steps.order_by("index"), (0.9, 0.2)):
+            AutoStepLabel.objects.create(run=judge, step=step, soft=p, critique="checked")
+    rows = {r.solution_id: r for r in label_rows.gather_rows(labels="consensus")}
+    agreed = sum(n for row in rows.values() for _, n in row.counts)
+    for labels, expected in (("judge", 2 * len(rollout_labeled_pool)), ("consensus", agreed)):
+        data = train_inline("--labels", labels)["data"]
+        assert data["train"]["human_labels"] + data["val"]["human_labels"] == 0
+        assert data["train"]["automatic_labels"] + data["val"]["automatic_labels"] == expected
+    assert 0 < agreed < 2 * len(rollout_labeled_pool)  # rollouts call some second steps good
