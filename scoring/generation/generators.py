@@ -47,8 +47,13 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     n: int = 1
     seed: int | None = None
+    # The most likely alternatives to return per generated token (0: none), for reading a
+    # verdict's probability (scoring.generation.judging); a server caps it (OpenAI's at 20).
+    logprobs: int = 0
 
     def __post_init__(self):
+        if self.logprobs < 0:
+            raise ValueError(f"logprobs must be >= 0, not {self.logprobs}")
         if self.n < 1:
             raise ValueError(f"n must be at least 1, not {self.n}")
         if self.max_tokens < 1:
@@ -59,7 +64,19 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, not {self.temperature}")
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "stop": list(self.stop)}
+        fields = {**asdict(self), "stop": list(self.stop)}
+        if not self.logprobs:  # as stored before logprobs could be asked for
+            del fields["logprobs"]
+        return fields
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token, its log-probability, and the most likely alternatives at its position."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()  # (token, logprob), the chosen token among them
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,8 @@ class Sample:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str  # "stop" (a stop string or end of text) or "length"
+    # Per generated token, where `SamplingParams.logprobs` asked and the backend gave them.
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass
