@@ -21,8 +21,10 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scoring.generation.generators import Sample, TokenLogprob
+if TYPE_CHECKING:  # types only: the settings import this module to check STEPWISE_JUDGE_PROMPT, nothing more
+    from scoring.generation.generators import Sample, TokenLogprob
 
 DEFAULT_TEMPLATE = """You are a careful math teacher. Verify a student's solution to a math problem, step by step.
 
