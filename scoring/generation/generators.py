@@ -243,14 +243,15 @@ def check_spec(spec: dict) -> dict:
     return spec
 
 
-def default_generator_folder() -> Path:
-    """The SmolLM2 backbone that `default_model.build_default_model` converts (built if missing)."""
+def default_generator_folder(*, build: bool = True) -> Path:
+    """The SmolLM2 backbone that `default_model.build_default_model` converts (built if missing,
+    unless `build` is False: a web process names the folder a worker will build)."""
     # Django: this module also runs without it (bench/openai_server.py); only the default folder needs it.
     from django.conf import settings
 
     from scoring.store.default_model import BACKBONE_NAME, build_default_model
 
     folder = Path(settings.MODELS_DIR) / BACKBONE_NAME
-    if not (folder / "config.json").exists():
+    if build and not (folder / "config.json").exists():
         build_default_model()
     return folder
