@@ -15,6 +15,7 @@ from scoring.generation import judge_labeling, judging
 from scoring.generation.generators import SamplingParams
 from scoring.generation.labeling_jobs import load_generator
 from scoring.models import JudgeLabelJob
+from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ProblemFactory, SolutionFactory
 
 PROBLEM_NUMBERS = itertools.count()
@@ -208,3 +209,28 @@ def test_label_judge_command_names_a_bad_option(db):
         call_command("label_judge", "--solution-ids", "x,1", "--inline")
     with pytest.raises(CommandError, match="--generator: not valid JSON"):
         call_command("label_judge", "--generator", "{nope", "--inline")
+
+
+@pytest.mark.worker
+def test_a_worker_killed_mid_job_resumes_it_judging_each_solution_once(transactional_db, tmp_path, judge_server):
+    server = judge_server({"text": GOOD_TWO, "delay": 0.3})
+    solutions = [solution("2 + 3 = 5", "5 * 2 = 10") for _ in range(16)]
+    job = judge_labeling.start_judge_labeling(project=Project.objects.sole(), solution_ids=[s.pk for s in solutions],
+                                              generator_spec=spec_of(server))  # its task sent on commit
+    worker = WorkerProcess(tmp_path / "worker.log")
+    worker.start()
+    try:
+        wait_for(lambda: JudgeLabelJob.objects.get(pk=job.pk).done >= 2, timeout=90)
+        worker.kill()
+        killed = JudgeLabelJob.objects.get(pk=job.pk)
+        assert killed.state == JobState.RUNNING and killed.done < killed.total
+        worker = WorkerProcess(tmp_path / "worker-2.log")
+        worker.start()  # the reconciler resends the task of the job whose holder died
+        wait_for(lambda: JudgeLabelJob.objects.get(pk=job.pk).state == JobState.SUCCEEDED, timeout=120)
+    finally:
+        worker.stop()
+    answers = JudgeAnswer.objects.filter(run=job.run_id)
+    assert sorted(answers.values_list("solution_id", flat=True)) == sorted(s.pk for s in solutions)
+    assert AutoStepLabel.objects.filter(run=job.run_id).count() == 2 * len(solutions)
+    run = AutoLabelRun.objects.get(pk=job.run_id)
+    assert run.tokens == sum(answers.values_list("completion_tokens", flat=True))
