@@ -18,20 +18,20 @@ from scoring.models import JudgeLabelJob
 
 class JudgeJobSerializer(serializers.ModelSerializer):
     percent = serializers.IntegerField(read_only=True)
-    source = serializers.CharField(source="run.source", read_only=True, help_text="The judge: local:… or openai:…")
+    judge = serializers.CharField(source="run.source", read_only=True, help_text="local:FOLDER or openai:URL/MODEL")
     prompt_version = serializers.CharField(source="run.params.prompt_version", read_only=True)
     tokens = serializers.IntegerField(source="run.tokens", read_only=True, help_text="Tokens the judge generated")
 
     class Meta:
         model = JudgeLabelJob
-        fields = ["id", "state", "total", "done", "percent", "skipped", "unparseable", "tokens", "run", "source",
+        fields = ["id", "state", "total", "done", "percent", "skipped", "unparseable", "tokens", "run", "judge",
                   "prompt_version", "error", "created_at", "finished_at"]
 
 
 class JudgeRequestSerializer(serializers.Serializer):
     generator = serializers.JSONField(
-        default="default", help_text='"default" (the local SmolLM2), a local model folder, or a generator spec object '
-                                     '({"backend": "openai", "base_url": ..., "model": ..., "mode": "chat"})')
+        default=dict, help_text='"default" (the local SmolLM2, also when left out), a local model folder, or a '
+                                'generator spec object ({"backend": "openai", "base_url": ..., "model": ...})')
     solution_ids = serializers.ListField(child=serializers.IntegerField(), required=False, allow_null=True,
                                          default=None, help_text="Default: every eligible solution")
     limit = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)

@@ -111,7 +111,7 @@ def test_the_api_starts_a_judge_job_and_answers_its_state(admin_user, django_cap
     assert created.status_code == 201 and len(sent) == 1  # its task is sent once the job is committed
     body = created.json()
     assert (body["state"], body["total"], body["unparseable"], body["tokens"]) == ("pending", 1, 0, 0)
-    assert body["source"] == "openai:http://127.0.0.1:9/v1/judge-7b" and len(body["prompt_version"]) == 12
+    assert body["judge"] == "openai:http://127.0.0.1:9/v1/judge-7b" and len(body["prompt_version"]) == 12
     job = job_with_answers([SolutionFactory(), SolutionFactory()], unparseable=2)
     polled = client.get(f"/api/judge-jobs/{job.pk}").json()
     assert (polled["state"], polled["done"], polled["unparseable"], polled["tokens"]) == ("running", 2, 2, 14)
