@@ -16,8 +16,9 @@ Scripted answers, for the tests of a client's reading of what a model says (a ju
 malformed, cut short, too long, slow, in another language): `--answers FILE`, a JSON list of
 `{"text": ..., "finish_reason": "stop"|"length", "delay": SECONDS, "logprobs": [[token, logprob,
 {alternative: logprob, ...}], ...]}` (all but text optional), served in turn to the generation
-requests instead of the model's own, from the first again after the last. Logprobs are sent
-only to a request that asks for them (`logprobs`), in its protocol's shape.
+requests instead of the model's own, from the first again after the last. Logprobs (the model's
+own, or a scripted answer's) are sent only to a request that asks for them (`logprobs`), in its
+protocol's shape.
 """
 from __future__ import annotations
 
@@ -184,8 +185,17 @@ def sampling_params(body: dict, *, default_max_tokens: int) -> SamplingParams:
     return SamplingParams(
         temperature=float(body.get("temperature", 1.0)), top_p=float(body.get("top_p", 1.0)),
         max_tokens=int(body.get("max_tokens") or default_max_tokens), stop=stop, n=int(body.get("n", 1)),
-        seed=None if body.get("seed") is None else int(body["seed"]),
+        seed=None if body.get("seed") is None else int(body["seed"]), logprobs=requested_logprobs(body),
     )
+
+
+def requested_logprobs(body: dict) -> int:
+    """How many alternatives per token the request asks for: chat's `top_logprobs` (with `logprobs`
+    true), or completions' `logprobs` count; 0 when none."""
+    logprobs = body.get("logprobs")
+    if logprobs is True:
+        return int(body.get("top_logprobs") or 1)
+    return int(logprobs) if isinstance(logprobs, int) and not isinstance(logprobs, bool) else 0
 
 
 def chat_prompt(tokenizer, messages: Sequence[dict] | None) -> str:

@@ -189,10 +189,13 @@ class LocalGenerator:
                 temperature=params.temperature if sampling else None, top_p=params.top_p if sampling else None,
                 stop_strings=list(params.stop) or None, tokenizer=tokenizer if params.stop else None,
                 pad_token_id=pad,
+                # The raw logits per step, only when logprobs are asked: the plain path stays as it was.
+                **({"output_logits": True, "return_dict_in_generate": True} if params.logprobs else {}),
             )
+        sequences = out.sequences if params.logprobs else out
         results = []
         for row, tokens in enumerate(encoded):
-            new = out[row, width:].tolist()
+            new = sequences[row, width:].tolist()
             ended = tokenizer.eos_token_id in new
             if ended:
                 new = new[: new.index(tokenizer.eos_token_id)]
@@ -201,9 +204,25 @@ class LocalGenerator:
             # One sequence of ids decodes to one str (decode is typed for a batch too).
             text, stopped = cut_at_stop(cast(str, tokenizer.decode(new, skip_special_tokens=True)), params.stop)
             finish = "stop" if (ended or stopped or len(new) < params.max_tokens) else "length"
+            logprobs = self._logprobs(out.logits, row, new, params.logprobs) if params.logprobs else None
             results.append(Sample(text=text, prompt_tokens=len(tokens), completion_tokens=len(new),
-                                  finish_reason=finish))
+                                  finish_reason=finish, logprobs=logprobs))
         return results
+
+    def _logprobs(self, logits, row: int, new: list[int], top: int) -> tuple[TokenLogprob, ...]:
+        """Each generated token's log-probability and the `top` most likely at its position, as a server gives them."""
+        import torch  # torch: the web process never loads it (this module is imported there)
+
+        def text(token_id: int) -> str:
+            return cast(str, self.tokenizer.decode([token_id]))
+
+        entries = []
+        for position, token_id in enumerate(new):
+            logprobs = torch.log_softmax(logits[position][row].float(), dim=-1)
+            best = torch.topk(logprobs, k=min(top, logprobs.numel()))
+            entries.append(TokenLogprob(text(token_id), float(logprobs[token_id]), tuple(
+                (text(int(i)), float(v)) for i, v in zip(best.indices.tolist(), best.values.tolist()))))
+        return tuple(entries)
 
 
 BACKENDS = ("local", "openai")

@@ -61,14 +61,13 @@ def start_judge_labeling(
     """A pending job of the project asking the judge about its eligible solutions (`eligible_solutions`)
     the ids select, into a new AutoLabelRun of method judge; those asked for but not eligible are skipped.
 
-    The run keeps the judge's spec, the template and its version, and the sampling parameters;
-    logprobs are asked of a server (the verdict's probability), not of a local model.
+    The run keeps the judge's spec, the template and its version, and the sampling parameters, which
+    ask for logprobs (the verdict's probability) of a server and of a local model alike.
     """
     project = Project.objects.given(project)
     spec = resolve_spec(generator_spec)
     template = judging.check_template(template) if template else judge_template()
-    logprobs = judging.TOP_LOGPROBS if spec["backend"] == "openai" else 0
-    sampling = replace(params or DEFAULT_PARAMS, n=1, stop=(), logprobs=logprobs)
+    sampling = replace(params or DEFAULT_PARAMS, n=1, stop=(), logprobs=judging.TOP_LOGPROBS)
     chosen, skipped = choose_solutions(eligible_solutions(project=project), solution_ids=solution_ids, limit=limit)
     with transaction.atomic():
         run = AutoLabelRun.objects.create(

@@ -180,7 +180,7 @@ def test_the_local_model_as_judge_runs_end_to_end_and_its_unreadable_answer_is_s
                            params=SamplingParams(max_tokens=12)))
     answer = JudgeAnswer.objects.get(run=job.run)
     assert job.state == JobState.SUCCEEDED and job.done == 1 and job.run.source == f"local:{tiny_causal_lm.name}"
-    assert "logprobs" not in job.run.params["sampling"]  # a local judge is not asked for them
+    assert job.run.params["sampling"]["logprobs"] == judging.TOP_LOGPROBS  # a local judge gives them too
     if not answer.parsed:  # a tiny random model writes noise: kept raw, counted, nothing guessed
         assert job.unparseable == 1 and answer.error and answer.completion_tokens > 0
         assert not AutoStepLabel.objects.filter(run=job.run).exists()
