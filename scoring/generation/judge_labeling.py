@@ -33,6 +33,7 @@ from scoring.generation.labeling_jobs import (
     solution_params,
 )
 from scoring.models import JudgeLabelJob
+from steps import rendering
 
 logger = logging.getLogger(__name__)
 # A verification chain per step takes room: ThinkPRM's run to thousands of tokens.
@@ -123,7 +124,7 @@ def judge_solution(*, job: JudgeLabelJob, solution: Solution, generator: Generat
         store_answer(run=run, solution=solution, sample=sample, outcome=outcome)
         if isinstance(outcome, judging.Judged):
             AutoStepLabel.objects.bulk_create([
-                AutoStepLabel(run=run, step=step, soft=verdict.p_good, critique=verdict.critique)
+                AutoStepLabel(run=run, step=step, soft=verdict.p_good, critique=rendering.clean(verdict.critique))
                 for step, verdict in zip(steps, outcome.verdicts)
             ])
         AutoLabelRun.objects.filter(pk=run.pk).update(tokens=F("tokens") + sample.completion_tokens)
@@ -134,9 +135,11 @@ def judge_solution(*, job: JudgeLabelJob, solution: Solution, generator: Generat
 
 def store_answer(*, run: AutoLabelRun, solution: Solution, sample: Sample,
                  outcome: judging.Judged | judging.Unparseable) -> JudgeAnswer:
+    """The raw answer as text is stored everywhere (`rendering.clean`: a NUL, which PostgreSQL's text
+    refuses, would fail the job), cut at its limit, with why it could not be read."""
     error = outcome.reason if isinstance(outcome, judging.Unparseable) else ""
     return JudgeAnswer.objects.create(
-        run=run, solution=solution, text=sample.text[:JudgeAnswer.MAX_TEXT_CHARS], parsed=not error,
+        run=run, solution=solution, text=rendering.clean(sample.text)[:JudgeAnswer.MAX_TEXT_CHARS], parsed=not error,
         error=error[:300], prompt_tokens=sample.prompt_tokens, completion_tokens=sample.completion_tokens)
 
 

@@ -52,7 +52,8 @@ GOOD, BAD = "correct", "incorrect"
 
 # A verdict line: "Step 3: correct", tolerating markdown emphasis, a dash or a full stop around it.
 VERDICT_LINE = re.compile(
-    r"^[ \t>*_#-]*step[ \t]*(?P<number>\d+)[ \t*_]*[:.\-\u2013\u2014][ \t*_]*(?P<verdict>correct|incorrect)[ \t*_.!]*$",
+    r"^[ \t>*_#-]*step[ \t]*(?P<number>\d+)[ \t*_]*[:.\-\u2013\u2014][ \t*_]*"
+    r"(?P<verdict>correct|incorrect)[ \t*_.!\r]*$",
     re.IGNORECASE | re.MULTILINE,
 )
 

@@ -117,6 +117,15 @@ def test_a_malformed_truncated_too_long_slow_or_foreign_answer_is_stored_unparse
     assert labels_of(job.run, solutions[5])[1] == (1, 1.0, "Doubles correctly.")
 
 
+@pytest.mark.django_db
+def test_a_nul_in_an_answer_is_dropped_from_the_stored_text_and_critique(judge_server):
+    server = judge_server({"text": "Adds\u0000 correctly.\nStep 1: correct\n"})
+    one_step = solution("2 + 3 = 5")
+    job = run_inline(start([one_step], spec_of(server)))
+    assert job.state == JobState.SUCCEEDED and JudgeAnswer.objects.get(run=job.run).text.startswith("Adds correctly.")
+    assert labels_of(job.run, one_step) == [(0, 1.0, "Adds correctly.")]
+
+
 def logprobs_for(text: str, verdict: str, p_good: float) -> list:
     """`text` token by line, the verdict's own token (after "Step 1: ") with these alternatives."""
     tokens = []

@@ -60,6 +60,11 @@ def test_a_verdict_line_may_carry_markdown_emphasis_and_punctuation(line):
     assert isinstance(judged, Judged) and judged.verdicts[0].good
 
 
+def test_windows_line_ends_are_read_like_any_other():
+    judged = judging.read_answer(answer(ANSWER.replace("\n", "\r\n")), n_steps=2)
+    assert isinstance(judged, Judged) and [v.good for v in judged.verdicts] == [True, False]
+
+
 @pytest.mark.parametrize(("text", "finish", "n_steps", "reason"), [
     ("The solution looks fine to me.", "stop", 2, "no verdicts"),
     ("Schritt 1: richtig\nSchritt 2: falsch", "stop", 2, "no verdicts"),
