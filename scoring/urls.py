@@ -33,4 +33,5 @@ urlpatterns += [
 urlpatterns += [
     path("judge/", judge_views.judge_jobs, name="judge-jobs"),
     path("jobs/judge/<int:pk>/", judge_views.judge_job, name="judge-job"),
+    path("jobs/judge/<int:pk>/cancel", judge_views.cancel_judge_job, name="judge-cancel"),
 ]

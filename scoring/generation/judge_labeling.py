@@ -98,6 +98,11 @@ def run_judge_job(*, job_id: int, chunk_seconds: float = CHUNK_SECONDS, resend: 
                             chunk_seconds=chunk_seconds, resend=resend)
 
 
+def cancel_judge_job(*, job: JudgeLabelJob, user=None) -> bool:
+    """Cancel an active job: the answer being asked for is still stored, no later one is asked."""
+    return job.cancel(f"cancelled by {user}" if user else "cancelled")
+
+
 def answered_count(job: JudgeLabelJob) -> int:
     return JudgeAnswer.objects.filter(run=job.run_id, solution_id__in=job.solution_ids).count()
 

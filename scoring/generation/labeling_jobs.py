@@ -21,6 +21,7 @@ from django.db.models import QuerySet
 
 from annotate.models import AutoLabelRun, Solution
 from jobs.models import Job
+from jobs.states import JobState
 from scoring.generation.backends import generator_from_spec
 from scoring.generation.generators import Generator, SamplingParams, check_spec, default_generator_folder
 
@@ -124,13 +125,16 @@ def work_in_chunks(job: J, *, todo: Iterable[T], work: Callable[[T], object], do
     Call it on a job this process has started, inside `job.failure_recorded()`. Returns the job:
     succeeded when nothing is left, or pending again when the chunk's time ran out first (one item
     at least is worked per chunk), its task sent again unless `resend` is False (the caller goes on
-    in-process).
+    in-process); a job cancelled meanwhile stops after the item in hand.
     """
     started = time.monotonic()
     for item in todo:
         work(item)
         count = done()
         job.record_progress(done=count)
+        if not type(job).objects.filter(pk=job.pk, state=JobState.RUNNING).exists():
+            job.refresh_from_db()  # cancelled (or ended elsewhere): what is stored stays, nothing more is asked
+            return job
         if time.monotonic() - started > chunk_seconds and count < job.total:
             return continue_later(job, resend=resend)
     job.succeed(done=done())

@@ -1,4 +1,4 @@
-"""Admin pages of judge labeling: start a judge job (a verifier model's verdicts), watch it.
+"""Admin pages of judge labeling: start a judge job (a verifier model's verdicts), watch it, cancel it.
 
 Thin views: the form parses, `scoring.generation.judge_labeling` checks and records, the page
 renders. A job's page is a job page (`jobs/judge/<pk>/`): the shared progress partial, polled with
@@ -10,7 +10,7 @@ from __future__ import annotations
 from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from annotate.labeling.roles import admin_required, project_of
@@ -78,3 +78,11 @@ def judge_job(request: HttpRequest, pk: int) -> HttpResponse:
                    .order_by("solution_id")[:UNPARSEABLE_SHOWN])
     return render(request, page_or_partial(request, "scoring/judge_job.html", "job-progress"),
                   {"job": job, "unparseable": unparseable})
+
+
+@require_POST
+@admin_required
+def cancel_judge_job(request: HttpRequest, pk: int) -> HttpResponse:
+    judge_labeling.cancel_judge_job(job=get_object_or_404(JudgeLabelJob, pk=pk, project=project_of(request)),
+                                    user=request.user)
+    return redirect("scoring:judge-job", pk=pk)

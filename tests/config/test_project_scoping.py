@@ -38,7 +38,7 @@ ARGUMENT_KINDS = {
     "scoring:export-model": "version", "scoring:download-model": "version", "scoring:evaluation": "version",
     "scoring:review-scores": "solution", "scoring:training-run": "training", "scoring:generation-run": "generation",
     "scoring:generation-cancel": "generation",
-    "scoring:judge-job": "judge", "api-judge-job-detail": "judge",
+    "scoring:judge-job": "judge", "scoring:judge-cancel": "judge", "api-judge-job-detail": "judge",
 }
 
 

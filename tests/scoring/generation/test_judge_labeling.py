@@ -126,6 +126,23 @@ def test_a_nul_in_an_answer_is_dropped_from_the_stored_text_and_critique(judge_s
     assert labels_of(job.run, one_step) == [(0, 1.0, "Adds correctly.")]
 
 
+@pytest.mark.django_db
+def test_a_job_cancelled_while_it_works_stops_after_the_solution_in_hand(judge_server):
+    server = judge_server({"text": GOOD_TWO})
+    solutions = [solution("2 + 3 = 5", "5 * 2 = 10") for _ in range(3)]
+    job = start(solutions, spec_of(server))
+    judge = judge_labeling.judge_solution
+
+    def judge_then_cancel(**kwargs):
+        judge(**kwargs)
+        judge_labeling.cancel_judge_job(job=JudgeLabelJob.objects.get(pk=job.pk))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(judge_labeling, "judge_solution", judge_then_cancel)
+        stopped = judge_labeling.run_judge_job(job_id=job.pk, resend=False)
+    assert stopped.state == JobState.CANCELLED and JudgeAnswer.objects.filter(run=job.run).count() == 1
+
+
 def logprobs_for(text: str, verdict: str, p_good: float) -> list:
     """`text` token by line, the verdict's own token (after "Step 1: ") with these alternatives."""
     tokens = []

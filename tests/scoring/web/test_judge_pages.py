@@ -125,3 +125,16 @@ def test_the_api_names_a_bad_request(admin_user):
     no_url = client.post("/api/judge-jobs", {"generator": {"backend": "openai", "model": "m"}}, format="json")
     assert no_url.status_code == 400 and "base_url" in no_url.content.decode()
     assert not JudgeLabelJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_admin_cancels_an_active_job_from_its_page_and_a_worker_then_leaves_it(admin_user):
+    job = job_with_answers([SolutionFactory(), SolutionFactory()], unparseable=0)
+    client = page_client(admin_user)
+    assert "Cancel this job" in client.get(reverse("scoring:judge-job", args=[job.pk])).content.decode()
+    response = client.post(reverse("scoring:judge-cancel", args=[job.pk]))
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and job.error == f"cancelled by {admin_user}"
+    assert judge_labeling.run_judge_job(job_id=job.pk, resend=False).state == JobState.CANCELLED
+    assert "Cancelled: the answers" in client.get(reverse("scoring:judge-job", args=[job.pk])).content.decode()
