@@ -5,7 +5,7 @@ the same protocol, and this serves that protocol where none is installed. Routes
 `POST /v1/completions`, `POST /v1/chat/completions` (the tokenizer's chat template when it
 has one), `GET /v1/models`, in OpenAI's response shapes (`choices`, `finish_reason`, `usage`).
 
-    python -m bench.openai_server --model FOLDER --port 8001 [--fail-every 2] [--fail-first 1]
+    python -m bench.openai_server --model FOLDER --port 8001 [--fail-every 2] [--fail-first 1] [--answers FILE]
 
 prints its URL once it answers. Fault injection, for the tests of a client's retries:
 `--fail-every K` answers every K-th generation request 503, `--fail-first K` answers the first
