@@ -68,7 +68,8 @@ def choose_solutions(eligible: QuerySet, *, solution_ids=None, limit: int | None
 
 def resolve_spec(spec: dict | None) -> dict:
     """The spec checked (`generators.check_spec`), a local one without a model naming the default
-    backbone's folder (built where the generator is loaded: a page or the API starts jobs too)."""
+    backbone's folder (built where the generator is loaded, `backends.generator_from_spec`: a page or
+    the API starts jobs too)."""
     spec = check_spec(dict(spec or DEFAULT_SPEC))
     if spec["backend"] == "local" and not spec.get("model"):
         spec["model"] = str(default_generator_folder(build=False))
@@ -85,8 +86,6 @@ def describe_spec(spec: dict) -> str:
 def load_generator(spec: dict) -> Generator:
     key = repr(sorted(spec.items()))
     if key not in _generators:
-        if spec.get("model") == str(default_generator_folder(build=False)):
-            default_generator_folder()  # the default backbone, converted on first use
         _generators[key] = generator_from_spec(spec)
     return _generators[key]
 
