@@ -11,8 +11,8 @@ at the first error). Anything else (no verdicts, verdicts in another form or lan
 skipped, repeated or out of order, an answer cut at max_tokens or longer than `MAX_ANSWER_CHARS`)
 is `Unparseable` with its reason: a wrong guess would be stored as a label, a refusal is counted.
 
-A verdict's probability is the server's own where it gave logprobs (`verdict_probability`), else
-1.0 or 0.0.
+A verdict's probability is the model's own where it gave logprobs (`verdict_probability`), else
+1.0 or 0.0, as it is when the logprobs fall on the other side of the written verdict.
 """
 from __future__ import annotations
 
@@ -115,8 +115,12 @@ def read_answer(sample: Sample, *, n_steps: int) -> Judged | Unparseable:
         good = match["verdict"].lower() == GOOD
         critique = text[start:match.start()].strip()[:MAX_CRITIQUE_CHARS]
         p_good = verdict_probability(sample.logprobs, text, match.start("verdict"))
-        verdicts.append(StepVerdict(good=good, critique=critique,
-                                    p_good=(1.0 if good else 0.0) if p_good is None else p_good))
+        if p_good is None or (p_good >= 0.5) != good:
+            # The written verdict decides (and where labels stop); a probability on its other side
+            # (sampled, or a split token read wrongly) is not this verdict's, and every reader takes
+            # a verdict as P(good) >= 0.5 (annotate.labeling.sources).
+            p_good = 1.0 if good else 0.0
+        verdicts.append(StepVerdict(good=good, critique=critique, p_good=p_good))
         start = match.end()
         if not good:
             break  # the steps after the first error stay unlabeled

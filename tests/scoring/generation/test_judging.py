@@ -96,6 +96,13 @@ def test_the_verdicts_probability_is_a_softmax_over_the_correct_and_incorrect_al
     assert isinstance(judged, Judged) and judged.verdicts[0].p_good == pytest.approx(0.75)
 
 
+def test_a_probability_on_the_other_side_of_the_written_verdict_gives_way_to_the_verdict():
+    text = "Looks right.\nStep 1: correct\n"
+    alternatives = {"correct": math.log(0.3), " incorrect": math.log(0.6)}  # sampled against the odds
+    judged = judging.read_answer(answer(text, logprobs=tokens_of(text, alternatives)), n_steps=1)
+    assert isinstance(judged, Judged) and judged.verdicts[0].p_good == 1.0
+
+
 def test_a_verdict_split_into_in_and_correct_reads_the_in_as_incorrect():
     text = "Wrong sum.\nStep 1: incorrect\n"
     split = (("in", math.log(0.9)), ("correct", math.log(0.1)))
