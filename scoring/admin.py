@@ -5,6 +5,7 @@ from scoring.models import (
     CurrentModel,
     GenerationChunk,
     GenerationRun,
+    JudgeLabelJob,
     ModelVersion,
     RescoreChunk,
     RescoreJob,
@@ -138,3 +139,13 @@ class RolloutLabelJobAdmin(admin.ModelAdmin):
     list_filter = ["state", "run__method"]
     list_select_related = ["run"]
     readonly_fields = ["run", "generator_spec", "solution_ids", "full_sweep_rollouts", "skipped"]
+
+
+@admin.register(JudgeLabelJob)
+class JudgeLabelJobAdmin(admin.ModelAdmin):
+    """Judge labeling jobs (`label_judge`); the answers are the run's JudgeAnswers, the verdicts its AutoStepLabels."""
+
+    list_display = ["pk", "run", "state", "done", "total", "unparseable", "skipped", "created_at"]
+    list_filter = ["state"]
+    list_select_related = ["run"]
+    readonly_fields = ["run", "generator_spec", "solution_ids", "unparseable", "skipped"]

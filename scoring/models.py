@@ -340,3 +340,27 @@ class RolloutLabelJob(Job):
 
     def __str__(self) -> str:
         return f"Rollout labeling job {self.pk} ({self.run.method})"
+
+
+class JudgeLabelJob(Job):
+    """Asking a verifier model (a judge) for each step's verdict and critique, into one AutoLabelRun
+    of method judge (scoring.generation.judge_labeling).
+
+    The solutions are fixed when the job is created; each gets one JudgeAnswer (raw, parsed or
+    not) in the transaction that stores its verdicts and adds its tokens to the run, so a job
+    resumed after a crash skips what is answered and counts nothing twice. `done` counts answered
+    solutions and `unparseable` those whose answer could not be read, both from the run's answers.
+    """
+
+    project = project_column()
+    run = models.OneToOneField(AutoLabelRun, on_delete=models.CASCADE, related_name="judge_job")
+    generator_spec = models.JSONField(default=dict)
+    solution_ids = models.JSONField(default=list)
+    skipped = models.PositiveIntegerField(default=0, help_text="Solutions asked for with no steps, or gold/reference")
+    unparseable = models.PositiveIntegerField(default=0, help_text="Answers stored raw, no verdict read from them")
+
+    progress_unit = "solutions"
+    task_name = "scoring.tasks.label_judge_task"
+
+    def __str__(self) -> str:
+        return f"Judge labeling job {self.pk} ({self.run.source})"

@@ -197,3 +197,14 @@ def label_rollouts_task(job_id: int) -> str:
     from scoring.generation import rollout_labeling  # the generator, torch: worker only (docstring)
 
     return rollout_labeling.run_rollout_job(job_id=job_id).state
+
+
+# --- judge labels (scoring/generation/judge_labeling.py) ------------------------------------------------------
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def label_judge_task(job_id: int) -> str:
+    """Ask the judge about one chunk of a judge job's solutions; a rerun skips those already answered."""
+    from scoring.generation import judge_labeling  # a local judge loads torch: worker only (docstring)
+
+    return judge_labeling.run_judge_job(job_id=job_id).state

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scoring.web import generation_views, review_views, sources_views, training_views, views
+from scoring.web import generation_views, judge_views, review_views, sources_views, training_views, views
 
 app_name = "scoring"
 urlpatterns: list = [
@@ -27,4 +27,11 @@ urlpatterns += [
     path("generation/", generation_views.generation_runs, name="generation-runs"),
     path("jobs/generation/<int:pk>/", generation_views.generation_run, name="generation-run"),
     path("jobs/generation/<int:pk>/cancel", generation_views.cancel_generation_run, name="generation-cancel"),
+]
+
+# Judge labels (judge_views.py)
+urlpatterns += [
+    path("judge/", judge_views.judge_jobs, name="judge-jobs"),
+    path("jobs/judge/<int:pk>/", judge_views.judge_job, name="judge-job"),
+    path("jobs/judge/<int:pk>/cancel", judge_views.cancel_judge_job, name="judge-cancel"),
 ]

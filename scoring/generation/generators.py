@@ -47,8 +47,13 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     n: int = 1
     seed: int | None = None
+    # The most likely alternatives to return per generated token (0: none), for reading a
+    # verdict's probability (scoring.generation.judging); a server caps it (OpenAI's at 20).
+    logprobs: int = 0
 
     def __post_init__(self):
+        if self.logprobs < 0:
+            raise ValueError(f"logprobs must be >= 0, not {self.logprobs}")
         if self.n < 1:
             raise ValueError(f"n must be at least 1, not {self.n}")
         if self.max_tokens < 1:
@@ -59,7 +64,19 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, not {self.temperature}")
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "stop": list(self.stop)}
+        fields = {**asdict(self), "stop": list(self.stop)}
+        if not self.logprobs:  # as stored before logprobs could be asked for
+            del fields["logprobs"]
+        return fields
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token, its log-probability, and the most likely alternatives at its position."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()  # (token, logprob), the chosen token among them
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,8 @@ class Sample:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str  # "stop" (a stop string or end of text) or "length"
+    # Per generated token, where `SamplingParams.logprobs` asked and the backend gave them.
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass
@@ -170,10 +189,13 @@ class LocalGenerator:
                 temperature=params.temperature if sampling else None, top_p=params.top_p if sampling else None,
                 stop_strings=list(params.stop) or None, tokenizer=tokenizer if params.stop else None,
                 pad_token_id=pad,
+                # The raw logits per step, only when logprobs are asked: the plain path stays as it was.
+                **({"output_logits": True, "return_dict_in_generate": True} if params.logprobs else {}),
             )
+        sequences = out.sequences if params.logprobs else out
         results = []
         for row, tokens in enumerate(encoded):
-            new = out[row, width:].tolist()
+            new = sequences[row, width:].tolist()
             ended = tokenizer.eos_token_id in new
             if ended:
                 new = new[: new.index(tokenizer.eos_token_id)]
@@ -182,9 +204,25 @@ class LocalGenerator:
             # One sequence of ids decodes to one str (decode is typed for a batch too).
             text, stopped = cut_at_stop(cast(str, tokenizer.decode(new, skip_special_tokens=True)), params.stop)
             finish = "stop" if (ended or stopped or len(new) < params.max_tokens) else "length"
+            logprobs = self._logprobs(out.logits, row, new, params.logprobs) if params.logprobs else None
             results.append(Sample(text=text, prompt_tokens=len(tokens), completion_tokens=len(new),
-                                  finish_reason=finish))
+                                  finish_reason=finish, logprobs=logprobs))
         return results
+
+    def _logprobs(self, logits, row: int, new: list[int], top: int) -> tuple[TokenLogprob, ...]:
+        """Each generated token's log-probability and the `top` most likely at its position, as a server gives them."""
+        import torch  # torch: the web process never loads it (this module is imported there)
+
+        def text(token_id: int) -> str:
+            return cast(str, self.tokenizer.decode([token_id]))
+
+        entries = []
+        for position, token_id in enumerate(new):
+            logprobs = torch.log_softmax(logits[position][row].float(), dim=-1)
+            best = torch.topk(logprobs, k=min(top, logprobs.numel()))
+            entries.append(TokenLogprob(text(token_id), float(logprobs[token_id]), tuple(
+                (text(int(i)), float(v)) for i, v in zip(best.indices.tolist(), best.values.tolist()))))
+        return tuple(entries)
 
 
 BACKENDS = ("local", "openai")
@@ -224,14 +262,15 @@ def check_spec(spec: dict) -> dict:
     return spec
 
 
-def default_generator_folder() -> Path:
-    """The SmolLM2 backbone that `default_model.build_default_model` converts (built if missing)."""
+def default_generator_folder(*, build: bool = True) -> Path:
+    """The SmolLM2 backbone that `default_model.build_default_model` converts (built if missing,
+    unless `build` is False: a web process names the folder a worker will build)."""
     # Django: this module also runs without it (bench/openai_server.py); only the default folder needs it.
     from django.conf import settings
 
     from scoring.store.default_model import BACKBONE_NAME, build_default_model
 
     folder = Path(settings.MODELS_DIR) / BACKBONE_NAME
-    if not (folder / "config.json").exists():
+    if build and not (folder / "config.json").exists():
         build_default_model()
     return folder

@@ -23,7 +23,7 @@ from typing import Any
 import openai
 
 from infra import outbound_http
-from scoring.generation.generators import Sample, SamplingParams, Usage
+from scoring.generation.generators import Sample, SamplingParams, TokenLogprob, Usage
 from stepwise_client.retrying import RetryPolicy, is_retryable_status, retry_after_seconds
 
 MODES = ("completions", "chat")
@@ -79,7 +79,11 @@ class OpenAIGenerator:
         }
         fields = {key: value for key, value in fields.items() if value is not None}
         if self.mode == "chat":
+            if params.logprobs:
+                fields.update(logprobs=True, top_logprobs=params.logprobs)
             return self.client.chat.completions.create(messages=[{"role": "user", "content": prompt}], **fields)
+        if params.logprobs:
+            fields["logprobs"] = params.logprobs
         return self.client.completions.create(prompt=prompt, **fields)
 
     def _with_retries(self, call):
@@ -123,9 +127,28 @@ def samples_from_response(response, *, mode: str, max_tokens: int | None = None)
     completion = split_tokens(usage.completion_tokens if usage else 0, [len(t) for t in texts], cap=max_tokens)
     return [
         Sample(text=text, prompt_tokens=prompt_tokens, completion_tokens=tokens,
-               finish_reason=choice.finish_reason or "stop")
+               finish_reason=choice.finish_reason or "stop", logprobs=token_logprobs(choice, mode=mode))
         for choice, text, tokens in zip(choices, texts, completion)
     ]
+
+
+def token_logprobs(choice, *, mode: str) -> tuple[TokenLogprob, ...] | None:
+    """The choice's per-token logprobs in either protocol's shape, or None where the server gave none.
+
+    Chat: `logprobs.content[i] = {token, logprob, top_logprobs: [{token, logprob}]}`; completions:
+    parallel lists `tokens`, `token_logprobs`, `top_logprobs` (one {token: logprob} per position).
+    """
+    logprobs = getattr(choice, "logprobs", None)
+    if not logprobs:
+        return None
+    if mode == "chat":
+        return tuple(TokenLogprob(entry.token, float(entry.logprob),
+                                  tuple((alt.token, float(alt.logprob)) for alt in entry.top_logprobs or ()))
+                     for entry in logprobs.content or ())
+    tops = logprobs.top_logprobs or [None] * len(logprobs.tokens or ())
+    return tuple(TokenLogprob(token, float(logprob if logprob is not None else 0.0),
+                              tuple((alt, float(value)) for alt, value in (top or {}).items()))
+                 for token, logprob, top in zip(logprobs.tokens or (), logprobs.token_logprobs or (), tops))
 
 
 def split_tokens(total: int, weights: Sequence[int], *, cap: int | None = None) -> list[int]:

@@ -8,62 +8,40 @@ figure), under a lock on the run row, and a solution that already has labels in 
 skipped: a worker killed mid-run, a redelivered task or a duplicate leaves neither gaps nor
 duplicates nor double counts.
 
-Long runs are chunks: a task works for at most `CHUNK_SECONDS`, gives the job back to pending
-and sends itself again, so no task runs for an hour and a crash loses one solution's work.
+Long runs are chunks (`labeling_jobs.work_in_chunks`), as every labeling job's.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import replace
-from pathlib import Path
 
 from django.db import transaction
 from django.db.models import F
 
 from annotate.models import AutoLabelRun, AutoStepLabel, Project, Solution
 from scoring.generation import rollouts
-from scoring.generation.backends import generator_from_spec
-from scoring.generation.generators import (
-    DEFAULT_PROMPT_TEMPLATE,
-    DEFAULT_STEP_DELIMITER,
-    Generator,
-    SamplingParams,
-    check_spec,
-    default_generator_folder,
+from scoring.generation.generators import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_DELIMITER, Generator, SamplingParams
+from scoring.generation.labeling_jobs import (
+    CHUNK_SECONDS,
+    choose_solutions,
+    describe_spec,
+    resolve_spec,
+    run_labeling_job,
+    solution_params,
 )
 from scoring.models import RolloutLabelJob
-
-CHUNK_SECONDS = 240.0
-DEFAULT_SPEC = {"backend": "local"}  # no model: the default SmolLM2 backbone
-# Loaded once per worker process, by spec: a model is never loaded twice in one worker.
-_generators: dict[str, Generator] = {}
-
 
 # --- choosing solutions and starting a job ----------------------------------------------------------
 
 
-def eligible_solutions(*, project: Project, ids=None, source: str | None = None, unlabeled: bool = False):
+def eligible_solutions(*, project: Project, source: str | None = None, unlabeled: bool = False):
     """The project's solutions rollouts can label: with steps and a known answer; not references or gold items."""
     solutions = Solution.objects.with_steps().filter(project=project, is_reference=False, is_gold=False).exclude(
         problem__ground_truth_answer__isnull=True).exclude(problem__ground_truth_answer="")
-    if ids is not None:
-        solutions = solutions.filter(pk__in=ids)
     if source:
         solutions = solutions.filter(source=source)
     if unlabeled:
         solutions = solutions.unlabeled()
     return solutions.order_by("pk")
-
-
-def resolve_spec(spec: dict | None) -> dict:
-    """The spec checked (`generators.check_spec`), a local one without a model naming the default backbone.
-
-    Stored resolved, so the run's provenance says which folder generated its rollouts.
-    """
-    spec = check_spec(dict(spec or DEFAULT_SPEC))
-    if spec["backend"] == "local" and not spec.get("model"):
-        spec["model"] = str(default_generator_folder())
-    return spec
 
 
 def start_rollout_labeling(
@@ -83,26 +61,18 @@ def start_rollout_labeling(
         raise ValueError(f"method={method!r}; expected one of {', '.join(rollouts.METHODS)}")
     sampling = replace(params or SamplingParams(), n=n, stop=())  # a rollout runs to the end of the solution
     spec = resolve_spec(generator_spec)
-    wanted = None if solution_ids is None else list(dict.fromkeys(int(i) for i in solution_ids))
-    eligible = eligible_solutions(project=project, ids=wanted, source=source, unlabeled=unlabeled)
-    eligible_ids = eligible.values_list("pk", flat=True)
-    chosen = list(eligible_ids[:limit] if limit else eligible_ids)
+    chosen, skipped = choose_solutions(eligible_solutions(project=project, source=source, unlabeled=unlabeled),
+                                       solution_ids=solution_ids, limit=limit)
     with transaction.atomic():
         run = AutoLabelRun.objects.create(project=project, method=method, source=describe_spec(spec), params={
             "n": n, "sampling": sampling.as_dict(), "template": template, "delimiter": delimiter, "generator": spec,
         })
         job = RolloutLabelJob.objects.create(project=project, run=run, generator_spec=spec, solution_ids=chosen,
-                                             total=len(chosen), skipped=len(wanted or chosen) - len(chosen),
+                                             total=len(chosen), skipped=skipped,
                                              created_by=created_by)
     if enqueue:
         transaction.on_commit(job.send_task)
     return job
-
-
-def describe_spec(spec: dict) -> str:
-    if spec.get("backend", "local") == "local":
-        return f"local:{Path(spec.get('model') or '').name}"
-    return f"openai:{spec.get('base_url', '')}/{spec.get('model', '')}"
 
 
 # --- running a job -------------------------------------------------------------------------------------
@@ -116,33 +86,10 @@ def run_rollout_job(*, job_id: int, chunk_seconds: float = CHUNK_SECONDS, resend
     again unless `resend` is False (the caller goes on in-process).
     """
     job = RolloutLabelJob.objects.select_related("run").get(pk=job_id)
-    if not job.start():
-        return job
-    with job.failure_recorded():
-        generator = load_generator(job.generator_spec)
-        started = time.monotonic()
-        for solution in remaining_solutions(job):
-            label_solution(job=job, solution=solution, generator=generator)
-            job.record_progress(done=labeled_count(job))
-            if time.monotonic() - started > chunk_seconds and labeled_count(job) < job.total:
-                return _continue_later(job, resend=resend)
-        job.succeed(done=labeled_count(job))
-    return job
-
-
-def _continue_later(job: RolloutLabelJob, *, resend: bool) -> RolloutLabelJob:
-    if job.release() and resend:  # back to pending: the next chunk's task claims it like a new job
-        job.mark_enqueued()
-        job.send_task()
-    job.refresh_from_db()
-    return job
-
-
-def load_generator(spec: dict) -> Generator:
-    key = repr(sorted(spec.items()))
-    if key not in _generators:
-        _generators[key] = generator_from_spec(spec)
-    return _generators[key]
+    return run_labeling_job(job, todo=lambda: remaining_solutions(job), done=lambda: labeled_count(job),
+                            work=lambda solution, generator: label_solution(job=job, solution=solution,
+                                                                            generator=generator),
+                            chunk_seconds=chunk_seconds, resend=resend)
 
 
 def labeled_solution_ids(run: AutoLabelRun) -> set[int]:
@@ -185,10 +132,3 @@ def label_solution(*, job: RolloutLabelJob, solution: Solution, generator: Gener
             full_sweep_rollouts=F("full_sweep_rollouts") + result.full_sweep_rollouts)
     return True
 
-
-def solution_params(run: AutoLabelRun, solution: Solution) -> SamplingParams:
-    """The run's sampling parameters, seeded per solution: a resumed run samples what it would have."""
-    sampling = dict(run.params["sampling"])
-    if sampling.get("seed") is not None:
-        sampling["seed"] = int(sampling["seed"]) + solution.pk
-    return SamplingParams(**{**sampling, "stop": tuple(sampling.get("stop", ()))})

@@ -12,6 +12,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from annotate.labeling import queueing, roles
 from annotate.models import Annotation, ExportJob, ImportJob, Project, Step
+from scoring.generation import judge_labeling
 from scoring.models import GenerationRun, ModelVersion, RescoreJob, SolutionScore, StepScore, TrainingRun
 from tests.factories import SolutionFactory, UserFactory
 
@@ -37,6 +38,7 @@ ARGUMENT_KINDS = {
     "scoring:export-model": "version", "scoring:download-model": "version", "scoring:evaluation": "version",
     "scoring:review-scores": "solution", "scoring:training-run": "training", "scoring:generation-run": "generation",
     "scoring:generation-cancel": "generation",
+    "scoring:judge-job": "judge", "scoring:judge-cancel": "judge", "api-judge-job-detail": "judge",
 }
 
 
@@ -108,6 +110,9 @@ def objects_of(project: Project, user, member) -> dict:
         "solution_score": SolutionScore.objects.create(solution=solution, model_version=version, product=0.5,
                                                        min=0.5, last=0.5, mean=0.5).pk,
         "step_score": StepScore.objects.create(step=step, model_version=version, p=0.5).pk,
+        "judge": judge_labeling.start_judge_labeling(
+            project=project, generator_spec={"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+            enqueue=False).pk,
     }
 
 

@@ -34,6 +34,7 @@ def test_a_misspelled_selection_share_stops_start_up_naming_the_variable(tmp_pat
     ("STEPWISE_GRADING_TIMEOUT", "soon", "is not a number"),
     ("STEPWISE_SCORING_DTYPE", "float8", "use auto"),
     ("STEPWISE_ALLOW_TRUST_REMOTE_CODE", "maybe", "is not a boolean"),
+    ("STEPWISE_JUDGE_PROMPT", "Judge {problem}", "must contain {steps}"),
 ])
 def test_bad_values_stop_start_up_naming_the_variable(tmp_path, name, value, message):
     started = start_django(tmp_path, **{name: value})

@@ -6,12 +6,11 @@ human labels). Solutions: --solution-ids, --source, --unlabeled (no submitted hu
 --limit; only those with steps and a known answer are labeled. By default the job is queued
 for a worker on the `ml` queue (and resumes after a crash); --inline runs it here.
 """
-import json
-
 from django.core.management.base import BaseCommand, CommandError
 
 from scoring.generation import rollout_labeling, rollouts
 from scoring.generation.generators import SamplingParams
+from scoring.generation.labeling_jobs import run_here, solution_ids_option, spec_from_option
 from scoring.management.projects import add_project_argument, project_option
 from scoring.models import RolloutLabelJob
 
@@ -40,25 +39,18 @@ class Command(BaseCommand):
             params = SamplingParams(n=options["n"], max_tokens=options["max_tokens"],
                                     temperature=options["temperature"], seed=options["seed"])
             job = rollout_labeling.start_rollout_labeling(
-                project=project, method=options["method"], n=options["n"], solution_ids=self._solution_ids(options),
+                project=project, method=options["method"], n=options["n"],
+                solution_ids=solution_ids_option(options["solution_ids"]),
                 source=options["source"], unlabeled=options["unlabeled"], limit=options["limit"],
-                generator_spec=parse_generator(options["generator"]), params=params,
+                generator_spec=spec_from_option(options["generator"]), params=params,
                 enqueue=not options["inline"],
             )
         except ValueError as error:
             raise CommandError(str(error)) from None
         self.stdout.write(f"run {job.run_id}: {job.total} solutions to label ({job.skipped} skipped), job {job.pk}")
         if options["inline"]:
-            while rollout_labeling.run_rollout_job(job_id=job.pk, resend=False).state == "pending":
-                pass  # the chunk's time ran out: go on with the next chunk here
+            run_here(rollout_labeling.run_rollout_job, job_id=job.pk)
             self._report(RolloutLabelJob.objects.select_related("run").get(pk=job.pk))
-
-    def _solution_ids(self, options) -> list[int] | None:
-        try:
-            ids = [int(part) for part in options["solution_ids"].split(",") if part.strip()]
-        except ValueError:
-            raise CommandError(f"--solution-ids {options['solution_ids']!r}: expected comma-separated ids") from None
-        return ids or None
 
     def _report(self, job: RolloutLabelJob) -> None:
         if job.state != "succeeded":
@@ -68,14 +60,3 @@ class Command(BaseCommand):
         self.stdout.write(f"labeled {job.done} solutions: {run.rollouts} rollouts, {run.tokens} tokens; "
                           f"the full sweep would take {job.full_sweep_rollouts} ({saving:.0%} saved)")
 
-
-def parse_generator(value: str) -> dict:
-    """--generator: 'default', a JSON spec, or a local folder."""
-    if value == "default":
-        return dict(rollout_labeling.DEFAULT_SPEC)
-    if value.lstrip().startswith("{"):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as error:
-            raise CommandError(f"--generator: not valid JSON: {error}") from None
-    return {"backend": "local", "model": value}

@@ -1,5 +1,6 @@
 """Generators against a real OpenAI-compatible server process, and the local backends."""
 import json
+import math
 import time
 import urllib.request
 
@@ -116,3 +117,24 @@ def test_the_default_smollm2_model_writes_a_short_sample_offline():
     rows = generator.generate([prompt], SamplingParams(n=2, max_tokens=8, seed=0))
     assert len(rows[0]) == 2
     assert all(s.text.strip() and 0 < s.completion_tokens <= 8 for s in rows[0])
+
+
+def test_a_local_generator_asked_for_logprobs_gives_each_tokens_and_its_likeliest_alternatives(tiny_causal_lm):
+    generator = LocalGenerator(tiny_causal_lm, device="cpu")
+    plain, = generator.generate(PROMPTS[:1], SamplingParams(max_tokens=6, temperature=0))[0]
+    sample, = generator.generate(PROMPTS[:1], SamplingParams(max_tokens=6, temperature=0, logprobs=3))[0]
+    assert plain.logprobs is None and sample.text == plain.text  # asking changes nothing else
+    assert sample.logprobs is not None and len(sample.logprobs) == sample.completion_tokens
+    for entry in sample.logprobs:  # greedy: the chosen token is the likeliest, among the three
+        assert len(entry.top) == 3 and entry.top[0] == (entry.token, pytest.approx(entry.logprob))
+        assert sum(math.exp(logprob) for _, logprob in entry.top) <= 1 + 1e-6
+
+
+@pytest.mark.parametrize("mode", ["completions", "chat"])
+def test_logprobs_asked_of_the_server_come_back_per_token_in_either_protocol(openai_server, mode):
+    generator = OpenAIGenerator(openai_server.base_url, openai_server.model_name, mode=mode)
+    sample, = generator.generate(["What is 2 + 3?"], SamplingParams(max_tokens=5, temperature=0, logprobs=2))[0]
+    assert sample.logprobs is not None and len(sample.logprobs) == sample.completion_tokens
+    assert all(len(entry.top) == 2 and entry.logprob <= 0 for entry in sample.logprobs)
+    unasked, = generator.generate(["What is 2 + 3?"], SamplingParams(max_tokens=5, temperature=0))[0]
+    assert unasked.logprobs is None and unasked.text == sample.text

@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 from annotate.models import AutoLabelRun, AutoStepLabel, Project, Step
 from bench.tiny import build_tiny_generator
 from jobs.states import JobState
-from scoring.generation import rollout_labeling
+from scoring.generation import labeling_jobs, rollout_labeling
 from scoring.generation.generators import SamplingParams
 from scoring.models import RolloutLabelJob
 from tests.conftest import WorkerProcess, wait_for
@@ -100,7 +100,7 @@ def test_a_rerun_and_chunked_runs_label_each_solution_once_and_count_its_cost_on
     first = rollout_labeling.run_rollout_job(job_id=job.pk, chunk_seconds=0, resend=False)
     assert first.state == JobState.PENDING and first.done == 1  # one solution per zero-second chunk
     job = run_inline(job)
-    rollout_labeling.label_solution(job=job, solution=solutions[0], generator=rollout_labeling.load_generator(
+    rollout_labeling.label_solution(job=job, solution=solutions[0], generator=labeling_jobs.load_generator(
         job.generator_spec))  # a duplicate attempt (a redelivered task) writes nothing
     assert AutoStepLabel.objects.filter(run=job.run).count() == 6
     run = AutoLabelRun.objects.get(pk=job.run_id)
