@@ -5,8 +5,7 @@ them in whole. Those of the web server and storage stay beside Django's there.
 from django.core.exceptions import ImproperlyConfigured
 
 from infra.env import env_bool, env_choice, env_float, env_int, env_list, env_rate, env_shares, env_str
-from scoring.generation import judging
-from steps import limits
+from steps import limits, verification
 
 # Seconds a solution stays leased to an annotator without activity.
 STEPWISE_LEASE_SECONDS = env_int("STEPWISE_LEASE_SECONDS", 600, minimum=1)
@@ -88,11 +87,11 @@ STEPWISE_JOB_STALE_SECONDS = env_float("STEPWISE_JOB_STALE_SECONDS", 30.0, minim
 STEPWISE_JOB_REQUEUE_SECONDS = env_float("STEPWISE_JOB_REQUEUE_SECONDS", 120.0, minimum=0.0)
 if STEPWISE_JOB_STALE_SECONDS <= 2 * STEPWISE_JOB_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("STEPWISE_JOB_STALE_SECONDS must exceed twice STEPWISE_JOB_HEARTBEAT_SECONDS")
-# The prompt a judge is asked about each solution (scoring/generation/judging.py): {problem} and
-# {steps} (numbered "Step N: ...") are filled in; empty: the built-in ThinkPRM-style template.
+# The prompt a judge is asked about each solution (steps/verification.py): {problem} and {steps}
+# (numbered "Step N: ...") are filled in; empty: the built-in ThinkPRM-style template.
 STEPWISE_JUDGE_PROMPT = env_str("STEPWISE_JUDGE_PROMPT", "")
 if STEPWISE_JUDGE_PROMPT:
     try:
-        judging.check_template(STEPWISE_JUDGE_PROMPT)
+        verification.check_template(STEPWISE_JUDGE_PROMPT)
     except ValueError as error:
         raise ImproperlyConfigured(f"STEPWISE_JUDGE_PROMPT: {error}") from None

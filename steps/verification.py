@@ -1,33 +1,56 @@
-"""A verification chain in words: the problem and its numbered steps as a verifier reads them, and
-a verdict per step as it writes them (ThinkPRM's form: a critique, then the step's verdict).
+"""A verification chain in words: the prompt a verifier is asked (the problem and its numbered steps)
+and the answer it gives (ThinkPRM's form: per step a critique, then `Step N: correct|incorrect`).
 
-One text for both sides: the critique export writes the chains a generative verifier is fine-tuned
-on with these functions, and a judge prompt that numbers steps the same way asks for what the
-export teaches. Django-free, like the rest of `steps`.
+One text for both sides: the judge (`scoring.generation.judging`) asks with `DEFAULT_TEMPLATE`
+and reads verdict lines in `GOOD` / `BAD`, and the critique export writes the chains a generative
+verifier is fine-tuned on with the same prompt and the same verdict lines, so the export teaches
+what the judge asks for. Django-free, like the rest of `steps`.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-INSTRUCTION = (
-    "Verify the solution step by step. For each step, say whether it is right and why, then give "
-    "its verdict on a line of its own: \"Step k: correct\" or \"Step k: incorrect\". Stop at the "
-    "first incorrect step."
-)
+# The default prompt follows ThinkPRM (arXiv 2504.16828); STEPWISE_JUDGE_PROMPT replaces it.
+DEFAULT_TEMPLATE = """You are a careful math teacher. Verify a student's solution to a math problem, step by step.
+
+Problem:
+{problem}
+
+Solution, in numbered steps:
+{steps}
+
+Verify the solution step by step. For each step in order, write a short critique (one to three \
+sentences) saying whether the step is correct and why; then, on a line of its own, its verdict in \
+exactly this form:
+Step N: correct
+or
+Step N: incorrect
+Stop after the first incorrect step.
+"""
+TEMPLATE_FIELDS = ("{problem}", "{steps}")
+GOOD, BAD = "correct", "incorrect"
+
+
+def check_template(template: str) -> str:
+    """The template, or a ValueError naming the field it lacks."""
+    missing = [field for field in TEMPLATE_FIELDS if field not in template]
+    if missing:
+        raise ValueError(f"a judge prompt template must contain {' and '.join(missing)}")
+    return template
 
 
 def numbered_steps(steps: Iterable[str]) -> str:
-    """"Step 1: ..." per step, one after another, numbered from 1 as the verdicts are."""
-    return "\n".join(f"Step {number}: {text.strip()}" for number, text in enumerate(steps, start=1))
+    """"Step 1: ..." per step, a blank line apart (a step may span lines), numbered from 1 as the verdicts are."""
+    return "\n\n".join(f"Step {number}: {text.strip()}" for number, text in enumerate(steps, start=1))
 
 
-def verification_prompt(problem: str, steps: Sequence[str]) -> str:
-    """What the verifier is asked: the problem, the numbered steps, and how to answer."""
-    return f"Problem:\n{problem.strip()}\n\nSolution:\n{numbered_steps(steps)}\n\n{INSTRUCTION}"
+def render_prompt(template: str, *, problem: str, steps: Sequence[str]) -> str:
+    """What the verifier is asked: the template with the problem and the numbered steps."""
+    return check_template(template).replace("{problem}", problem.strip()).replace("{steps}", numbered_steps(steps))
 
 
 def verdict_line(number: int, good: bool) -> str:
-    return f"Step {number}: {'correct' if good else 'incorrect'}"
+    return f"Step {number}: {GOOD if good else BAD}"
 
 
 def verification_chain(verdicts: Sequence[tuple[str, bool]]) -> str:

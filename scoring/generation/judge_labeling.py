@@ -33,7 +33,7 @@ from scoring.generation.labeling_jobs import (
     solution_params,
 )
 from scoring.models import JudgeLabelJob
-from steps import rendering
+from steps import rendering, verification
 
 logger = logging.getLogger(__name__)
 # A verification chain per step takes room: ThinkPRM's run to thousands of tokens.
@@ -51,7 +51,7 @@ def eligible_solutions(*, project: Project):
 
 def judge_template() -> str:
     """The prompt template new runs use: STEPWISE_JUDGE_PROMPT, else the built-in ThinkPRM-style one."""
-    return judging.check_template(settings.STEPWISE_JUDGE_PROMPT or judging.DEFAULT_TEMPLATE)
+    return verification.check_template(settings.STEPWISE_JUDGE_PROMPT or verification.DEFAULT_TEMPLATE)
 
 
 def start_judge_labeling(
@@ -67,7 +67,7 @@ def start_judge_labeling(
     """
     project = Project.objects.given(project)
     spec = resolve_spec(generator_spec)
-    template = judging.check_template(template) if template else judge_template()
+    template = verification.check_template(template) if template else judge_template()
     sampling = replace(params or DEFAULT_PARAMS, n=1, stop=(), logprobs=judging.TOP_LOGPROBS)
     chosen, skipped = choose_solutions(eligible_solutions(project=project), solution_ids=solution_ids, limit=limit)
     with transaction.atomic():
@@ -117,7 +117,7 @@ def judge_solution(*, job: JudgeLabelJob, solution: Solution, generator: Generat
     """Ask the judge about one solution and store its answer, verdicts and cost; False if answered already."""
     run = job.run
     steps = sorted(solution.steps.all(), key=lambda step: step.index)
-    prompt = judging.render_prompt(run.params["template"], problem=solution.problem.statement,
+    prompt = verification.render_prompt(run.params["template"], problem=solution.problem.statement,
                                    steps=[step.text for step in steps])
     sample, failure = ask(generator, prompt, solution_params(run, solution))
     outcome = judging.Unparseable(failure) if failure else judging.read_answer(sample, n_steps=len(steps))

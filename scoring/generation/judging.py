@@ -1,9 +1,10 @@
 """A verifier model as judge: the prompt it is asked, and the reading of its answer into per-step verdicts.
 
 Plain Python, no Django, beside `rollouts`: `scoring.generation.judge_labeling` feeds it solutions and
-stores what it returns. The default prompt follows ThinkPRM (arXiv 2504.16828): the problem, the
-numbered steps, "verify step by step", then per step a short critique followed by a verdict line
-`Step N: correct` or `Step N: incorrect`, stopping at the first incorrect step.
+stores what it returns. The default prompt (`steps.verification`, shared with the critique export)
+follows ThinkPRM (arXiv 2504.16828): the problem, the numbered steps, "verify step by step", then
+per step a short critique followed by a verdict line `Step N: correct` or `Step N: incorrect`,
+stopping at the first incorrect step.
 
 The reading is strict on purpose: verdicts must cover steps 1..k in order, where k is the number
 of steps or the first step judged incorrect (the steps after it stay unlabeled, as PRM800K stops
@@ -23,32 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # types only: the settings import this module to check STEPWISE_JUDGE_PROMPT, nothing more
+from steps.verification import BAD, GOOD
+
+if TYPE_CHECKING:  # types only: this module stays plain text handling, with no model library behind it
     from scoring.generation.generators import Sample, TokenLogprob
 
-DEFAULT_TEMPLATE = """You are a careful math teacher. Verify a student's solution to a math problem, step by step.
-
-Problem:
-{problem}
-
-Solution, in numbered steps:
-{steps}
-
-Verify the solution step by step. For each step in order, write a short critique (one to three \
-sentences) saying whether the step is correct and why; then, on a line of its own, its verdict in \
-exactly this form:
-Step N: correct
-or
-Step N: incorrect
-Stop after the first incorrect step.
-"""
-TEMPLATE_FIELDS = ("{problem}", "{steps}")
 # The longest answer read; a longer one is a runaway generation, kept raw but not read.
 MAX_ANSWER_CHARS = 20_000
 MAX_CRITIQUE_CHARS = 2_000
 # The verdict alternatives read at the verdict's token (and top alternatives asked per token).
 TOP_LOGPROBS = 5
-GOOD, BAD = "correct", "incorrect"
 
 # A verdict line: "Step 3: correct", tolerating markdown emphasis, a dash or a full stop around it.
 VERDICT_LINE = re.compile(
@@ -58,23 +43,9 @@ VERDICT_LINE = re.compile(
 )
 
 
-def check_template(template: str) -> str:
-    """The template, or a ValueError naming the field it lacks."""
-    missing = [field for field in TEMPLATE_FIELDS if field not in template]
-    if missing:
-        raise ValueError(f"a judge prompt template must contain {' and '.join(missing)}")
-    return template
-
-
 def prompt_version(template: str) -> str:
     """A short hash of the template's text, stored with a run: runs asked the same way say so."""
     return hashlib.sha256(template.encode()).hexdigest()[:12]
-
-
-def render_prompt(template: str, *, problem: str, steps: Sequence[str]) -> str:
-    """The judge's prompt: the problem, and the steps numbered from 1 as the verdicts name them."""
-    numbered = "\n\n".join(f"Step {i}: {text.strip()}" for i, text in enumerate(steps, start=1))
-    return check_template(template).replace("{problem}", problem.strip()).replace("{steps}", numbered)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ def test_a_judge_row_is_the_whole_solution_then_each_critique_and_verdict_up_to_
     (row,) = rows(labels="judge")
     problem = solution.problem.statement
     assert row == {"messages": [
-        {"role": "user", "content": f"Problem:\n{problem}\n\nSolution:\nStep 1: x = 2.\nStep 2: 2x = 5.\nStep 3: So 5."
-                                    f"\n\n{verification.INSTRUCTION}"},
+        {"role": "user", "content": verification.DEFAULT_TEMPLATE.replace("{problem}", problem).replace(
+            "{steps}", "Step 1: x = 2.\n\nStep 2: 2x = 5.\n\nStep 3: So 5.")},
         {"role": "assistant", "content": "Sets x.\nStep 1: correct\n\n2 times 2 is 4, not 5.\nStep 2: incorrect"},
     ], "solution_id": solution.id, "source": "judge"}
 
@@ -36,8 +36,8 @@ def test_a_human_row_holds_the_annotators_rewrite_as_the_critique_of_the_step(an
     task = label(annotator, [1, -1, 1, 1], {1: REWRITE})
     (row,) = rows()
     assert (row["solution_id"], row["source"]) == (task.solution_id, "human")
-    assert row["messages"][0]["content"].startswith(f"Problem:\n{task.solution.problem.statement}\n\nSolution:\n"
-                                                    f"Step 1: {STEPS[0]}\nStep 2: {STEPS[1]}\n")
+    assert row["messages"][0]["content"] == verification.render_prompt(
+        verification.DEFAULT_TEMPLATE, problem=task.solution.problem.statement, steps=STEPS)
     assert row["messages"][1]["content"] == f"Step 1: correct\n\nThe step should read: {REWRITE}\nStep 2: incorrect"
 
 

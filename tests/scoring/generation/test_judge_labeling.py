@@ -16,6 +16,7 @@ from scoring.generation import judge_labeling, judging
 from scoring.generation.generators import SamplingParams
 from scoring.generation.labeling_jobs import load_generator
 from scoring.models import JudgeLabelJob
+from steps import verification
 from tests.conftest import TEST_DATA, WorkerProcess, wait_for
 from tests.factories import ProblemFactory, SolutionFactory
 
@@ -78,8 +79,8 @@ def test_verdicts_and_critiques_are_stored_as_judge_labels_with_the_runs_provena
     # The steps after the judge's first "incorrect" stay unlabeled.
     assert labels_of(run, wrong) == [(0, 1.0, "Adds correctly."), (1, 0.0, "5 times 2 is 10, not 12.")]
     assert run.method == AutoLabelRun.Method.JUDGE and run.source == f"openai:{server.base_url}/{server.model_name}"
-    assert run.params["prompt_version"] == judging.prompt_version(judging.DEFAULT_TEMPLATE)
-    assert run.params["template"] == judging.DEFAULT_TEMPLATE and run.params["generator"]["backend"] == "openai"
+    assert run.params["prompt_version"] == judging.prompt_version(verification.DEFAULT_TEMPLATE)
+    assert run.params["template"] == verification.DEFAULT_TEMPLATE and run.params["generator"]["backend"] == "openai"
     assert run.params["sampling"]["temperature"] == 0.0 and run.params["sampling"]["logprobs"] == judging.TOP_LOGPROBS
     answers = JudgeAnswer.objects.filter(run=run).order_by("solution_id")
     assert [(a.text, a.parsed, a.error) for a in answers] == [(GOOD_TWO, True, ""), (SECOND_WRONG, True, "")]

@@ -6,6 +6,7 @@ import pytest
 from scoring.generation import judging
 from scoring.generation.generators import Sample, TokenLogprob
 from scoring.generation.judging import Judged, Unparseable
+from steps import verification
 
 ANSWER = """The student adds 2 and 3 correctly.
 Step 1: correct
@@ -20,7 +21,7 @@ def answer(text: str, *, finish_reason: str = "stop", logprobs=None) -> Sample:
 
 
 def test_the_default_prompt_numbers_the_steps_and_asks_for_a_verdict_line_per_step():
-    prompt = judging.render_prompt(judging.DEFAULT_TEMPLATE, problem=" What is (2+3)*2? ",
+    prompt = verification.render_prompt(verification.DEFAULT_TEMPLATE, problem=" What is (2+3)*2? ",
                                    steps=["2 + 3 = 5", "5 * 2 = 12\n"])
     assert "Problem:\nWhat is (2+3)*2?\n" in prompt
     assert "Step 1: 2 + 3 = 5\n\nStep 2: 5 * 2 = 12\n" in prompt
@@ -29,15 +30,15 @@ def test_the_default_prompt_numbers_the_steps_and_asks_for_a_verdict_line_per_st
 
 def test_a_template_without_problem_or_steps_is_refused_naming_the_field():
     with pytest.raises(ValueError, match=r"must contain \{steps\}"):
-        judging.check_template("Judge {problem}")
+        verification.check_template("Judge {problem}")
     with pytest.raises(ValueError, match=r"\{problem\} and \{steps\}"):
-        judging.check_template("Judge this")
+        verification.check_template("Judge this")
 
 
 def test_the_prompt_version_changes_with_the_template_text_only():
-    version = judging.prompt_version(judging.DEFAULT_TEMPLATE)
-    assert len(version) == 12 and version == judging.prompt_version(judging.DEFAULT_TEMPLATE)
-    assert version != judging.prompt_version(judging.DEFAULT_TEMPLATE + " ")
+    version = judging.prompt_version(verification.DEFAULT_TEMPLATE)
+    assert len(version) == 12 and version == judging.prompt_version(verification.DEFAULT_TEMPLATE)
+    assert version != judging.prompt_version(verification.DEFAULT_TEMPLATE + " ")
 
 
 def test_verdicts_stop_at_the_first_incorrect_step_with_the_critique_before_each():

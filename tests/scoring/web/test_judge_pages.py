@@ -12,6 +12,7 @@ from annotate.models import AutoLabelRun, JudgeAnswer
 from jobs.states import JobState
 from scoring.generation import judge_labeling, judging
 from scoring.models import JudgeLabelJob
+from steps import verification
 from tests.factories import SolutionFactory
 
 SERVER_SPEC = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "judge-7b", "mode": "chat"}
@@ -72,7 +73,7 @@ def test_the_page_lists_jobs_with_progress_unparseable_count_and_tokens(admin_us
     job_with_answers([SolutionFactory(), SolutionFactory(), SolutionFactory()], unparseable=1)
     page = page_client(admin_user).get(reverse("scoring:judge-jobs")).content.decode()
     assert '<td class="progress">3/3</td>' in page and '<td class="unparseable">1</td>' in page
-    assert "<td>21</td>" in page and judging.prompt_version(judging.DEFAULT_TEMPLATE) in page
+    assert "<td>21</td>" in page and judging.prompt_version(verification.DEFAULT_TEMPLATE) in page
     assert "Step N: correct" in page  # the prompt template new jobs use
 
 

@@ -24,7 +24,8 @@ def chain_row(problem: str, steps: Sequence[str], verdicts: Sequence[tuple[str, 
               source: str) -> dict:
     """The chat row: the whole solution in the prompt, the chain up to its first incorrect step."""
     end = next((i + 1 for i, (_, good) in enumerate(verdicts) if not good), len(verdicts))
-    return {"messages": [{"role": "user", "content": verification.verification_prompt(problem, steps)},
+    return {"messages": [{"role": "user", "content": verification.render_prompt(
+                             verification.DEFAULT_TEMPLATE, problem=problem, steps=steps)},
                          {"role": "assistant", "content": verification.verification_chain(verdicts[:end])}],
             "solution_id": solution_id, "source": source}
 
