@@ -106,19 +106,21 @@ def test_a_beta_prm_trains_on_rollout_counts_and_says_so(current_model, rollout_
     assert data["train"]["automatic_labels"] + data["val"]["automatic_labels"] == total
     run = TrainingRun.objects.latest("created_at")
     assert "0 human and" in run.log and f"{total} automatic step labels" in run.log
-    # The beta head learned from the counts: its mean follows K/N, on average over the solutions it
-    # trained on (a tiny backbone in 30 epochs separates them weakly, not every pair).
-    # Which problems are held out follows from their ids, which earlier tests' rows move.
+    # The beta head learned from the counts: its mean follows K/N. A tiny backbone in 30 epochs
+    # separates them weakly, so each trained problem's right solution is compared with its wrong
+    # one (the two differ only in the claims of steps 2 and 3), and the gaps are averaged: which
+    # problems are held out follows from their ids, which earlier tests' rows move.
     held_out = validation_problems([s.problem_id for s in rollout_labeled_pool], val_fraction=0.3,
                                    seed=TrainConfig().seed)
     trained = [s for s in rollout_labeled_pool if s.problem_id not in held_out]
     version = registry.load(run.result)
     scores = version.step_probabilities([(s.problem.statement, [t.text for t in s.steps.order_by("index")])
                                          for s in trained])
-    later = {True: [], False: []}  # the mean of steps 2 and 3: right in a correct solution, wrong otherwise
+    later = {}  # (problem, right?) -> the mean of steps 2 and 3: right in a correct solution, wrong otherwise
     for solution, steps in zip(trained, scores, strict=True):
-        later[solution.is_correct].append(sum(step.mean for step in steps[1:]) / 2)
-    assert sum(later[True]) / len(later[True]) > sum(later[False]) / len(later[False]), later
+        later[solution.problem_id, solution.is_correct] = sum(step.mean for step in steps[1:]) / 2
+    gaps = [later[problem, True] - later[problem, False] for problem, right in later if right]
+    assert sum(gaps) / len(gaps) > 0, later
 
 
 def test_both_trains_on_human_and_automatic_labels_and_counts_each(current_model, rollout_labeled_pool):
