@@ -118,7 +118,7 @@ def judge_solution(*, job: JudgeLabelJob, solution: Solution, generator: Generat
     run = job.run
     steps = sorted(solution.steps.all(), key=lambda step: step.index)
     prompt = verification.render_prompt(run.params["template"], problem=solution.problem.statement,
-                                   steps=[step.text for step in steps])
+                                        steps=[step.text for step in steps])
     sample, failure = ask(generator, prompt, solution_params(run, solution))
     outcome = judging.Unparseable(failure) if failure else judging.read_answer(sample, n_steps=len(steps))
     with transaction.atomic():

@@ -22,7 +22,7 @@ def answer(text: str, *, finish_reason: str = "stop", logprobs=None) -> Sample:
 
 def test_the_default_prompt_numbers_the_steps_and_asks_for_a_verdict_line_per_step():
     prompt = verification.render_prompt(verification.DEFAULT_TEMPLATE, problem=" What is (2+3)*2? ",
-                                   steps=["2 + 3 = 5", "5 * 2 = 12\n"])
+                                        steps=["2 + 3 = 5", "5 * 2 = 12\n"])
     assert "Problem:\nWhat is (2+3)*2?\n" in prompt
     assert "Step 1: 2 + 3 = 5\n\nStep 2: 5 * 2 = 12\n" in prompt
     assert "Verify the solution step by step" in prompt and "Step N: incorrect" in prompt
