@@ -175,6 +175,8 @@ def answer_figures(job: JudgeLabelJob, recorder: Recorder, seconds: float) -> di
         "state": job.state, "solutions": job.total, "answers": len(answers), "parsed": len(parsed),
         "parsed_share": len(parsed) / len(answers) if answers else 0.0,
         "unparseable": job.unparseable, "reasons": dict(Counter(_reason(a.error) for a in answers if not a.parsed)),
+        "examples": {_reason(a.error): a.text[:200] for a in reversed(answers) if not a.parsed},
+        "answers_with_logprobs": sum(sample is not None and bool(sample.logprobs) for sample in recorder.samples),
         "prompt_tokens": sum(a.prompt_tokens for a in answers), "completion_tokens": AutoLabelRun.objects.get(
             pk=job.run_id).tokens, "seconds": seconds, "seconds_per_solution": seconds / len(answers) if answers
         else 0.0, "verdicts": verdicts, "verdicts_from_logprobs": from_logprobs,

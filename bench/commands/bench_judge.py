@@ -146,6 +146,6 @@ def describe(report: dict) -> str:
             f"  unparseable by reason: {reasons}\n"
             f"  tokens: {report['prompt_tokens']} prompt, {report['completion_tokens']} completion; "
             f"{report['seconds_per_solution']:.1f} s/solution; verdicts {report['verdicts']}, "
-            f"probability from logprobs {logprobs}\n"
+            f"probability from logprobs {logprobs} ({report['answers_with_logprobs']} answers came with logprobs)\n"
             f"  shown: {seen}\n  exported (--labels judge): {exports}\n"
             f"  'no error found' agrees with the published score: {agree}")

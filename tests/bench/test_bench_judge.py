@@ -10,8 +10,10 @@ import bench
 from bench import judge_plumbing
 
 
+@pytest.mark.slow  # two server processes, three model loads: about half a minute
 @pytest.mark.django_db
-def test_every_judge_stores_an_answer_per_solution_and_the_scripted_ones_reach_every_export(tiny_causal_lm):
+def test_every_judge_stores_an_answer_per_solution_and_the_scripted_ones_reach_every_export(tiny_causal_lm,
+                                                                                           one_torch_thread):
     out = io.StringIO()
     bench.call("bench_judge", "--model", str(tiny_causal_lm), "--limit", "3", "--max-tokens", "4", "--in-place",
                "--json", stdout=out)
@@ -22,10 +24,13 @@ def test_every_judge_stores_an_answer_per_solution_and_the_scripted_ones_reach_e
     for report in reports:
         assert report["state"] == "succeeded" and report["answers"] == report["solutions"] == 3
         assert report["parsed"] + sum(report["reasons"].values()) == 3 == report["parsed"] + report["unparseable"]
+    # The job asks for logprobs: the local model and the stand-in server both give them.
+    assert [r["answers_with_logprobs"] for r in reports[:3]] == [3, 3, 3]
     scripted = reports[-1]
     # Served in turn: in the form with logprobs (2 verdicts), in the form without (1), in no form.
     assert scripted["parsed"] == 2 and scripted["reasons"] == {"no verdicts": 1}
     assert scripted["verdicts"] == 3 and scripted["verdicts_from_logprobs"] == 2
+    assert scripted["answers_with_logprobs"] == 1
     shown = scripted["shown"]
     assert shown["shown"] == shown["stored"] == 2 and shown["with_critique"] == 2
     assert shown["reader_matches"] and shown["api_matches"]
