@@ -28,6 +28,7 @@ from scoring.generation.labeling_jobs import (
     CHUNK_SECONDS,
     choose_solutions,
     describe_spec,
+    labelable_solutions,
     resolve_spec,
     run_labeling_job,
     solution_params,
@@ -46,7 +47,7 @@ DEFAULT_PARAMS = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024)
 def eligible_solutions(*, project: Project):
     """The project's solutions a judge can label: with steps; not references or gold items (no known
     answer needed: the judge reads the steps themselves)."""
-    return Solution.objects.with_steps().filter(project=project, is_reference=False, is_gold=False).order_by("pk")
+    return labelable_solutions(project=project).order_by("pk")
 
 
 def judge_template() -> str:

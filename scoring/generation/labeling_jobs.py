@@ -55,6 +55,12 @@ def solution_ids_option(value: str) -> list[int] | None:
     return ids or None
 
 
+def labelable_solutions(*, project):
+    """The project's solutions a machine source may label: with steps; not references or gold items
+    (those are people's to judge). Rollouts narrow it to known answers; a judge takes it as is."""
+    return Solution.objects.with_steps().filter(project=project, is_reference=False, is_gold=False)
+
+
 def choose_solutions(eligible: QuerySet, *, solution_ids=None, limit: int | None = None) -> tuple[list[int], int]:
     """The ids a job labels, of `eligible` (ordered) those asked for (all when None), at most `limit`;
     and how many asked for were skipped (not eligible, or past the limit)."""

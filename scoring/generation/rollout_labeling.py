@@ -24,6 +24,7 @@ from scoring.generation.labeling_jobs import (
     CHUNK_SECONDS,
     choose_solutions,
     describe_spec,
+    labelable_solutions,
     resolve_spec,
     run_labeling_job,
     solution_params,
@@ -35,7 +36,7 @@ from scoring.models import RolloutLabelJob
 
 def eligible_solutions(*, project: Project, source: str | None = None, unlabeled: bool = False):
     """The project's solutions rollouts can label: with steps and a known answer; not references or gold items."""
-    solutions = Solution.objects.with_steps().filter(project=project, is_reference=False, is_gold=False).exclude(
+    solutions = labelable_solutions(project=project).exclude(
         problem__ground_truth_answer__isnull=True).exclude(problem__ground_truth_answer="")
     if source:
         solutions = solutions.filter(source=source)
